@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both build .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean install
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/memory-worker demo
+
+test: $(STAMP)
+	$(BIN)/ruff check --quiet .
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/write_path.py
+	$(BIN)/python benchmarks/read_path.py
+
+clean:
+	rm -rf $(VENV) .memory_worker memory_worker.db .pytest_cache

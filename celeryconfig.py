@@ -1,0 +1,64 @@
+"""Celery settings for memory_worker (loaded by name: `app.config_from_object("celeryconfig")`).
+
+The broker URL is not here: `memory_worker.broker.url()` resolves it (REDIS_URL, or the
+embedded Redis). Every choice below is a DESIGN.md contract or trap.
+"""
+
+from celery.schedules import crontab
+from kombu import Queue
+
+from memory_worker.constants import (
+    QUEUE_COMMIT,
+    QUEUE_EMBED,
+    QUEUE_EVENTS,
+    QUEUE_MODEL,
+    QUEUE_NOTIFY,
+    QUEUES,
+    SWEEP_HOUR_UTC,
+    VISIBILITY_TIMEOUT_S,
+)
+
+# Messages are JSON, never pickle.
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+event_serializer = "json"
+
+# Any task may run twice: ack after the work, requeue if the worker dies mid-task.
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+
+# Chains pass results in their messages; nothing reads a result backend.
+task_ignore_result = True
+result_backend = None
+
+# Redis redelivers an unacked message after this; every countdown stays far below it.
+broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
+broker_connection_retry_on_startup = True
+
+# Queues by the resource they wait on.
+task_queues = [Queue(q) for q in QUEUES]
+task_default_queue = QUEUE_EVENTS
+task_routes = {
+    "memory_worker.extract": {"queue": QUEUE_MODEL},
+    "memory_worker.route": {"queue": QUEUE_MODEL},
+    "memory_worker.embed": {"queue": QUEUE_EMBED},
+    "memory_worker.room_topic": {"queue": QUEUE_EMBED},
+    "memory_worker.commit": {"queue": QUEUE_COMMIT},
+    "memory_worker.notify_toast": {"queue": QUEUE_NOTIFY},
+    "memory_worker.on_room_quiet": {"queue": QUEUE_EVENTS},
+    "memory_worker.sweep": {"queue": QUEUE_EVENTS},
+}
+
+# The daily sweep finds rooms whose cursor lags their last line (a lost message, a park).
+timezone = "UTC"
+beat_schedule = {
+    "daily-sweep": {
+        "task": "memory_worker.sweep",
+        "schedule": crontab(hour=SWEEP_HOUR_UTC, minute=0),
+    }
+}
+
+worker_send_task_events = True  # Flower watches the write jobs
+task_send_sent_event = True

@@ -1,0 +1,17 @@
+"""The write path's clock. `MW_TODAY` pins the date (the demo's cassette keys on prompts that
+hold today's date); the time of day stays real so ordering by `created` still works."""
+
+from __future__ import annotations
+
+from memory_worker import settings as settings_mod
+from memory_worker.rows import now_iso
+
+
+def today() -> str:
+    return settings_mod.current().today or now_iso()[:10]
+
+
+def now() -> str:
+    pinned = settings_mod.current().today
+    real = now_iso()
+    return f"{pinned}{real[10:]}" if pinned else real

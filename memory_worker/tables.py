@@ -1,0 +1,154 @@
+"""Every SQL table, in one module (SQLAlchemy Core).
+
+`persona_memory`, `users.memory_note/memory_on`, `persona_memory_mute` and `rooms.incognito`
+are the seed's §1. The other app-side tables (personas, rooms, members, lines, notices) are the
+contract an app integrates against; `cursors` and `spells` are the worker's own bookkeeping.
+Migrations in `schema/versions/` must build exactly this (a test compares them).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+# --- the app's side: who, where, what was said ------------------------------------------
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("name", Text, nullable=False),
+    Column("memory_note", Text, nullable=True),  # ≤ 400 chars, checked by controls
+    Column("memory_on", Integer, nullable=False, server_default="1"),
+)
+
+personas = Table(
+    "personas",
+    metadata,
+    Column("slug", Text, primary_key=True),  # the mind that holds memories: 'warren'
+    Column("name", Text, nullable=False),  # display name, for toasts: 'Warren'
+)
+
+rooms = Table(
+    "rooms",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("kind", Text, nullable=False),  # 'private' (one human) | 'group'
+    Column("incognito", Integer, nullable=False, server_default="0"),  # neither reads nor writes
+    Column("kit_mounted", Integer, nullable=False, server_default="0"),  # role-play: skipped
+    Column("archived", Integer, nullable=False, server_default="0"),
+    Column("topic", Text, nullable=True),  # the opener or topic the app reported
+    Column("topic_embedding", LargeBinary, nullable=True),  # int8, computed off the floor
+    Column("created", Text, nullable=False),
+)
+
+room_members = Table(
+    "room_members",
+    metadata,
+    Column("room_id", Text, ForeignKey("rooms.id", ondelete="CASCADE"), nullable=False),
+    Column("member", Text, nullable=False),  # 'u:42' for a human, a persona slug otherwise
+    PrimaryKeyConstraint("room_id", "member"),
+)
+
+lines = Table(
+    "lines",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("room_id", Text, ForeignKey("rooms.id", ondelete="CASCADE"), nullable=False),
+    Column("speaker", Text, nullable=False),  # 'u:42' or a persona slug
+    Column("text", Text, nullable=False),
+    Column("created", Text, nullable=False),
+    Index("ix_lines_room_id_id", "room_id", "id"),
+)
+
+notices = Table(
+    "notices",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("user_id", Integer, nullable=False),
+    Column("persona", Text, nullable=False),
+    Column("room_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),  # 'memory_toast'
+    Column("text", Text, nullable=False),
+    Column("row_ids", Text, nullable=False),  # JSON list of persona_memory ids it covers
+    Column("spell_key", Text, nullable=False),  # persona/room/last line: one toast per spell
+    Column("created", Text, nullable=False),
+    Column("undone", Integer, nullable=False, server_default="0"),
+    UniqueConstraint("spell_key", "user_id", name="uq_notices_spell_user"),
+    Index("ix_notices_user_id", "user_id"),
+)
+
+# --- the seed's §1 ----------------------------------------------------------------------
+
+persona_memory = Table(
+    "persona_memory",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("persona", Text, nullable=False),
+    Column("subject", Text, nullable=False),  # 'u:42' | 'self' | 'world'
+    Column("counterpart", Text, nullable=True),  # self items: whom the promise/loop is with
+    Column("witnessed", Text, nullable=False),  # JSON list of user ids present: the audience
+    Column("room_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("importance", Integer, nullable=False),
+    Column("valid_from", Text, nullable=True),
+    Column("valid_to", Text, nullable=True),  # NULL while true
+    Column("closed_by", Integer, nullable=True),
+    Column("evidence", Text, nullable=False),  # JSON list of line ids
+    Column("created", Text, nullable=False),
+    Column("last_recalled", Text, nullable=True),
+    Column("recall_count", Integer, nullable=False, server_default="0"),
+    Column("embedding", LargeBinary, nullable=True),  # int8 vector
+    Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
+    Index("ix_persona_memory_subject", "subject"),
+)
+
+persona_memory_mute = Table(
+    "persona_memory_mute",
+    metadata,
+    Column("user_id", Integer, nullable=False),
+    Column("persona", Text, nullable=False),
+    PrimaryKeyConstraint("user_id", "persona"),
+)
+
+# --- the worker's bookkeeping -------------------------------------------------------------
+
+cursors = Table(
+    "cursors",
+    metadata,
+    Column("persona", Text, nullable=False),
+    Column("room_id", Text, nullable=False),
+    Column("last_line_id", Integer, nullable=False),  # every line ≤ this has been read
+    Column("updated", Text, nullable=False),
+    PrimaryKeyConstraint("persona", "room_id"),
+)
+
+spells = Table(
+    "spells",
+    metadata,
+    # One row per spell outcome: the commit's idempotency key and the operator's view.
+    Column("persona", Text, nullable=False),
+    Column("room_id", Text, nullable=False),
+    Column("last_line_id", Integer, nullable=False),
+    Column("status", Text, nullable=False),  # 'committed' | 'skipped' | 'parked'
+    Column("reason", Text, nullable=True),  # why skipped or parked
+    Column("row_ids", Text, nullable=False, server_default="[]"),  # JSON: rows written
+    Column("tokens_in", Integer, nullable=False, server_default="0"),
+    Column("tokens_out", Integer, nullable=False, server_default="0"),
+    Column("created", Text, nullable=False),
+    PrimaryKeyConstraint("persona", "room_id", "last_line_id"),
+    Index("ix_spells_status", "status"),
+)

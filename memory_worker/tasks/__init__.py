@@ -1,0 +1,1 @@
+"""Thin Celery shells over `memory_worker.write`: queues, retries, rate limits — no logic."""

@@ -1,0 +1,28 @@
+"""Ask a model for JSON, re-asking once when the answer is malformed (DESIGN.md "Faults").
+
+A second malformed answer propagates as `MalformedAnswer`; the task shell parks the spell.
+"""
+
+from __future__ import annotations
+
+from memory_worker.constants import MALFORMED_REASKS
+from memory_worker.models.base import ChatModel, ChatResult, MalformedAnswer, T
+
+REASK_NOTE = (
+    "\n\nYour previous answer could not be used ({error}). "
+    "Answer again with JSON that matches the schema exactly."
+)
+
+
+def ask_json(
+    model: ChatModel, system: str, prompt: str, schema: type[T], purpose: str
+) -> ChatResult[T]:
+    last_error: MalformedAnswer | None = None
+    for attempt in range(MALFORMED_REASKS + 1):
+        text = prompt if attempt == 0 else prompt + REASK_NOTE.format(error=str(last_error)[:300])
+        try:
+            return model.chat_json(system, text, schema, purpose=purpose)
+        except MalformedAnswer as e:
+            last_error = e
+    assert last_error is not None
+    raise last_error

@@ -1,0 +1,108 @@
+"""Each step of the chain as one function over a Spell: load what it needs, call the pure
+step, return the next Spell. No Celery here — `memory_worker.tasks` adds queues and retries,
+and tests run these functions directly.
+
+    begin → extract → embed → route → commit → notify
+"""
+
+from __future__ import annotations
+
+import logging
+
+from memory_worker import clock, store
+from memory_worker.models.base import ChatModel, Embedder
+from memory_worker.rows import Candidate, Spell
+from memory_worker.write import commit, embed, extract, notify, route
+from memory_worker.write import spell as spells
+from memory_worker.write.ask import ask_json
+
+log = logging.getLogger(__name__)
+
+
+def begin(persona: str, room_id: str) -> Spell | None:
+    """The spell for a persona in a room now, or None when it has no new lines."""
+    with store.engine().connect() as conn:
+        return spells.begin_spell(conn, persona, room_id)
+
+
+def run_extract(spell: Spell, model: ChatModel) -> Spell:
+    """Model call A, then every guard. Re-checks the switches: they may have flipped since."""
+    if spell.done:
+        return spell
+    with store.engine().connect() as conn:
+        room = spells.load_room(conn, spell.room_id)
+        present = spells.eligible_humans(conn, spell.persona, spell.witnessed)
+        spell.present = [u for u in spell.present if u in present]
+        if room.incognito or room.kit_mounted or not spell.present:
+            spell.skipped = "the room or its people no longer allow memory"
+            return spell
+        lines = spells.load_slice(conn, spell)
+        names = spells.names(conn, spell.present)
+        persona_name = spells.persona_name(conn, spell.persona)
+        known = extract.known_rows(conn, spell.persona, spell.present)
+        already = extract.rows_today(conn, spell.persona, spell.present, clock.today())
+    system, prompt = extract.build_prompt(persona_name, room, lines, names, known, clock.today())
+    result = ask_json(model, system, prompt, extract.ExtractAnswer, "extract")
+    kept, rejected = extract.guard(
+        result.parsed,
+        persona=spell.persona,
+        present=spell.present,
+        lines=lines,
+        already_today=already,
+    )
+    for r in rejected:
+        log.info("spell %s: dropped candidate (%s): %r", spell.key, r.reason, r.text)
+    spell.candidates = [c.to_json() for c in kept]
+    spell.tokens_in += result.usage.tokens_in
+    spell.tokens_out += result.usage.tokens_out
+    return spell
+
+
+def run_embed(spell: Spell, embedder: Embedder) -> Spell:
+    if spell.done or not spell.candidates:
+        return spell
+    cands = [Candidate.from_json(c) for c in spell.candidates]
+    spell.candidates = [c.to_json() for c in embed.embed_candidates(embedder, cands)]
+    return spell
+
+
+def run_route(spell: Spell, model: ChatModel) -> Spell:
+    """Model call B over every candidate of the spell at once, with numbered neighbours."""
+    if spell.done or not spell.candidates:
+        return spell
+    cands = [Candidate.from_json(c) for c in spell.candidates]
+    with store.engine().connect() as conn:
+        rows = route.open_rows(conn, spell.persona, {c.subject for c in cands})
+        persona_name = spells.persona_name(conn, spell.persona)
+    per_candidate = route.neighbours(cands, rows)
+    numbers = route.number(per_candidate)
+    system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)
+    result = ask_json(model, system, prompt, route.RouteAnswer, "route")
+    decisions = route.resolve(result.parsed, cands, per_candidate, numbers)
+    spell.decisions = [d.to_json() for d in decisions]
+    spell.seen_open_rows = route.fingerprint(rows)
+    spell.tokens_in += result.usage.tokens_in
+    spell.tokens_out += result.usage.tokens_out
+    return spell
+
+
+def run_commit(spell: Spell) -> commit.Outcome:
+    """One transaction under the persona's writer lock. 'stale' means: route again."""
+    with store.writer(spell.persona) as conn:
+        return commit.commit_spell(conn, spell, now=clock.now(), today=clock.today())
+
+
+def run_notify(spell: Spell, row_ids: list[int]) -> list[notify.Toast]:
+    """Post one toast per human the new rows concern; returns the toasts newly posted."""
+    if not row_ids:
+        return []
+    posted = []
+    with store.transaction() as conn:
+        rows = notify.new_rows(conn, row_ids)
+        users = sorted({u for r in rows if (u := notify.concerns(r)) is not None})
+        names = spells.names(conn, users)
+        persona_name = spells.persona_name(conn, spell.persona)
+        for toast in notify.toasts(persona_name, rows, names):
+            if notify.post(conn, spell.persona, spell.room_id, spell.key, toast, clock.now()):
+                posted.append(toast)
+    return posted

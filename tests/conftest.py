@@ -1,0 +1,41 @@
+"""Shared fixtures: a fresh store per test (a real SQLite file, or the host's PostgreSQL when
+MW_TEST_DATABASE_URL is set), with the settings pointed at it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from memory_worker import settings as settings_mod
+from memory_worker import store
+from memory_worker.tables import metadata
+
+
+def _fresh_database_url(tmp_path: Path) -> str:
+    url = os.environ.get("MW_TEST_DATABASE_URL")
+    if not url:
+        return f"sqlite:///{tmp_path / 'memory.db'}"
+    eng = store.engine(url)
+    with eng.begin() as conn:  # start each test from an empty schema
+        metadata.drop_all(conn)
+        conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
+    return url
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Engine]:
+    """A migrated, empty store; `settings.current()` points at it for the test's length."""
+    url = _fresh_database_url(tmp_path)
+    before = settings_mod.current()
+    settings_mod.configure(before.with_(database_url=url, state_dir=tmp_path / "state"))
+    store.init_db(url)
+    try:
+        yield store.engine(url)
+    finally:
+        settings_mod.configure(before)
+        if not url.startswith("postgresql"):
+            store.engine(url).dispose()

@@ -1,0 +1,69 @@
+"""Stand-ins for the model (never for Redis, Celery or the database).
+
+`sensible_route` answers a route prompt the way a careful router would, from the prompt text
+alone: the same sentence already known → NONE; "sold"/"no longer"/"quit" with a neighbour →
+CLOSE; another neighbour → UPDATE; no neighbour → ADD. The stub Gemini server and the
+in-process `ScriptedChat` both use it, so pipeline tests exercise the real prompt format.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from memory_worker.models.base import ChatResult, MalformedAnswer, T, Usage
+
+ENDINGS = ("sold", "no longer", "quit", "stopped", "ended")
+
+
+def route_payload(prompt: str) -> tuple[list[dict], list[dict]]:
+    """(memories, candidates) as shown in a route prompt."""
+    mem_part, cand_part = prompt.split("New candidates, each with the numbers of its neighbours:")
+    mem_json = mem_part.split("Existing memories (numbered):", 1)[1].strip()
+    memories = [] if mem_json == "(none)" else json.loads(mem_json)
+    return memories, json.loads(cand_part.strip())
+
+
+def sensible_route(prompt: str) -> dict:
+    memories, candidates = route_payload(prompt)
+    text_of = {m["id"]: m["text"] for m in memories}
+    decisions = []
+    for c in candidates:
+        ns = c["neighbours"]
+        same = [n for n in ns if text_of[n].strip().lower() == c["text"].strip().lower()]
+        if same:
+            decisions.append({"candidate": c["candidate"], "event": "NONE", "old_id": None})
+        elif ns and any(w in c["text"].lower() for w in ENDINGS):
+            decisions.append({"candidate": c["candidate"], "event": "CLOSE", "old_id": ns[0]})
+        elif ns:
+            decisions.append({"candidate": c["candidate"], "event": "UPDATE", "old_id": ns[0]})
+        else:
+            decisions.append({"candidate": c["candidate"], "event": "ADD", "old_id": None})
+    return {"decisions": decisions}
+
+
+def transcript_ids(prompt: str) -> list[int]:
+    return [int(i) for i in re.findall(r"^\[(\d+)\] ", prompt, flags=re.M)]
+
+
+class ScriptedChat:
+    """An in-process ChatModel: `answers[purpose]` is a dict, a str, or a callable of the prompt."""
+
+    def __init__(self, answers: dict[str, object]):
+        self.answers = answers
+        self.calls: list[tuple[str, str, str]] = []
+
+    def chat_json(
+        self, system: str, prompt: str, schema: type[T], *, purpose: str
+    ) -> ChatResult[T]:
+        self.calls.append((purpose, system, prompt))
+        answer = self.answers[purpose]
+        if isinstance(answer, Callable):  # type: ignore[arg-type]
+            answer = answer(prompt)  # type: ignore[operator]
+        raw = answer if isinstance(answer, str) else json.dumps(answer)
+        try:
+            parsed = schema.model_validate_json(raw)
+        except ValueError as e:
+            raise MalformedAnswer(str(e), raw) from e
+        return ChatResult(parsed, Usage(len(prompt) // 4, len(raw) // 4, True), raw)

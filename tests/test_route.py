@@ -1,0 +1,114 @@
+"""The router's pure parts: neighbours by cosine within one subject, numbering, and an
+answer's numbers resolved — never trusting one that was not shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_worker.models.base import MalformedAnswer
+from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.rows import Candidate
+from memory_worker.vectors import quantise, to_b64
+from memory_worker.write.route import (
+    OpenRow,
+    RouteAnswer,
+    build_prompt,
+    neighbours,
+    number,
+    resolve,
+)
+from tests.fakes import route_payload
+
+EMB = HashingEmbedder()
+
+
+def vec(text: str) -> bytes:
+    return quantise(EMB.embed([text])[0])
+
+
+def cand(text: str, subject: str = "u:42") -> Candidate:
+    return Candidate(subject, "fact", text, 5, (1,), embedding=to_b64(vec(text)))
+
+
+def row(i: int, text: str, subject: str = "u:42") -> OpenRow:
+    return OpenRow(i, subject, text, vec(text))
+
+
+def test_neighbours_are_the_same_subjects_rows_at_or_above_the_cosine_bar() -> None:
+    rows = [
+        row(1, "u:42 owns a flat in Xuhui."),
+        row(2, "u:42 likes jazz records."),
+        row(3, "u:17 owns a flat in Xuhui.", subject="u:17"),
+    ]
+    (found,) = neighbours([cand("u:42 sold the flat in Xuhui.")], rows)
+    assert found == [1]
+
+
+def test_at_most_five_neighbours_best_first() -> None:
+    rows = [row(i, f"u:42 owns a flat in Xuhui number {i}.") for i in range(1, 9)]
+    rows.append(row(99, "u:42 owns a flat in Xuhui."))
+    (found,) = neighbours([cand("u:42 owns a flat in Xuhui.")], rows)
+    assert len(found) == 5 and found[0] == 99
+
+
+def test_numbers_are_spell_wide_and_hide_row_ids() -> None:
+    numbers = number([[40, 41], [41, 77], []])
+    assert numbers == {"0": 40, "1": 41, "2": 77}
+    cands = [cand("a b"), cand("c d"), cand("e f")]
+    rows = [row(40, "x"), row(41, "y"), row(77, "z")]
+    _, prompt = build_prompt("Warren", cands, [[40, 41], [41, 77], []], numbers, rows)
+    memories, shown = route_payload(prompt)
+    assert [m["id"] for m in memories] == ["0", "1", "2"]
+    assert [c["neighbours"] for c in shown] == [["0", "1"], ["1", "2"], []]
+    assert "40" not in prompt and "77" not in prompt
+
+
+def answer(*decisions: tuple[int, str, str | None]) -> RouteAnswer:
+    return RouteAnswer.model_validate(
+        {"decisions": [{"candidate": c, "event": e, "old_id": o} for c, e, o in decisions]}
+    )
+
+
+def test_numbers_resolve_to_row_ids() -> None:
+    cands = [cand("a"), cand("b"), cand("c"), cand("d")]
+    per = [[40], [41], [], []]
+    got = resolve(
+        answer((0, "UPDATE", "0"), (1, "close", "1"), (2, "ADD", None), (3, "NONE", None)),
+        cands,
+        per,
+        number(per),
+    )
+    assert [(d.event, d.old_row_id) for d in got] == [
+        ("UPDATE", 40),
+        ("CLOSE", 41),
+        ("ADD", None),
+        ("NONE", None),
+    ]
+
+
+def test_an_unknown_number_is_never_trusted() -> None:
+    cands = [cand("a"), cand("b"), cand("c")]
+    per = [[40], [41], []]
+    got = resolve(
+        # "1" exists in the spell but was not shown for candidate 0; "7" was never shown.
+        answer((0, "UPDATE", "1"), (1, "CLOSE", "7"), (2, "UPDATE", "40")),
+        cands,
+        per,
+        number(per),
+    )
+    assert [(d.event, d.old_row_id) for d in got] == [("ADD", None), ("NONE", None), ("ADD", None)]
+
+
+@pytest.mark.parametrize(
+    "decisions",
+    [
+        [(0, "ADD", None)],  # one missing
+        [(0, "ADD", None), (0, "NONE", None)],  # one repeated
+        [(0, "ADD", None), (5, "ADD", None)],  # an unknown candidate
+        [(0, "DELETE", "0"), (1, "ADD", None)],  # there is no DELETE
+    ],
+)
+def test_an_answer_without_one_valid_decision_per_candidate_is_malformed(decisions) -> None:  # type: ignore[no-untyped-def]
+    cands = [cand("a"), cand("b")]
+    with pytest.raises(MalformedAnswer):
+        resolve(answer(*decisions), cands, [[40], []], number([[40], []]))

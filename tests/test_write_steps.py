@@ -1,0 +1,214 @@
+"""The write path's steps run directly on a real SQLite file, without a broker: the commit's
+contracts (one transaction, idempotent, never deletes, the cursor moves with it), stale
+views re-routed, parks and skips, and the toast."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import Engine, select
+
+from memory_worker import app_side
+from memory_worker import tables as t
+from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.rows import Spell
+from memory_worker.write import pipeline
+from tests.fakes import ScriptedChat, sensible_route
+from tests.scenes import DAN, extract_answer, people, private_chat
+
+
+def all_rows(eng: Engine) -> list[dict]:
+    with eng.connect() as c:
+        q = select(t.persona_memory).order_by(t.persona_memory.c.id)
+        return [dict(r) for r in c.execute(q).mappings()]
+
+
+def cursor(eng: Engine, persona: str = "warren", room: str = "dm-dan") -> int:
+    with eng.connect() as c:
+        return int(
+            c.execute(
+                select(t.cursors.c.last_line_id).where(
+                    t.cursors.c.persona == persona, t.cursors.c.room_id == room
+                )
+            ).scalar()
+            or 0
+        )
+
+
+def routed(spell: Spell, chat: ScriptedChat) -> Spell:
+    spell = pipeline.run_extract(spell, chat)
+    spell = pipeline.run_embed(spell, HashingEmbedder())
+    return pipeline.run_route(spell, chat)
+
+
+def full_spell(chat: ScriptedChat) -> tuple[Spell, list[int]]:
+    spell = pipeline.begin("warren", "dm-dan")
+    assert spell is not None
+    spell = routed(spell, chat)
+    outcome = pipeline.run_commit(spell)
+    return spell, outcome.row_ids
+
+
+@pytest.fixture
+def world(db: Engine) -> tuple[Engine, list[int]]:
+    people(db)
+    return db, private_chat(db)
+
+
+def chat_for(lines: list[int]) -> ScriptedChat:
+    return ScriptedChat({"extract": extract_answer(lines), "route": sensible_route})
+
+
+def test_a_spell_commits_its_rows_and_moves_the_cursor(world) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    spell, row_ids = full_spell(chat_for(lines))
+    rows = all_rows(db)
+    assert [r["id"] for r in rows] == row_ids and len(rows) == 2
+    flat = rows[0]
+    assert flat["subject"] == "u:42" and flat["valid_from"] == "2026-07"
+    assert json.loads(flat["witnessed"]) == [DAN] and json.loads(flat["evidence"]) == [lines[0]]
+    assert len(flat["embedding"]) == 768
+    assert cursor(db) == lines[-1]
+
+
+def test_committing_the_same_spell_twice_writes_nothing_and_returns_the_same_rows(world) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    spell, row_ids = full_spell(chat_for(lines))
+    again = pipeline.run_commit(spell)
+    assert again.status == "committed" and again.row_ids == row_ids
+    assert len(all_rows(db)) == 2
+
+
+def test_every_step_run_twice_gives_the_same_result(world) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    chat = chat_for(lines)
+    begun = pipeline.begin("warren", "dm-dan")
+    assert begun is not None and pipeline.begin("warren", "dm-dan") == begun
+    once = pipeline.run_extract(Spell.from_json(begun.to_json()), chat)
+    twice = pipeline.run_extract(Spell.from_json(begun.to_json()), chat)
+    assert once.candidates == twice.candidates
+    e1 = pipeline.run_embed(Spell.from_json(once.to_json()), HashingEmbedder())
+    e2 = pipeline.run_embed(Spell.from_json(once.to_json()), HashingEmbedder())
+    assert e1.candidates == e2.candidates
+    r1 = pipeline.run_route(Spell.from_json(e1.to_json()), chat)
+    r2 = pipeline.run_route(Spell.from_json(e1.to_json()), chat)
+    assert r1.decisions == r2.decisions and r1.seen_open_rows == r2.seen_open_rows
+    c1 = pipeline.run_commit(r1)
+    c2 = pipeline.run_commit(r2)
+    assert c1.row_ids == c2.row_ids and len(all_rows(db)) == 2
+    t1 = pipeline.run_notify(r1, c1.row_ids)
+    t2 = pipeline.run_notify(r1, c1.row_ids)
+    assert len(t1) == 1 and t2 == []
+
+
+def test_an_update_closes_the_old_row_and_links_it(world) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    full_spell(chat_for(lines))
+    with db.begin() as conn:
+        moved = app_side.say(conn, "dm-dan", DAN, "Actually the flat in Xuhui is on Wulumuqi Road.")
+    answer = {
+        "candidates": [
+            {
+                "subject": "u:42",
+                "kind": "fact",
+                "text": "u:42 owns a flat in Xuhui on Wulumuqi Road.",
+                "importance": 6,
+                "evidence": [moved],
+            }
+        ]
+    }
+    _, new_ids = full_spell(ScriptedChat({"extract": answer, "route": sensible_route}))
+    rows = {r["id"]: r for r in all_rows(db)}
+    old = next(r for r in rows.values() if r["text"] == "u:42 owns a flat in Xuhui.")
+    assert old["valid_to"] is not None and old["closed_by"] == new_ids[0]
+    assert rows[new_ids[0]]["valid_to"] is None
+    assert len(rows) == 3  # nothing deleted
+
+
+def test_a_close_sets_valid_to_and_writes_no_row(world) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    full_spell(chat_for(lines))
+    with db.begin() as conn:
+        sold = app_side.say(conn, "dm-dan", DAN, "I sold the flat in Xuhui in November.")
+    answer = {
+        "candidates": [
+            {
+                "subject": "u:42",
+                "kind": "fact",
+                "text": "u:42 sold the flat in Xuhui.",
+                "importance": 6,
+                "valid_from": "2026-11",
+                "evidence": [sold],
+            }
+        ]
+    }
+    _, new_ids = full_spell(ScriptedChat({"extract": answer, "route": sensible_route}))
+    old = next(r for r in all_rows(db) if r["text"] == "u:42 owns a flat in Xuhui.")
+    assert new_ids == [] and old["valid_to"] == "2026-11" and old["closed_by"] is None
+    assert cursor(db) == sold
+
+
+def test_a_stale_view_of_the_open_rows_is_caught_and_rerouting_adds_nothing_twice(world) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    chat = chat_for(lines)
+    first = pipeline.begin("warren", "dm-dan")
+    assert first is not None
+    # Two spells over the same lines, both routed before either commits.
+    a = routed(Spell.from_json(first.to_json()), chat)
+    with db.begin() as conn:
+        app_side.say(conn, "dm-dan", "warren", "Good luck.")
+    b_begun = pipeline.begin("warren", "dm-dan")
+    assert b_begun is not None and b_begun.last_line_id != a.last_line_id
+    b = routed(b_begun, chat)
+    assert pipeline.run_commit(a).status == "committed"
+    assert pipeline.run_commit(b).status == "stale"
+    b = pipeline.run_route(b, chat)  # what the commit task does on 'stale'
+    outcome = pipeline.run_commit(b)
+    assert outcome.status == "committed" and outcome.row_ids == []
+    assert len(all_rows(db)) == 2
+
+
+def test_a_parked_spell_records_why_and_leaves_the_cursor(world) -> None:  # type: ignore[no-untyped-def]
+    db, _ = world
+    spell = pipeline.begin("warren", "dm-dan")
+    assert spell is not None
+    spell.parked = "malformed model answer"
+    assert pipeline.run_commit(spell).status == "parked"
+    assert cursor(db) == 0
+    with db.connect() as c:
+        status, reason = c.execute(select(t.spells.c.status, t.spells.c.reason)).one()
+    assert (status, reason) == ("parked", "malformed model answer")
+
+
+@pytest.mark.parametrize("switch", ["kit", "memory_off", "muted", "incognito"])
+def test_a_skipped_spell_calls_no_model_and_never_mines_those_lines_later(world, switch) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    with db.begin() as conn:
+        if switch == "kit":
+            app_side.set_kit_mounted(conn, "dm-dan", True)
+        elif switch == "memory_off":
+            conn.execute(t.users.update().where(t.users.c.id == DAN).values(memory_on=0))
+        elif switch == "muted":
+            conn.execute(t.persona_memory_mute.insert().values(user_id=DAN, persona="warren"))
+        else:
+            conn.execute(t.rooms.update().values(incognito=1))
+    chat = chat_for(lines)
+    spell = pipeline.begin("warren", "dm-dan")
+    assert spell is not None and spell.skipped
+    spell = routed(spell, chat)
+    assert chat.calls == []
+    assert pipeline.run_commit(spell).status == "skipped"
+    assert all_rows(db) == [] and cursor(db) == lines[-1]
+
+
+def test_the_toast_is_one_notice_per_human_naming_its_rows(world) -> None:  # type: ignore[no-untyped-def]
+    db, lines = world
+    spell, row_ids = full_spell(chat_for(lines))
+    toasts = pipeline.run_notify(spell, row_ids)
+    assert [x.user_id for x in toasts] == [DAN]
+    with db.connect() as c:
+        notice = c.execute(select(t.notices)).mappings().one()
+    assert json.loads(notice["row_ids"]) == row_ids
+    assert notice["text"].startswith("Warren noted: Dan owns a flat in Xuhui")
+    assert notice["text"].endswith(" · undo") and "u:42" not in notice["text"]
