@@ -36,6 +36,8 @@ class Settings:
     )
     # A global cap on model calls per second, shared by all workers through Redis.
     model_calls_per_second: float = 10.0
+    # First retry backoff for model faults (doubles per retry, jittered); tests shorten it.
+    retry_backoff_base_s: float = 2.0
     # Fix "today" for reproducible runs (the demo's cassette keys on the prompt, which holds it).
     today: str | None = None
 
@@ -60,6 +62,9 @@ class Settings:
             model_calls_per_second=float(
                 e.get("MW_MODEL_CALLS_PER_SECOND") or d.model_calls_per_second
             ),
+            retry_backoff_base_s=float(
+                e.get("MW_RETRY_BACKOFF_BASE_S") or d.retry_backoff_base_s
+            ),
             today=e.get("MW_TODAY") or None,
         )
 
@@ -78,6 +83,7 @@ class Settings:
             "MW_EMBED_MODEL": self.embed_model,
             "MW_MODEL_TIMEOUT_MS": str(self.model_timeout_ms),
             "MW_MODEL_CALLS_PER_SECOND": str(self.model_calls_per_second),
+            "MW_RETRY_BACKOFF_BASE_S": str(self.retry_backoff_base_s),
         }
         optional = {
             "GEMINI_API_KEY": self.gemini_api_key,

@@ -39,3 +39,9 @@ def db(tmp_path: Path) -> Iterator[Engine]:
         settings_mod.configure(before)
         if not url.startswith("postgresql"):
             store.engine(url).dispose()
+
+
+# --- a real broker and a real worker --------------------------------------------------------
+
+from tests.stub_gemini import GeminiStub, gemini_stub  # noqa: E402,F401
+from tests.worker import pipeline, redis_url, worker  # noqa: E402,F401

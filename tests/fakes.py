@@ -67,3 +67,17 @@ class ScriptedChat:
         except ValueError as e:
             raise MalformedAnswer(str(e), raw) from e
         return ChatResult(parsed, Usage(len(prompt) // 4, len(raw) // 4, True), raw)
+
+
+def gemini_responder(extract: object) -> Callable[[dict], object]:
+    """A stub-server chat responder: `extract` (dict, or callable of the prompt) for call A,
+    `sensible_route` for call B — told apart by their system instructions."""
+    from tests.stub_gemini import prompt_text, system_text
+
+    def respond(body: dict) -> object:
+        prompt = prompt_text(body)
+        if system_text(body).startswith("You are a smart memory manager"):
+            return sensible_route(prompt)
+        return extract(prompt) if callable(extract) else extract
+
+    return respond

