@@ -5,7 +5,7 @@ embedded Redis). Every choice below is a DESIGN.md contract or trap.
 """
 
 from celery.schedules import crontab
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from memory_worker.constants import (
     QUEUE_COMMIT,
@@ -38,7 +38,7 @@ broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
 broker_connection_retry_on_startup = True
 
 # Queues by the resource they wait on.
-task_queues = [Queue(q) for q in QUEUES]
+task_queues = [Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES]
 task_default_queue = QUEUE_EVENTS
 task_routes = {
     "memory_worker.extract": {"queue": QUEUE_MODEL},

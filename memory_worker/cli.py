@@ -1,0 +1,117 @@
+"""`memory-worker …`: the operator's and developer's commands.
+
+    init-db                     apply the migrations under schema/
+    demo                        the main job on the embedded default (make demo)
+    block --persona P --present 42 [43 …] --room R
+                                print the block a persona gets at room open, with its meter
+    sweep                       enqueue every room whose cursor lags its last line
+    parked                      list spells parked for an operator
+    cassette-answer MISS ANSWER add an authored answer for a replay miss to the cassette
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+
+from memory_worker import settings as settings_mod
+from memory_worker import store
+
+
+def _init_db(_: argparse.Namespace) -> int:
+    store.init_db()
+    print(f"migrated {settings_mod.current().database_url}")
+    return 0
+
+
+def _demo(_: argparse.Namespace) -> int:
+    from memory_worker import demo
+
+    demo.run()
+    return 0
+
+
+def _block(a: argparse.Namespace) -> int:
+    from memory_worker import reader
+
+    block = reader.build_block(a.persona, set(a.present), a.room)
+    print(reader.format_block(block))
+    return 0
+
+
+def _sweep(_: argparse.Namespace) -> int:
+    from memory_worker.tasks.rooms import lagging_rooms, on_room_quiet
+
+    rooms = lagging_rooms()
+    for room_id in rooms:
+        on_room_quiet.delay(room_id)
+    print(f"enqueued {len(rooms)} room(s): {', '.join(rooms) or '-'}")
+    return 0
+
+
+def _parked(_: argparse.Namespace) -> int:
+    from memory_worker import tables as t
+
+    s = t.spells.c
+    with store.engine().connect() as conn:
+        rows = conn.execute(
+            select(s.persona, s.room_id, s.last_line_id, s.reason, s.created)
+            .where(s.status == "parked")
+            .order_by(s.created)
+        ).all()
+    for r in rows:
+        print(f"{r.created}  {r.persona}/{r.room_id}/{r.last_line_id}  {r.reason}")
+    print(f"{len(rows)} parked spell(s)")
+    return 0
+
+
+def _cassette_answer(a: argparse.Namespace) -> int:
+    from memory_worker.models.replay import add_entry
+
+    miss = json.loads(Path(a.miss).read_text())
+    answer = json.loads(Path(a.answer).read_text())
+    cassette = a.cassette or settings_mod.current().cassette
+    if cassette is None:
+        print("no cassette: pass --cassette or set MW_CASSETTE", file=sys.stderr)
+        return 2
+    add_entry(cassette, miss["fingerprint"], miss["purpose"], answer, a.note or "")
+    print(f"added {miss['fingerprint']} ({miss['purpose']}) to {cassette}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memory-worker", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("init-db", help="apply the migrations").set_defaults(run=_init_db)
+    sub.add_parser("demo", help="run the demo on the embedded default").set_defaults(run=_demo)
+    b = sub.add_parser("block", help="print a persona's block for a room")
+    b.add_argument("--persona", required=True)
+    b.add_argument("--present", required=True, nargs="+", type=int, help="human ids present")
+    b.add_argument("--room", required=True)
+    b.set_defaults(run=_block)
+    sub.add_parser("sweep", help="enqueue rooms whose cursor lags").set_defaults(run=_sweep)
+    sub.add_parser("parked", help="list parked spells").set_defaults(run=_parked)
+    c = sub.add_parser("cassette-answer", help="author a replay answer for a recorded miss")
+    c.add_argument("miss", help="the request file a replay miss wrote (MW_REPLAY_MISSES_DIR)")
+    c.add_argument("answer", help="a JSON file holding the answer")
+    c.add_argument("--cassette", type=Path)
+    c.add_argument("--note")
+    c.set_defaults(run=_cassette_answer)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except LookupError as e:  # an unknown room, persona or file: say it plainly
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

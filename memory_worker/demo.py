@@ -1,0 +1,202 @@
+"""`make demo`: Dan tells Warren about his flat, and Warren remembers — through a real worker.
+
+Runs on the embedded default: a private Redis started here, a fresh SQLite file, and the
+`replay` provider answering from the scripted cassette beside this file (no network, no key).
+With MW_PROVIDER=gemini and GEMINI_API_KEY set, the same demo runs on the live model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from sqlalchemy import Engine, select
+
+from memory_worker import app_side, embedded, store
+from memory_worker import settings as settings_mod
+from memory_worker import tables as t
+
+CASSETTE = Path(__file__).resolve().parent / "demo_cassette.json"
+DEMO_DIR = Path(".memory_worker") / "demo"
+DEMO_TODAY = "2026-08-18"  # the seed's date: the cassette's prompts hold it
+SPELL_TIMEOUT_S = 120.0
+DAN, CARA = 42, 17
+
+console = Console()
+
+FIRST_SPELL = [
+    (DAN, "Warren, big news: I bought a flat in Xuhui last July."),
+    ("warren", "Congratulations, Dan. Property is a long-term holding; so is a good home."),
+    (DAN, "I'm interviewing at Tencent on Thursday. Ask me how it went, please."),
+    (DAN, "Also, I sold all my Tesla shares in July."),
+    ("warren", "I'll send you the 1988 shareholder letter, it has a section on patience."),
+    (DAN, "Did you see that Nolan's Odyssey opened on July 17?"),
+]
+SECOND_SPELL = [
+    (DAN, "Update: I sold the flat in Xuhui this month. Too far from the office."),
+    ("warren", "Selling a home is never a small decision. Where to now?"),
+]
+
+
+def settings_for_demo() -> settings_mod.Settings:
+    s = settings_mod.Settings.from_env()
+    shutil.rmtree(DEMO_DIR, ignore_errors=True)
+    DEMO_DIR.mkdir(parents=True)
+    changes: dict[str, object] = {
+        "database_url": f"sqlite:///{(DEMO_DIR / 'demo.db').resolve()}",
+        "state_dir": (DEMO_DIR / "redis").resolve(),
+        "today": s.today or DEMO_TODAY,
+    }
+    if s.provider == "replay" and s.cassette is None:
+        changes["cassette"] = CASSETTE
+    return s.with_(**changes)
+
+
+def seed(eng: Engine) -> None:
+    with eng.begin() as conn:
+        app_side.add_user(conn, DAN, "Dan")
+        app_side.add_user(conn, CARA, "Cara")
+        app_side.add_persona(conn, "warren", "Warren")
+        app_side.add_room(conn, "dm-dan", "private", [f"u:{DAN}", "warren"])
+        app_side.add_room(conn, "lunch", "group", [f"u:{DAN}", f"u:{CARA}", "warren"])
+
+
+def say_all(eng: Engine, lines: list[tuple[int | str, str]]) -> int:
+    with eng.begin() as conn:
+        return max(app_side.say(conn, "dm-dan", who, text) for who, text in lines)
+
+
+def wait_for_spell(eng: Engine, last_line_id: int, label: str) -> dict:
+    """Watch the store (the source of truth) until the commit records this spell."""
+    s = t.spells.c
+    started = time.monotonic()
+    with console.status(f"[bold]{label}[/]: extract → embed → route → commit → notify") as status:
+        while time.monotonic() - started < SPELL_TIMEOUT_S:
+            with eng.connect() as c:
+                row = (
+                    c.execute(
+                        select(t.spells).where(
+                            s.persona == "warren", s.last_line_id == last_line_id
+                        )
+                    )
+                    .mappings()
+                    .first()
+                )
+            if row is not None:
+                return dict(row)
+            status.update(
+                f"[bold]{label}[/]: waiting for the worker ({time.monotonic() - started:.1f}s)"
+            )
+            time.sleep(0.05)
+    raise SystemExit(f"the worker did not finish {label} within {SPELL_TIMEOUT_S}s")
+
+
+def show_transcript(lines: list[tuple[int | str, str]]) -> None:
+    for who, text in lines:
+        name = "Dan" if who == DAN else "Warren"
+        console.print(f"  [dim]{name}:[/] {text}")
+
+
+def show_rows(eng: Engine, title: str) -> None:
+    table = Table(title=title, show_lines=False)
+    for col in ("id", "subject", "kind"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("text", ratio=1)
+    for col in ("imp", "valid", "closed_by", "evidence"):
+        table.add_column(col, no_wrap=True)
+    with eng.connect() as c:
+        rows = c.execute(select(t.persona_memory).order_by(t.persona_memory.c.id)).mappings()
+        for r in rows:
+            span = f"{r['valid_from'] or '…'}→{r['valid_to'] or 'now'}"
+            style = "dim strike" if r["valid_to"] else ""
+            table.add_row(
+                str(r["id"]),
+                r["subject"],
+                r["kind"],
+                r["text"],
+                str(r["importance"]),
+                span,
+                str(r["closed_by"] or ""),
+                ",".join(map(str, json.loads(r["evidence"]))),
+                style=style,
+            )
+    console.print(table)
+
+
+def show_toasts(eng: Engine, spell_key_suffix: str) -> None:
+    with eng.connect() as c:
+        for n in c.execute(select(t.notices).order_by(t.notices.c.id)).mappings():
+            if n["spell_key"].endswith(spell_key_suffix):
+                console.print(Panel(n["text"], title=f"toast to u:{n['user_id']}", expand=False))
+
+
+def show_block(title: str, room_id: str, present: set[int]) -> None:
+    from memory_worker import reader
+
+    block = reader.build_block("warren", present, room_id)
+    console.print(Panel(reader.format_block(block), title=title, expand=False))
+
+
+def run() -> None:
+    s = settings_mod.configure(settings_for_demo())
+    console.rule("[bold]memory_worker demo")
+    mode = (
+        "replay: scripted model answers from the demo cassette (offline, no key)"
+        if s.provider == "replay"
+        else f"gemini: the live model {s.chat_model}"
+    )
+    console.print(f"model provider  [bold]{mode}[/]")
+    broker_url = embedded.ensure_running(s.state_dir)
+    s = settings_mod.configure(s.with_(broker_url=broker_url))
+    console.print(f"broker          embedded redis-server on 127.0.0.1 (under {DEMO_DIR}/redis)")
+    console.print(f"store           SQLite {DEMO_DIR}/demo.db (WAL)")
+    store.init_db()
+    eng = store.engine()
+    seed(eng)
+
+    from memory_worker import events, local_worker
+    from memory_worker.celery_app import app
+
+    worker = local_worker.start(s)
+    try:
+        with console.status(
+            "starting a Celery worker (queues model, embed, commit, notify, events)"
+        ):
+            local_worker.wait_ready(app)
+        console.rule("spell 1 · a private chat")
+        show_transcript(FIRST_SPELL)
+        last = say_all(eng, FIRST_SPELL)
+        events.room_quiet("dm-dan")
+        outcome = wait_for_spell(eng, last, "spell 1")
+        report(outcome)
+        show_rows(eng, "Warren's memories after spell 1")
+        show_toasts(eng, f"/{last}")
+
+        console.rule("spell 2 · Dan sold the flat")
+        show_transcript(SECOND_SPELL)
+        last = say_all(eng, SECOND_SPELL)
+        events.room_quiet("dm-dan")
+        report(wait_for_spell(eng, last, "spell 2"))
+        show_rows(eng, "after spell 2: the flat is a closed arc, not deleted")
+        show_toasts(eng, f"/{last}")
+
+        console.rule("the read path · room open")
+        show_block("Warren's block, next private chat with Dan", "dm-dan", {DAN})
+        show_block("Warren's block, group room with Dan and Cara", "lunch", {DAN, CARA})
+    finally:
+        local_worker.stop(worker)
+        embedded.stop(s.state_dir)
+
+
+def report(outcome: dict) -> None:
+    if outcome["status"] != "committed":
+        raise SystemExit(f"spell {outcome['status']}: {outcome['reason']}")
+    console.print(
+        f"[green]committed[/] rows {json.loads(outcome['row_ids'])} · "
+        f"tokens in {outcome['tokens_in']} / out {outcome['tokens_out']}"
+    )

@@ -1,0 +1,73 @@
+"""A Celery worker as a child process, for the demo, the exams and the benchmarks.
+
+The same command the Procfile runs, with this process's settings passed down as environment
+variables, so the child uses the same database, broker and model provider.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from memory_worker.constants import QUEUES
+from memory_worker.settings import Settings
+
+READY_TIMEOUT_S = 60.0  # a cold start imports Celery, SQLAlchemy and google-genai
+
+
+def start(
+    settings: Settings,
+    *,
+    queues: tuple[str, ...] = QUEUES,
+    pool: str = "threads",
+    concurrency: int = 4,
+    loglevel: str = "WARNING",
+    name: str = "demo",
+) -> subprocess.Popen:
+    env = {**os.environ, **settings.as_env()}
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "--quiet",
+        "-A",
+        "memory_worker.celery_app",
+        "worker",
+        "-Q",
+        ",".join(queues),
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        loglevel,
+        "--hostname",
+        f"{name}-{os.getpid()}@%h",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+    return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+
+
+def wait_ready(app, timeout: float = READY_TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
+    """Block until a worker answers a ping over the broker."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if app.control.ping(timeout=0.5):
+            return
+    raise RuntimeError(f"no Celery worker answered within {timeout}s")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Warm shutdown (SIGTERM lets running tasks finish), then kill if it hangs."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
