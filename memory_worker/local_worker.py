@@ -26,8 +26,11 @@ def start(
     concurrency: int = 4,
     loglevel: str = "WARNING",
     name: str = "demo",
+    extra: list[str] | None = None,
 ) -> subprocess.Popen:
-    env = {**os.environ, **settings.as_env()}
+    # As root (containers, CI) Celery warns on every start; the pickle risk it means is off.
+    quiet = "ignore::celery.exceptions.SecurityWarning"
+    env = {**os.environ, **settings.as_env(), "PYTHONWARNINGS": quiet}
     cmd = [
         sys.executable,
         "-m",
@@ -48,6 +51,7 @@ def start(
         f"{name}-{os.getpid()}@%h",
         "--without-mingle",
         "--without-gossip",
+        *(extra or []),
     ]
     return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 

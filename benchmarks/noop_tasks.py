@@ -1,0 +1,25 @@
+"""Five no-op tasks on the pipeline's five queues: the floor the write path is compared with.
+
+Loaded into the benchmark's worker with `--include benchmarks.noop_tasks`; the last task
+counts finished chains in Redis.
+"""
+
+from __future__ import annotations
+
+from memory_worker import broker
+from memory_worker.celery_app import app
+from memory_worker.constants import QUEUES
+
+DONE_KEY = "mw:bench:noop-done"
+
+
+def _noop(payload: dict) -> dict:
+    return payload
+
+
+noops = [app.task(name=f"bench.noop_{q}", queue=q)(_noop) for q in QUEUES]
+
+
+@app.task(name="bench.noop_done", queue=QUEUES[-1])
+def noop_done(payload: dict) -> None:
+    broker.client(app.conf.broker_url).incr(DONE_KEY)

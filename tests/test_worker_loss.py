@@ -1,0 +1,67 @@
+"""Acks late, requeue on worker loss: a worker child killed mid-task loses nothing.
+
+A separate worker process (prefork, so there is a child to kill) on its own Redis database,
+so the session's in-process worker cannot take the message instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from memory_worker import local_worker
+from memory_worker import settings as settings_mod
+from tests.fakes import gemini_responder
+from tests.scenes import extract_answer, people, private_chat
+from tests.worker import Pipeline
+
+pytestmark = pytest.mark.pipeline
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(x) for x in text]
+    return out
+
+
+def other_database(url: str, db: int = 1) -> str:
+    head, _, tail = url.rpartition("/")
+    return f"{head}/{db}" if tail.isdigit() else f"{url}/{db}"
+
+
+def test_a_task_whose_worker_child_dies_is_delivered_again_and_the_spell_commits(
+    pipeline: Pipeline, redis_url: str
+) -> None:
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    pipeline.stub.hang_next(60.0, kind="chat")  # the first extract hangs until we kill it
+
+    from memory_worker.celery_app import app
+    from memory_worker.tasks.rooms import on_room_quiet
+
+    url = other_database(redis_url)
+    s = settings_mod.current().with_(broker_url=url)
+    with app.connection_for_write(url) as conn:
+        conn.default_channel.client.flushdb()
+    proc = local_worker.start(s, pool="prefork", concurrency=1, name="loss")
+    try:
+        with app.connection_for_write(url) as conn:
+            on_room_quiet.apply_async(("dm-dan",), connection=conn)
+        deadline = time.monotonic() + 60
+        while pipeline.stub.count("chat") < 1:
+            assert time.monotonic() < deadline, "the extract call never arrived"
+            time.sleep(0.05)
+        (child,) = children(proc.pid)
+        os.kill(child, signal.SIGKILL)
+        outcome = pipeline.wait_for_spell("warren", "dm-dan", lines[-1])
+        assert outcome["status"] == "committed", outcome["reason"]
+        assert pipeline.stub.count("chat") == 3  # the killed extract, then extract and route
+    finally:
+        local_worker.stop(proc)
