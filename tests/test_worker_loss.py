@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from memory_worker import local_worker
+from memory_worker.constants import QUEUES
 from memory_worker import settings as settings_mod
 from tests.fakes import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
@@ -30,9 +31,11 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def other_database(url: str, db: int = 1) -> str:
+def other_database(url: str) -> str:
+    """The same Redis, the next database number (15 wraps to 14)."""
     head, _, tail = url.rpartition("/")
-    return f"{head}/{db}" if tail.isdigit() else f"{url}/{db}"
+    db = int(tail) if tail.isdigit() else 0
+    return f"{head}/{db + 1 if db < 15 else 14}"
 
 
 def test_a_task_whose_worker_child_dies_is_delivered_again_and_the_spell_commits(
@@ -49,7 +52,8 @@ def test_a_task_whose_worker_child_dies_is_delivered_again_and_the_spell_commits
     url = other_database(redis_url)
     s = settings_mod.current().with_(broker_url=url)
     with app.connection_for_write(url) as conn:
-        conn.default_channel.client.flushdb()
+        for queue in QUEUES:  # only our queues: this may be the host's Redis
+            conn.default_channel.queue_purge(queue)
     proc = local_worker.start(s, pool="prefork", concurrency=1, name="loss")
     try:
         with app.connection_for_write(url) as conn:

@@ -17,6 +17,8 @@ from memory_worker.write import pipeline
 from tests.fakes import ScriptedChat, sensible_route
 from tests.scenes import DAN, extract_answer, people, private_chat
 
+pytestmark = pytest.mark.store
+
 
 def all_rows(eng: Engine) -> list[dict]:
     with eng.connect() as c:
