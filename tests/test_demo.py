@@ -1,0 +1,40 @@
+"""`make demo` keeps working: the whole demo, as a user runs it, in a fresh folder.
+
+It also guards the demo's cassette: a prompt change that is not re-recorded is a replay miss,
+and the demo stops on the parked spell.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.pipeline
+
+
+def test_the_demo_runs_both_spells_through_a_real_worker_and_shows_the_blocks(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    env["COLUMNS"] = "160"
+    out = subprocess.run(
+        [sys.executable, "-m", "memory_worker.cli", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    text = out.stdout
+    assert text.count("committed rows") == 2
+    assert "Warren noted: Dan owns a flat in Xuhui" in text
+    assert "2026-07→2026-08" in text  # the flat's closed arc
+    assert "group room with Dan and Cara" in text
+    group_block = text.split("group room with Dan and Cara")[1]
+    assert "Nolan's Odyssey" in group_block and "u:42" not in group_block
+    assert not (tmp_path / ".memory_worker" / "demo" / "redis" / "redis.json").exists()

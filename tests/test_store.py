@@ -1,0 +1,84 @@
+"""The store: migrations build exactly the tables in code, SQLite runs in WAL with a busy
+timeout and foreign keys, init-db is safe to run twice, and the writer lock holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Engine, text
+
+from memory_worker import store
+from memory_worker.tables import metadata
+
+pytestmark = pytest.mark.store
+
+
+def test_the_migrations_build_exactly_the_tables_in_code(db: Engine) -> None:
+    with db.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+
+
+def test_init_db_twice_changes_nothing(db: Engine) -> None:
+    store.init_db(str(db.url))
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+
+
+def test_sqlite_runs_in_wal_with_a_busy_timeout_and_foreign_keys(db: Engine) -> None:
+    if not store.is_sqlite(db):
+        pytest.skip("SQLite pragmas")
+    with db.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == store.SQLITE_BUSY_TIMEOUT_MS
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_the_writer_lock_lets_one_writer_in_at_a_time(db: Engine) -> None:
+    order: list[str] = []
+    first_in = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with store.writer("warren", str(db.url)):
+            order.append("first in")
+            first_in.set()
+            release.wait(10)
+            order.append("first out")
+
+    def second() -> None:
+        first_in.wait(10)
+        with store.writer("warren", str(db.url)):
+            order.append("second in")
+
+    a, b = threading.Thread(target=first), threading.Thread(target=second)
+    a.start()
+    b.start()
+    first_in.wait(10)
+    b.join(0.3)  # the second writer is blocked: it has not got in yet
+    assert order == ["first in"]
+    release.set()
+    a.join(10)
+    b.join(10)
+    assert order == ["first in", "first out", "second in"]
+
+
+def test_the_cli_init_db_migrates_the_configured_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    out = subprocess.run(
+        [sys.executable, "-m", "memory_worker.cli", "init-db"],
+        env={"MW_DATABASE_URL": url, "PATH": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "migrated" in out.stdout
+    eng = store.engine(url)
+    with eng.connect() as conn:
+        names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master")}
+    assert {"persona_memory", "users", "persona_memory_mute", "rooms", "lines"} <= names
