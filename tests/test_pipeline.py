@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from sqlalchemy import Engine, select
@@ -286,3 +287,23 @@ def test_an_incognito_room_writes_nothing_and_calls_no_model(pipeline: Pipeline)
     pipeline.wait_for_spell("warren", "dm-dan", last)
     assert pipeline.spell_outcome("warren", "inc") is None
     assert rows(pipeline.db) == [] and pipeline.stub.count("chat") == 1
+
+
+def test_archiving_a_room_flushes_what_is_left(pipeline: Pipeline, dm) -> None:  # type: ignore[no-untyped-def]
+    events.room_archived("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
+    with pipeline.db.connect() as c:
+        assert c.execute(select(t.rooms.c.archived)).scalar() == 1
+    assert len(rows(pipeline.db)) == 2
+
+
+def test_a_rooms_topic_vector_is_computed_off_the_floor(pipeline: Pipeline, dm) -> None:  # type: ignore[no-untyped-def]
+    events.room_opened("dm-dan", topic="Dan's new flat in Xuhui")
+    deadline = time.monotonic() + 30
+    vector = None
+    while vector is None and time.monotonic() < deadline:
+        with pipeline.db.connect() as c:
+            vector = c.execute(select(t.rooms.c.topic_embedding)).scalar()
+        time.sleep(0.02)
+    assert vector is not None and len(vector) == 768
+    assert pipeline.stub.count("embed") == 1 and pipeline.stub.count("chat") == 0
