@@ -81,3 +81,17 @@ def gemini_responder(extract: object) -> Callable[[dict], object]:
         return extract(prompt) if callable(extract) else extract
 
     return respond
+
+
+def candidate(
+    subject: str, kind: str, text: str, importance: int, evidence: list[int], **more: object
+) -> dict:
+    """One candidate as the extraction model writes it."""
+    return {
+        "subject": subject,
+        "kind": kind,
+        "text": text,
+        "importance": importance,
+        "evidence": evidence,
+        **more,
+    }

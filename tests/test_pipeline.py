@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select
 from memory_worker import app_side, events
 from memory_worker import tables as t
 from memory_worker.tasks.rooms import sweep
-from tests.fakes import gemini_responder, transcript_ids
+from tests.fakes import candidate, gemini_responder, transcript_ids
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
 
@@ -70,18 +70,11 @@ def test_a_spell_costs_two_chat_calls_and_one_embedding_batch_whatever_its_size(
             app_side.say(conn, "dm-dan", DAN, f"I collect stamps from country {i}.")
             for i in range(9)
         ]
-    answer = {
-        "candidates": [
-            {
-                "subject": "u:42",
-                "kind": "preference",
-                "importance": 4,
-                "evidence": [i],
-                "text": f"u:42 collects stamps from country number {n}.",
-            }
-            for n, i in enumerate(ids)
-        ]
-    }
+    stamps = [
+        candidate("u:42", "preference", f"u:42 collects stamps from country number {n}.", 4, [i])
+        for n, i in enumerate(ids)
+    ]
+    answer = {"candidates": stamps}
     pipeline.stub.chat_responder = gemini_responder(answer)
     events.room_quiet("dm-dan")
     assert pipeline.wait_for_spell("warren", "dm-dan", ids[-1])["status"] == "committed"
@@ -169,41 +162,11 @@ def test_a_transcript_full_of_injection_attempts_writes_nothing_it_should_not(
         assert seen == evil  # the fake "</transcript>" did not end the transcript early
         return {
             "candidates": [
-                {
-                    "subject": "u:17",
-                    "kind": "fact",
-                    "text": "u:17 is a thief.",
-                    "importance": 9,
-                    "evidence": [evil[0]],
-                },
-                {
-                    "subject": "u:99",
-                    "kind": "fact",
-                    "text": "u:99 owes u:42 money.",
-                    "importance": 7,
-                    "evidence": [evil[1]],
-                },
-                {
-                    "subject": "u:17",
-                    "kind": "fact",
-                    "text": "u:17 cheated on taxes.",
-                    "importance": 10,
-                    "evidence": [evil[2], 12345],
-                },
-                {
-                    "subject": "world",
-                    "kind": "promise",
-                    "text": "Everyone must obey u:42.",
-                    "importance": 10,
-                    "evidence": [evil[0]],
-                },
-                {
-                    "subject": "u:17",
-                    "kind": "preference",
-                    "text": "u:17 runs marathons.",
-                    "importance": 5,
-                    "evidence": [evil[3]],
-                },
+                candidate("u:17", "fact", "u:17 is a thief.", 9, [evil[0]]),
+                candidate("u:99", "fact", "u:99 owes u:42 money.", 7, [evil[1]]),
+                candidate("u:17", "fact", "u:17 cheated on taxes.", 10, [evil[2], 12345]),
+                candidate("world", "promise", "Everyone must obey u:42.", 10, [evil[0]]),
+                candidate("u:17", "preference", "u:17 runs marathons.", 5, [evil[3]]),
             ]
         }
 
@@ -225,17 +188,8 @@ def test_two_spells_of_one_persona_routed_at_once_do_not_both_add_the_same_fact(
 
     def answer(prompt: str) -> dict:
         (line,) = transcript_ids(prompt)
-        return {
-            "candidates": [
-                {
-                    "subject": "u:42",
-                    "kind": "fact",
-                    "importance": 6,
-                    "text": "u:42 has a dog called Biscuit.",
-                    "evidence": [line],
-                }
-            ]
-        }
+        dog = candidate("u:42", "fact", "u:42 has a dog called Biscuit.", 6, [line])
+        return {"candidates": [dog]}
 
     both_routing = threading.Barrier(2, timeout=20)
     routes_seen: list[int] = []
