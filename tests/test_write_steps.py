@@ -214,3 +214,43 @@ def test_the_toast_is_one_notice_per_human_naming_its_rows(world) -> None:  # ty
     assert json.loads(notice["row_ids"]) == row_ids
     assert notice["text"].startswith("Warren noted: Dan owns a flat in Xuhui")
     assert notice["text"].endswith(" · undo") and "u:42" not in notice["text"]
+
+
+def test_a_human_who_muted_the_persona_is_not_in_the_present_set_the_model_sees(db: Engine) -> None:
+    people(db)
+    with db.begin() as conn:
+        app_side.add_room(conn, "g1", "group", [f"u:{DAN}", "u:17", "warren"])
+        app_side.say(conn, "g1", DAN, "I bought a flat.")
+        cara = app_side.say(conn, "g1", 17, "I run marathons.")
+        conn.execute(t.persona_memory_mute.insert().values(user_id=DAN, persona="warren"))
+    chat = ScriptedChat(
+        {
+            "extract": {
+                "candidates": [
+                    {
+                        "subject": "u:42",
+                        "kind": "fact",
+                        "text": "u:42 owns a flat.",
+                        "importance": 6,
+                        "evidence": [cara - 1],
+                    },
+                    {
+                        "subject": "u:17",
+                        "kind": "preference",
+                        "text": "u:17 runs marathons.",
+                        "importance": 5,
+                        "evidence": [cara],
+                    },
+                ]
+            },
+            "route": sensible_route,
+        }
+    )
+    spell = pipeline.begin("warren", "g1")
+    assert spell is not None and spell.present == [17] and spell.witnessed == [17, DAN]
+    spell = routed(spell, chat)
+    (_, _, prompt) = chat.calls[0]
+    assert "- u:17 (Cara)" in prompt and "u:42 (Dan)" not in prompt
+    assert pipeline.run_commit(spell).status == "committed"
+    assert [r["text"] for r in all_rows(db)] == ["u:17 runs marathons."]
+    assert json.loads(all_rows(db)[0]["witnessed"]) == [17, DAN]  # the audience, muted or not
