@@ -11,6 +11,7 @@ spell costs on the demo conversation (the replay provider's chars/4 estimate: no
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -33,22 +34,24 @@ console = Console()
 
 
 def extract_two(prompt: str) -> dict:
+    """Two candidates about the room's one human (one human a room: the daily cap is per human)."""
     ids = transcript_ids(prompt)
+    who = re.search(r"^- (u:\d+) ", prompt, flags=re.M).group(1)  # type: ignore[union-attr]
     return {
         "candidates": [
             {
-                "subject": "u:1",
+                "subject": who,
                 "kind": "fact",
                 "importance": 5,
                 "evidence": [ids[0]],
-                "text": f"u:1 keeps bees on a roof in district {ids[0]}.",
+                "text": f"{who} keeps bees on a roof in district {ids[0]}.",
             },
             {
-                "subject": "u:1",
+                "subject": who,
                 "kind": "open_loop",
                 "importance": 7,
                 "evidence": [ids[-1]],
-                "text": f"u:1 has an exam on day {ids[-1]} and asked to be asked about it.",
+                "text": f"{who} has an exam on day {ids[-1]} and asked to be asked about it.",
             },
         ]
     }
@@ -56,14 +59,14 @@ def extract_two(prompt: str) -> dict:
 
 def seed_rooms(n: int) -> None:
     with store.transaction() as conn:
-        app_side.add_user(conn, 1, "Ada")
         app_side.add_persona(conn, "warren", "Warren")
         for i in range(n):
-            room = f"dm-{i}"
-            app_side.add_room(conn, room, "private", ["u:1", "warren"])
-            app_side.say(conn, room, 1, "I keep bees on my roof.")
+            room, human = f"dm-{i}", 1000 + i
+            app_side.add_user(conn, human, f"Ada {i}")
+            app_side.add_room(conn, room, "private", [f"u:{human}", "warren"])
+            app_side.say(conn, room, human, "I keep bees on my roof.")
             app_side.say(conn, room, "warren", "Bees! Tell me more.")
-            app_side.say(conn, room, 1, "I have an exam on Friday, ask me how it went.")
+            app_side.say(conn, room, human, "I have an exam on Friday, ask me how it went.")
 
 
 def toasted() -> int:
