@@ -38,7 +38,7 @@ def _demo(_: argparse.Namespace) -> int:
 def _block(a: argparse.Namespace) -> int:
     from memory_worker import reader
 
-    block = reader.build_block(a.persona, set(a.present), a.room)
+    block = reader.build_block(a.persona, set(a.present), a.room, touch=False)
     print(reader.format_block(block))
     return 0
 

@@ -1,0 +1,170 @@
+"""The audience rule (seed §4): what a persona may have in its head in this room, right now.
+
+The whole privacy model is this one predicate, in code, evaluated before any ranking, any
+rendering and any model call. Code decides what enters the context; the model only decides how
+to use it. Everything after it (ranking, take, render) only drops rows, never adds them.
+
+The rule is pure: it reads plain data (the rows, the room, who is present, each present human's
+switches) and touches no database. `Scope` is the same rule reduced to "which subjects", so the
+reader can push it into SQL and pay only for rows that can be visible; `visible_memories` is the
+rule over rows, and the reader applies it again to every row before it is rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from sqlalchemy import Connection, select
+
+from memory_worker import tables as t
+from memory_worker.constants import SUBJECT_SELF, SUBJECT_WORLD, V1_PROVEN_SCOPE
+from memory_worker.rows import Room, Row, human_id, human_ref
+
+
+@dataclass(frozen=True)
+class Consent:
+    """The present humans' switches: account `memory_on` and per-persona mutes (seed §5).
+
+    A human missing from `memory_on` counts as off: when we do not know, nothing loads.
+    """
+
+    memory_on: Mapping[int, bool] = field(default_factory=dict)
+    mutes: frozenset[tuple[int, str]] = frozenset()  # (user_id, persona): "this persona forgets me"
+
+    def allows(self, user_id: int, persona: str) -> bool:
+        return bool(self.memory_on.get(user_id, False)) and (user_id, persona) not in self.mutes
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The rule reduced to who: the subjects one persona may see in one room.
+
+    `world` is False only in an incognito room. `humans` are the present humans whose rows load,
+    and the persona's own promises and open loops with them (`subject = 'self'`, counterpart
+    `u:X`) load only for these humans too.
+    """
+
+    persona: str
+    world: bool
+    humans: frozenset[int]
+
+    @property
+    def human_refs(self) -> tuple[str, ...]:
+        """'u:42' refs of `humans`, sorted: what the SQL `IN (...)` lists."""
+        return tuple(human_ref(u) for u in sorted(self.humans))
+
+    def admits(self, row: Row) -> bool:
+        """True when `row` may enter this persona's head in this room."""
+        if row.persona != self.persona or row.valid_to is not None:
+            return False  # another mind's row, or a closed one: never loads
+        if row.subject == SUBJECT_WORLD:
+            return self.world
+        if row.subject == SUBJECT_SELF:
+            return human_id(row.counterpart or "") in self.humans
+        return human_id(row.subject) in self.humans
+
+
+def scope_for(
+    persona: str,
+    present: Iterable[int],
+    room: Room,
+    consent: Consent,
+    *,
+    proven_scope: bool = V1_PROVEN_SCOPE,
+) -> Scope:
+    """Who this persona may remember here.
+
+    - incognito: nothing at all, not even world facts (a room that neither reads nor writes);
+    - a present human who has memory off, or has muted this persona, is treated as absent:
+      neither rows about them nor the persona's promises to them load;
+    - with `proven_scope` (v1), only a private chat with its one human loads anything personal;
+      any other room gets world facts only, until the leak exam says otherwise. A "private"
+      room that somehow holds two present humans is treated like a group (seed §3: "only about
+      the one human present").
+    """
+    present = frozenset(present)
+    if room.incognito:
+        return Scope(persona, world=False, humans=frozenset())
+    humans = frozenset(u for u in present if consent.allows(u, persona))
+    if proven_scope and not (room.is_private_chat() and len(present) == 1):
+        humans = frozenset()
+    return Scope(persona, world=True, humans=humans)
+
+
+def visible_memories(
+    persona: str,
+    present: Iterable[int],
+    room: Room,
+    rows: Iterable[Row],
+    consent: Consent,
+    *,
+    proven_scope: bool = V1_PROVEN_SCOPE,
+) -> list[Row]:
+    """What this persona may have in its head in THIS room, right now (seed §4).
+
+    Open rows only; world rows always (except incognito); rows about u:X only when X is present,
+    has memory on and has not muted the persona, tagged `confidence` when formed one-to-one
+    (`witnessed == [X]`); the persona's own promises and loops with u:X on the same terms — a
+    human who muted the persona or switched memory off is absent for this rule, so its promises
+    to them do not load either. Rows about anyone else do not exist for this room. Returns
+    copies (the caller's rows are not changed), in the order given.
+    """
+    scope = scope_for(persona, present, room, consent, proven_scope=proven_scope)
+    out: list[Row] = []
+    for r in rows:
+        if not scope.admits(r):
+            continue
+        about = human_id(r.subject)
+        confidence = about is not None and set(r.witnessed) == {about}
+        out.append(replace(r, confidence=confidence))
+    return out
+
+
+# --- the thin loader ------------------------------------------------------------------------
+
+
+def load_consent(conn: Connection, present: Iterable[int], personas: Iterable[str]) -> Consent:
+    """Read the present humans' `memory_on` and their mutes of these personas."""
+    ids = sorted(set(present))
+    u = t.users.c
+    on = conn.execute(select(u.id, u.memory_on).where(u.id.in_(ids))) if ids else []
+    memory_on = {int(i): bool(flag) for i, flag in on}
+    return Consent(memory_on=memory_on, mutes=load_mutes(conn, ids, personas))
+
+
+def load_mutes(
+    conn: Connection, present: Iterable[int], personas: Iterable[str]
+) -> frozenset[tuple[int, str]]:
+    """(user_id, persona) for each present human who told one of these personas to forget them."""
+    ids = sorted(set(present))
+    if not ids:
+        return frozenset()
+    m = t.persona_memory_mute.c
+    query = select(m.user_id, m.persona).where(
+        m.user_id.in_(ids), m.persona.in_(sorted(set(personas)))
+    )
+    return frozenset((int(uid), slug) for uid, slug in conn.execute(query))
+
+
+def load_visible(
+    conn: Connection, persona: str, present: Iterable[int], room: Room
+) -> list[Row]:
+    """Every row this persona may see here, unranked (the manage page, the CLI, tests)."""
+    present = frozenset(present)
+    consent = load_consent(conn, present, [persona])
+    scope = scope_for(persona, present, room, consent)
+    if not scope.world:
+        return []
+    pm = t.persona_memory.c
+    subjects = [SUBJECT_WORLD, *scope.human_refs]
+    if scope.humans:
+        subjects.append(SUBJECT_SELF)
+    query = (
+        select(t.persona_memory)
+        .where(pm.persona == persona, pm.valid_to.is_(None), pm.subject.in_(subjects))
+        .order_by(pm.id)
+    )
+    rows = [Row.from_mapping(m) for m in conn.execute(query).mappings()]
+    return visible_memories(persona, present, room, rows, consent)
+

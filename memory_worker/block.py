@@ -1,0 +1,149 @@
+"""Render (seed §3 step 4): the block a persona gets in its system prompt. Pure.
+
+Letta's always-in block with a meter (`chars_current / chars_limit`), one line per memory with
+optional tags, each human's own note verbatim under their name, and a tail that says what the
+persona does with a memory — knows it, doesn't announce it — never an order to recite.
+
+The text depends only on its inputs (no clock, no ids of the run), so the same store at the
+same time renders the same bytes and the app's cached prompt prefix survives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from memory_worker.constants import BLOCK_CHARS_LIMIT
+from memory_worker.rows import Row, human_ref
+
+STATE_KINDS = ("fact", "preference", "relationship")  # ours: kinds that hold "since" a date
+
+
+@dataclass(frozen=True)
+class Human:
+    """A present human as the block names them: 'Dan (u:42)', with their note (seed §5)."""
+
+    id: int
+    name: str
+    note: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({human_ref(self.id)})"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One human's rows (and note), or the world's rows when `human` is None."""
+
+    human: Human | None
+    rows: Sequence[Row]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One persona's memory block for one room.
+
+    `chars_current` counts the memory sentences the char cap limits (notes and the frame are
+    outside it); it may pass `chars_limit` only by open loops and promises, which always ride.
+    `row_ids_by_human` is keyed 'u:42' (the human a row is about, or a promise is to) and 'world'.
+    `touched` says whether `last_recalled` / `recall_count` were updated for this read.
+    """
+
+    persona: str
+    text: str
+    chars_current: int
+    chars_limit: int
+    row_ids: tuple[int, ...]
+    row_ids_by_human: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    touched: bool = False
+
+    @classmethod
+    def empty(cls, persona: str, chars_limit: int = BLOCK_CHARS_LIMIT) -> Block:
+        """Nothing this persona may recall here (incognito, or nothing held)."""
+        return cls(persona=persona, text="", chars_current=0, chars_limit=chars_limit, row_ids=())
+
+
+def month_or_day(stamp: str) -> str:
+    """'2026-07' stays; '2026-11-03T10:00:00+00:00' becomes '2026-11-03'."""
+    return stamp[:10]
+
+
+def tags(row: Row) -> list[str]:
+    """The optional tags after a line: confidence, open loop, and when it held."""
+    out: list[str] = []
+    if row.confidence:
+        out.append("confidence")
+    if row.kind == "open_loop":
+        out.append("open loop")
+    if row.valid_to is not None:
+        end = month_or_day(row.valid_to)
+        out.append(f"{month_or_day(row.valid_from)} → {end}" if row.valid_from else f"until {end}")
+    elif row.valid_from and row.kind in STATE_KINDS:
+        out.append(f"since {month_or_day(row.valid_from)}")
+    return out
+
+
+def render_line(row: Row) -> str:
+    """'- u:42 owns a flat in Xuhui. (confidence · since 2026-07)' — also the manage page's line."""
+    t = tags(row)
+    return f"- {row.text}" + (f" ({' · '.join(t)})" if t else "")
+
+
+def tail(persona_name: str, *, any_confidence: bool) -> str:
+    """What the persona does with what it remembers: describe, never order a recital."""
+    lines = [
+        f"{persona_name} knows these things the way a friend does: they colour what "
+        f"{persona_name} notices, asks and follows up on, and stay unspoken unless the talk "
+        "comes to them. Open loops and promises are what a friend comes back to when the "
+        "moment fits. Nothing here is announced, listed, or traced back to where it was learned."
+    ]
+    if any_confidence:
+        lines.append(
+            "A line marked confidence was told one-to-one and stays between "
+            f"{persona_name} and that person."
+        )
+    return " ".join(lines)
+
+
+def render(
+    persona: str,
+    persona_name: str,
+    sections: Sequence[Section],
+    *,
+    chars_limit: int = BLOCK_CHARS_LIMIT,
+) -> Block:
+    """The block text and its meter. Sections render in the order given; empty ones vanish."""
+    body: list[str] = []
+    row_ids: list[int] = []
+    by_human: dict[str, tuple[int, ...]] = {}
+    chars = 0
+    any_confidence = False
+    for s in sections:
+        note = (s.human.note or "").strip() if s.human else ""
+        if not s.rows and not note:
+            continue
+        body.append(s.human.label if s.human else "The world")
+        if s.human and note:
+            body.append(f"{s.human.name}'s own note, in their words: {s.human.note}")
+        for r in s.rows:
+            body.append(render_line(r))
+            chars += len(r.text)
+            any_confidence = any_confidence or r.confidence
+        ids = tuple(r.id for r in s.rows)
+        row_ids.extend(ids)
+        if ids:
+            by_human["world" if s.human is None else human_ref(s.human.id)] = ids
+        body.append("")
+    if not body:
+        return Block.empty(persona, chars_limit)
+    head = f"{persona_name}'s memory · {chars}/{chars_limit} chars"
+    text = "\n".join([head, "", *body, tail(persona_name, any_confidence=any_confidence)])
+    return Block(
+        persona=persona,
+        text=text,
+        chars_current=chars,
+        chars_limit=chars_limit,
+        row_ids=tuple(row_ids),
+        row_ids_by_human=by_human,
+    )

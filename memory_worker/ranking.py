@@ -1,0 +1,250 @@
+"""Rank and take (seed §3 steps 2–3): which of the visible rows make the block. Pure.
+
+score = recency + importance + relevance, each min-max normalised over the candidates, equal
+weights (Generative Agents, α all 1). Recency decays 0.98 per day from `last_recalled`, else
+`created`; importance is /10; relevance is the cosine to the room's topic vector, 0 without one.
+Then, per human: open loops and promises first (they always ride, past the char cap, though
+still within the ~10 per human so a block stays bounded), then the rest through the diversity
+pass (at most two per kind before the rest), and the char cap over the whole persona, filled
+round-robin so no one human crowds out the others.
+
+Candidates are columns (numpy arrays), not Row objects: the reader ranks 10,000 visible rows
+without building 10,000 Python objects, and fetches full rows only for the few that win.
+Every tie is broken by row id, so the same store at the same time gives the same block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+
+from memory_worker.constants import (
+    ALWAYS_RIDE_KINDS,
+    BLOCK_CHARS_LIMIT,
+    DIVERSITY_PER_KIND,
+    KINDS,
+    RECENCY_DECAY_PER_DAY,
+    SUBJECT_SELF,
+    SUBJECT_WORLD,
+    TAKE_PER_HUMAN,
+)
+from memory_worker.rows import Row, human_id
+
+WORLD_GROUP = -1  # the group of world rows; rows about a human are grouped by the human's id
+UNKNOWN_KIND = len(KINDS)  # the kind code of a kind outside KINDS (ranked, never riding)
+COSINE_CHUNK_ROWS = 4096  # int8 rows turned to float32 at a time: bounded memory at 100k rows
+UNREADABLE_AGE_DAYS = 36_500.0  # ours: a timestamp we cannot read counts as a century old
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The visible rows of one persona, as columns (one entry per row, same order in each)."""
+
+    ids: np.ndarray  # int64
+    groups: np.ndarray  # int64: whom the row is about (self rows: the counterpart), or WORLD_GROUP
+    kinds: np.ndarray  # int64: index into KINDS, or UNKNOWN_KIND
+    importance: np.ndarray  # float64, 1..10
+    age_days: np.ndarray  # float64: days since last_recalled, else created
+    chars: np.ndarray  # int64: len(text), what the char cap counts
+    relevance: np.ndarray  # float64: cosine to the room's topic; all 0 without a topic
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @classmethod
+    def from_rows(
+        cls, rows: Sequence[Row], now: datetime, topic: bytes | None = None
+    ) -> Candidates:
+        """Columns from Row objects (tests, small stores). The reader builds them from SQL."""
+        n = len(rows)
+        relevance = np.zeros(n)
+        if topic is not None and n:
+            relevance = cosines([r.embedding for r in rows], topic)
+        return cls(
+            ids=np.array([r.id for r in rows], dtype=np.int64),
+            groups=np.array([group_of(r) for r in rows], dtype=np.int64),
+            kinds=np.array([kind_code(r.kind) for r in rows], dtype=np.int64),
+            importance=np.array([r.importance for r in rows], dtype=np.float64),
+            age_days=np.array(
+                [age_days(r.last_recalled or r.created, now) for r in rows], dtype=np.float64
+            ),
+            chars=np.array([len(r.text) for r in rows], dtype=np.int64),
+            relevance=relevance,
+        )
+
+
+def group_of(row: Row) -> int:
+    """The human a row is about (a promise: the human it is to), or WORLD_GROUP."""
+    if row.subject == SUBJECT_WORLD:
+        return WORLD_GROUP
+    ref = row.counterpart if row.subject == SUBJECT_SELF else row.subject
+    uid = human_id(ref or "")
+    if uid is None:
+        raise ValueError(f"row {row.id} is about no human: subject={row.subject!r}")
+    return uid
+
+
+def kind_code(kind: str) -> int:
+    return KINDS.index(kind) if kind in KINDS else UNKNOWN_KIND
+
+
+def age_days(stamp: str, now: datetime) -> float:
+    """Days from an ISO stamp (naive means UTC) to `now`; never negative."""
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return UNREADABLE_AGE_DAYS
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((now - when).total_seconds() / 86400.0, 0.0)
+
+
+def cosines(blobs: Sequence[bytes | None], topic: bytes) -> np.ndarray:
+    """Cosine of each int8 blob to the int8 topic; 0 for a missing or wrong-sized blob."""
+    dims = len(topic)
+    t = np.frombuffer(topic, dtype=np.int8).astype(np.float32)
+    t_norm = float(np.sqrt(t @ t))
+    out = np.zeros(len(blobs))
+    if t_norm == 0 or not blobs:
+        return out
+    try:  # the common case, every row embedded by the same model: no per-row Python
+        uniform = min(map(len, blobs)) == max(map(len, blobs)) == dims  # type: ignore[arg-type]
+    except TypeError:  # a row without an embedding
+        uniform = False
+    if uniform:
+        index: Sequence[int] = range(len(blobs))
+        fit = blobs
+    else:
+        index = [i for i, b in enumerate(blobs) if b is not None and len(b) == dims]
+        fit = [blobs[i] for i in index]
+    for start in range(0, len(fit), COSINE_CHUNK_ROWS):
+        part = fit[start : start + COSINE_CHUNK_ROWS]
+        m = np.frombuffer(b"".join(part), dtype=np.int8).reshape(len(part), dims)  # type: ignore[arg-type]
+        m = m.astype(np.float32)
+        norms = np.sqrt(np.einsum("ij,ij->i", m, m))
+        norms[norms == 0] = 1.0
+        out[np.asarray(index[start : start + COSINE_CHUNK_ROWS])] = (m @ t) / (norms * t_norm)
+    return out
+
+
+def minmax(x: np.ndarray) -> np.ndarray:
+    """Scale to [0, 1] over the candidates; a column with no spread says nothing: all 0."""
+    if x.size == 0:
+        return x.astype(np.float64)
+    lo, hi = float(x.min()), float(x.max())
+    if hi <= lo:
+        return np.zeros(x.shape, dtype=np.float64)
+    return (x - lo) / (hi - lo)
+
+
+def scores(c: Candidates) -> np.ndarray:
+    """recency + importance + relevance, each min-max normalised, equal weights."""
+    recency = RECENCY_DECAY_PER_DAY ** np.maximum(c.age_days, 0.0)
+    return minmax(recency) + minmax(c.importance / 10.0) + minmax(c.relevance)
+
+
+def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[int]:
+    """At most `per_kind` of each kind first (in rank order), then the rest (in rank order)."""
+    seen: dict[int, int] = {}
+    first: list[int] = []
+    rest: list[int] = []
+    for i in ranked:
+        k = int(kinds[i])
+        if seen.get(k, 0) < per_kind:
+            seen[k] = seen.get(k, 0) + 1
+            first.append(i)
+        else:
+            rest.append(i)
+    return first + rest
+
+
+def _top_per_group_kind(c: Candidates, score: np.ndarray, per_kind_top: int) -> np.ndarray:
+    """Indexes of the best `per_kind_top` rows of each (group, kind); nothing else can win.
+
+    A group takes at most `per_human` rows, and the diversity pass never reaches past a kind's
+    first `per_human` rows before the group is full, so this cut changes no block; it keeps
+    the Python loop below small however many rows a persona holds.
+    """
+    order = np.lexsort((c.ids, -score, c.kinds, c.groups))
+    g, k = c.groups[order], c.kinds[order]
+    new_run = np.ones(len(order), dtype=bool)
+    new_run[1:] = (g[1:] != g[:-1]) | (k[1:] != k[:-1])
+    positions = np.arange(len(order))
+    run_start = np.maximum.accumulate(np.where(new_run, positions, 0))
+    return order[(positions - run_start) < per_kind_top]
+
+
+def group_order(groups: Sequence[int]) -> list[int]:
+    """Humans by id, then the world: the order of sections and of the round-robin."""
+    return sorted(set(groups), key=lambda g: (g == WORLD_GROUP, g))
+
+
+def take(
+    c: Candidates,
+    score: np.ndarray,
+    *,
+    per_human: int = TAKE_PER_HUMAN,
+    chars_limit: int = BLOCK_CHARS_LIMIT,
+    per_kind: int = DIVERSITY_PER_KIND,
+    ride_kinds: Sequence[str] = ALWAYS_RIDE_KINDS,
+) -> dict[int, list[int]]:
+    """Row ids per group (human id, or WORLD_GROUP), in block order.
+
+    Per group, at most `per_human` rows: open loops and promises first — they always ride,
+    even past the char cap, because they are why a persona follows up at all — then the rest in
+    diversity order. The rest share what the riders leave of `chars_limit`, taken round-robin
+    across groups (each group's best, then each group's second, ...); a row that does not fit
+    is skipped and a shorter one after it may still go in.
+    """
+    if len(c) == 0:
+        return {}
+    ride = {kind_code(k) for k in ride_kinds}
+    kept = _top_per_group_kind(c, score, per_human)
+    by_group: dict[int, list[int]] = {}
+    for i in kept.tolist():
+        by_group.setdefault(int(c.groups[i]), []).append(i)
+
+    riders: dict[int, list[int]] = {}
+    rest: dict[int, list[int]] = {}
+    groups = group_order(by_group)
+    for g in groups:
+        ranked = sorted(by_group[g], key=lambda i: (-score[i], c.ids[i]))
+        riders[g] = [i for i in ranked if c.kinds[i] in ride][:per_human]
+        others = [i for i in ranked if c.kinds[i] not in ride]
+        rest[g] = diversify(others, c.kinds, per_kind)[: per_human - len(riders[g])]
+
+    used = sum(int(c.chars[i]) for g in groups for i in riders[g])
+    taken: dict[int, list[int]] = {g: [] for g in groups}
+    for turn in range(per_human):
+        for g in groups:
+            if turn < len(rest[g]):
+                i = rest[g][turn]
+                if used + int(c.chars[i]) <= chars_limit:
+                    used += int(c.chars[i])
+                    taken[g].append(i)
+
+    out: dict[int, list[int]] = {}
+    for g in groups:
+        ids = [int(c.ids[i]) for i in riders[g] + taken[g]]
+        if ids:
+            out[g] = ids
+    return out
+
+
+def pick(
+    rows: Sequence[Row],
+    now: datetime,
+    topic: bytes | None = None,
+    *,
+    per_human: int = TAKE_PER_HUMAN,
+    chars_limit: int = BLOCK_CHARS_LIMIT,
+    per_kind: int = DIVERSITY_PER_KIND,
+) -> dict[int, list[Row]]:
+    """Score and take over Row objects: the same rule the reader runs on columns."""
+    c = Candidates.from_rows(rows, now, topic)
+    got = take(c, scores(c), per_human=per_human, chars_limit=chars_limit, per_kind=per_kind)
+    by_id = {r.id: r for r in rows}
+    return {g: [by_id[i] for i in ids] for g, ids in got.items()}

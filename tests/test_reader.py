@@ -1,0 +1,494 @@
+"""The reader end to end on a real SQLite file: blocks, one pass per room, determinism, touch,
+a busy writer, import isolation, and the audience rule holding all the way to the block."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, delete, event, insert, select, update
+
+from memory_worker import app_side, reader, store
+from memory_worker import tables as t
+from memory_worker.app_side import UnknownRoom
+from memory_worker.audience import Consent, load_visible, scope_for, visible_memories
+from memory_worker.constants import KINDS
+from memory_worker.reader import blocks_for_room, build_block, format_block
+from memory_worker.rows import Room, Row, human_id
+from memory_worker.vectors import quantise
+
+NOW = "2026-12-01T12:00:00+00:00"
+DAN, CARA = 42, 17
+
+pytestmark = pytest.mark.store
+
+
+def add_row(
+    conn,  # type: ignore[no-untyped-def]
+    persona: str,
+    subject: str,
+    text: str,
+    *,
+    kind: str = "fact",
+    importance: int = 5,
+    witnessed: tuple[int, ...] = (DAN,),
+    counterpart: str | None = None,
+    valid_from: str | None = None,
+    valid_to: str | None = None,
+    created: str = "2026-11-20T10:00:00+00:00",
+    embedding: bytes | None = None,
+) -> int:
+    res = conn.execute(
+        insert(t.persona_memory).values(
+            persona=persona,
+            subject=subject,
+            counterpart=counterpart,
+            witnessed=json.dumps(list(witnessed)),
+            room_id="origin",
+            kind=kind,
+            text=text,
+            importance=importance,
+            valid_from=valid_from,
+            valid_to=valid_to,
+            evidence="[1]",
+            created=created,
+            embedding=embedding,
+        )
+    )
+    return int(res.inserted_primary_key[0])
+
+
+@pytest.fixture
+def cast(db: Engine) -> dict[str, int]:
+    """Dan, Cara, Warren and Nolan; a private chat Dan–Warren, a group of all four; rows."""
+    with store.transaction() as c:
+        app_side.add_user(c, DAN, "Dan")
+        app_side.add_user(c, CARA, "Cara")
+        c.execute(update(t.users).where(t.users.c.id == DAN).values(memory_note="Call me Dan."))
+        app_side.add_persona(c, "warren", "Warren")
+        app_side.add_persona(c, "nolan", "Nolan")
+        app_side.add_room(c, "origin", "private", ["u:42", "warren"])
+        app_side.add_room(c, "dm", "private", ["u:42", "warren"])
+        app_side.add_room(c, "group", "group", ["u:42", "u:17", "warren", "nolan"])
+        ids = {
+            "flat": add_row(
+                c, "warren", "u:42", "u:42 owns a flat in Xuhui.", valid_from="2026-07"
+            ),
+            "shares": add_row(
+                c, "warren", "u:42", "u:42 sold his Tesla shares.", witnessed=(DAN, CARA)
+            ),
+            "letter": add_row(
+                c,
+                "warren",
+                "self",
+                "Warren said he would send u:42 the 1988 letter.",
+                kind="promise",
+                counterpart="u:42",
+                importance=7,
+            ),
+            "interview": add_row(
+                c, "warren", "u:42", "u:42 has an interview Thursday.", kind="open_loop"
+            ),
+            "odyssey": add_row(
+                c, "warren", "world", "Nolan's Odyssey opened 2026-07-17.", witnessed=()
+            ),
+            "pudong": add_row(
+                c,
+                "warren",
+                "u:42",
+                "u:42 owned a flat in Pudong.",
+                valid_from="2026-01",
+                valid_to="2026-07",
+            ),
+            "nurse": add_row(c, "warren", "u:17", "u:17 is a nurse.", witnessed=(CARA,)),
+            "nolan_dan": add_row(c, "nolan", "u:42", "u:42 likes Nolan's films."),
+            "nolan_world": add_row(c, "nolan", "world", "Tenet is long.", witnessed=()),
+        }
+    return ids
+
+
+def count_memory_selects(eng: Engine) -> list[str]:
+    """Collect every SELECT that reads persona_memory on this engine from now on."""
+    seen: list[str] = []
+
+    @event.listens_for(eng, "before_cursor_execute")
+    def _count(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+        if re.match(r"\s*SELECT\b.*\bFROM persona_memory\b", statement, re.S):
+            seen.append(statement)
+
+    return seen
+
+
+def recall(ids: list[int]) -> dict[int, tuple[str | None, int]]:
+    pm = t.persona_memory.c
+    with store.transaction() as c:
+        found = c.execute(select(pm.id, pm.last_recalled, pm.recall_count).where(pm.id.in_(ids)))
+        return {r.id: (r.last_recalled, r.recall_count) for r in found}
+
+
+# --- blocks -----------------------------------------------------------------------------------
+
+
+def test_warren_gets_what_he_knows_about_dan_in_their_private_chat(cast: dict[str, int]) -> None:
+    block = build_block("warren", {DAN}, "dm", now=NOW)
+    want = {cast[k] for k in ("flat", "shares", "letter", "interview", "odyssey")}
+    assert set(block.row_ids) == want
+    assert set(block.row_ids_by_human["u:42"]) == want - {cast["odyssey"]}
+    assert block.row_ids_by_human["world"] == (cast["odyssey"],)
+    assert "Dan (u:42)" in block.text and "Call me Dan." in block.text
+    assert "- u:42 owns a flat in Xuhui. (confidence · since 2026-07)" in block.text
+    assert "- u:42 has an interview Thursday. (confidence · open loop)" in block.text
+    assert "- u:42 sold his Tesla shares." + "\n" in block.text  # formed in a group: no tag
+    assert block.text.startswith(f"Warren's memory · {block.chars_current}/1200 chars")
+    assert "u:17" not in block.text and "Pudong" not in block.text
+
+
+def test_blocks_for_room_builds_every_persona_member_from_one_query_over_their_rows(
+    cast: dict[str, int], db: Engine
+) -> None:
+    with store.transaction() as c:
+        app_side.add_persona(c, "cleo", "Cleo")
+        app_side.add_room(c, "trio", "private", ["u:42", "warren", "nolan", "cleo"])
+    selects = count_memory_selects(db)
+    blocks = blocks_for_room("trio", {DAN}, now=NOW)
+    assert sorted(blocks) == ["cleo", "nolan", "warren"]
+    assert len(selects) == 2, "one query for all candidates, one for the winners' full rows"
+    assert set(blocks["nolan"].row_ids) == {cast["nolan_dan"], cast["nolan_world"]}
+    assert blocks["cleo"].text == "Cleo's memory · 0/1200 chars\n\nDan (u:42)\n" + (
+        "Dan's own note, in their words: Call me Dan.\n\n"
+    ) + blocks["cleo"].text.split("\n\n")[-1]
+    assert blocks["warren"].text == build_block("warren", {DAN}, "trio", now=NOW).text
+
+
+def test_a_group_room_gives_every_persona_world_facts_only(cast: dict[str, int]) -> None:
+    blocks = blocks_for_room("group", {DAN, CARA}, now=NOW)
+    assert blocks["warren"].row_ids == (cast["odyssey"],)
+    assert blocks["nolan"].row_ids == (cast["nolan_world"],)
+    assert "Call me Dan." not in blocks["warren"].text, "nothing personal in a group under v1"
+
+
+def test_a_mute_hides_dan_from_that_persona_and_no_other(cast: dict[str, int]) -> None:
+    with store.transaction() as c:
+        app_side.add_room(c, "both", "private", ["u:42", "warren", "nolan"])
+        c.execute(insert(t.persona_memory_mute).values(user_id=DAN, persona="warren"))
+    blocks = blocks_for_room("both", {DAN}, now=NOW)
+    assert blocks["warren"].row_ids == (cast["odyssey"],), "no rows about Dan, no promise to him"
+    assert "Call me Dan." not in blocks["warren"].text
+    assert set(blocks["nolan"].row_ids) == {cast["nolan_dan"], cast["nolan_world"]}
+
+
+def test_memory_off_hides_dan_from_every_persona(cast: dict[str, int]) -> None:
+    with store.transaction() as c:
+        c.execute(update(t.users).where(t.users.c.id == DAN).values(memory_on=0))
+    assert build_block("warren", {DAN}, "dm", now=NOW).row_ids == (cast["odyssey"],)
+
+
+def test_an_incognito_room_gets_empty_blocks_without_reading_a_memory(
+    cast: dict[str, int], db: Engine
+) -> None:
+    with store.transaction() as c:
+        app_side.add_room(c, "secret", "private", ["u:42", "warren"], incognito=True)
+    selects = count_memory_selects(db)
+    block = blocks_for_room("secret", {DAN}, now=NOW)["warren"]
+    assert block.text == "" and block.row_ids == () and not selects
+
+
+def test_a_closed_row_never_reaches_a_block(cast: dict[str, int]) -> None:
+    with store.transaction() as c:
+        c.execute(
+            update(t.persona_memory)
+            .where(t.persona_memory.c.id == cast["flat"])
+            .values(valid_to="2026-11-30")
+        )
+    block = build_block("warren", {DAN}, "dm", now=NOW)
+    assert cast["flat"] not in block.row_ids and cast["pudong"] not in block.row_ids
+
+
+def test_the_rooms_topic_vector_reorders_the_block(db: Engine) -> None:
+    with store.transaction() as c:
+        app_side.add_user(c, DAN, "Dan")
+        app_side.add_room(c, "talk", "private", ["u:42", "warren"])
+        first = add_row(c, "warren", "u:42", "u:42 sails.", embedding=quantise([1.0, 0.0]))
+        second = add_row(c, "warren", "u:42", "u:42 bakes.", embedding=quantise([0.0, 1.0]))
+    assert build_block("warren", {DAN}, "talk", now=NOW, touch=False).row_ids == (first, second)
+    with store.transaction() as c:
+        c.execute(update(t.rooms).values(topic_embedding=quantise([0.1, 1.0])))
+    assert build_block("warren", {DAN}, "talk", now=NOW, touch=False).row_ids == (second, first)
+
+
+def test_a_memory_recalled_lately_outranks_a_newer_one_never_recalled(db: Engine) -> None:
+    with store.transaction() as c:
+        app_side.add_user(c, DAN, "Dan")
+        app_side.add_room(c, "talk", "private", ["u:42", "warren"])
+        old = add_row(c, "warren", "u:42", "u:42 sails.", created="2026-01-05T10:00:00+00:00")
+        newer = add_row(c, "warren", "u:42", "u:42 bakes.", created="2026-10-01T10:00:00+00:00")
+        c.execute(
+            update(t.persona_memory)
+            .where(t.persona_memory.c.id == old)
+            .values(last_recalled="2026-11-30T10:00:00+00:00")
+        )
+    assert build_block("warren", {DAN}, "talk", now=NOW, touch=False).row_ids == (old, newer)
+
+
+def test_a_row_with_an_unreadable_timestamp_still_builds_and_ranks_as_old(db: Engine) -> None:
+    with store.transaction() as c:
+        app_side.add_user(c, DAN, "Dan")
+        app_side.add_room(c, "talk", "private", ["u:42", "warren"])
+        broken = add_row(c, "warren", "u:42", "u:42 sails.", importance=9, created="someday")
+        fine = add_row(c, "warren", "u:42", "u:42 bakes.", importance=9)
+    assert build_block("warren", {DAN}, "talk", now=NOW, touch=False).row_ids == (fine, broken)
+
+
+def test_the_same_store_at_the_same_time_renders_identical_bytes(cast: dict[str, int]) -> None:
+    first = build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    again = build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert first.text == again.text and first.row_ids == again.row_ids
+    touched = build_block("warren", {DAN}, "dm", now=NOW)
+    assert touched.text == first.text, "touching happens after rendering"
+
+
+def test_an_unknown_room_raises_a_clear_error(cast: dict[str, int]) -> None:
+    with pytest.raises(UnknownRoom, match="no-such-room"):
+        build_block("warren", {DAN}, "no-such-room", now=NOW)
+    with pytest.raises(UnknownRoom):
+        blocks_for_room("no-such-room", {DAN}, now=NOW)
+
+
+def test_load_visible_lists_every_row_the_rule_admits_unranked(cast: dict[str, int]) -> None:
+    with store.transaction() as c:
+        rows = load_visible(c, "warren", {DAN}, Room(id="dm", kind="private"))
+    want = {cast[k] for k in ("flat", "shares", "letter", "interview", "odyssey")}
+    assert {r.id for r in rows} == want
+    assert {r.id for r in rows if r.confidence} == {cast["flat"], cast["interview"]}
+
+
+def test_format_block_prints_the_meter_and_the_text(cast: dict[str, int]) -> None:
+    block = build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    out = format_block(block)
+    assert out.splitlines()[0].startswith(f"── warren · {block.chars_current}/1200 chars · 5 rows")
+    assert out.endswith(block.text)
+    empty = build_block("warren", set(), "group", now=NOW, touch=False)
+    assert "world" in empty.row_ids_by_human and "(empty" not in format_block(empty)
+
+
+# --- touch ------------------------------------------------------------------------------------
+
+
+def test_touch_sets_last_recalled_and_bumps_recall_count_for_loaded_rows_only(
+    cast: dict[str, int],
+) -> None:
+    block = build_block("warren", {DAN}, "dm", now=NOW)
+    assert block.touched
+    after = recall(list(cast.values()))
+    for name, i in cast.items():
+        assert after[i] == ((NOW, 1) if i in block.row_ids else (None, 0)), name
+    build_block("warren", {DAN}, "dm", now="2026-12-02T08:00:00+00:00")
+    assert recall([cast["flat"]])[cast["flat"]] == ("2026-12-02T08:00:00+00:00", 2)
+
+
+def test_no_touch_leaves_the_store_alone(cast: dict[str, int]) -> None:
+    block = build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert not block.touched
+    assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
+
+
+def test_a_held_writer_lock_neither_fails_nor_delays_the_read_and_the_touch_is_skipped(
+    cast: dict[str, int], db: Engine
+) -> None:
+    if not store.is_sqlite(db):
+        pytest.skip("the SQLite writer lock")
+    writer = sqlite3.connect(db.url.database, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # what the commit step holds while it writes
+    try:
+        start = time.perf_counter()
+        block = build_block("warren", {DAN}, "dm", now=NOW)
+        elapsed_ms = (time.perf_counter() - start) * 1000
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    print(f"read under a held writer lock: {elapsed_ms:.1f} ms")
+    assert len(block.row_ids) == 5 and not block.touched
+    assert elapsed_ms < store.SQLITE_BUSY_TIMEOUT_MS / 2, "it did not wait out the busy timeout"
+    assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
+    with db.connect() as c:  # the pooled connection got its normal busy timeout back
+        timeout = c.exec_driver_sql("PRAGMA busy_timeout").scalar()
+        assert timeout == store.SQLITE_BUSY_TIMEOUT_MS
+
+
+def test_on_postgresql_a_writer_holding_the_rows_neither_fails_nor_delays_the_read(
+    cast: dict[str, int], db: Engine
+) -> None:
+    if store.is_sqlite(db):
+        pytest.skip("PostgreSQL row locks")
+    with db.connect() as writer, writer.begin():
+        writer.execute(select(t.persona_memory.c.id).with_for_update())  # lock every row
+        start = time.perf_counter()
+        block = build_block("warren", {DAN}, "dm", now=NOW)
+        elapsed_ms = (time.perf_counter() - start) * 1000
+    print(f"read under held row locks: {elapsed_ms:.1f} ms")
+    assert len(block.row_ids) == 5 and not block.touched
+    assert elapsed_ms < 2_500
+    assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
+
+
+def test_a_failing_touch_never_fails_the_read(
+    cast: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(reader, "update", broken)
+    block = build_block("warren", {DAN}, "dm", now=NOW)
+    assert len(block.row_ids) == 5 and not block.touched
+
+
+# --- isolation --------------------------------------------------------------------------------
+
+
+def test_the_reader_imports_no_celery_redis_or_model_sdk() -> None:
+    forbidden = ("celery", "redis", "kombu", "google.genai", "memory_worker.models")
+    code = (
+        "import sys, memory_worker.reader\n"
+        f"bad = sorted(m for m in sys.modules if any(m == f or m.startswith(f + '.') "
+        f"for f in {forbidden!r}))\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, f"memory_worker.reader pulled in {done.stdout.strip()}"
+
+
+# --- the audience rule, all the way to the block ----------------------------------------------
+
+PERSONAS = ("warren", "nolan")
+HUMANS = (17, 42, 58)
+
+
+@pytest.fixture(scope="module")
+def shared_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One store for the property tests below (hypothesis reuses it, rows reset per example)."""
+    url = f"sqlite:///{Path(tmp_path_factory.mktemp('prop')) / 'memory.db'}"
+    store.init_db(url)
+    with store.transaction(url) as c:
+        for u in HUMANS:
+            app_side.add_user(c, u, f"H{u}")
+        for p in PERSONAS:
+            app_side.add_persona(c, p, p.title())
+    yield url
+    store.engine(url).dispose()
+
+
+row_specs = st.tuples(
+    st.sampled_from(PERSONAS),
+    st.sampled_from(["world", "self", *(f"u:{u}" for u in HUMANS)]),
+    st.sampled_from(HUMANS),  # counterpart, for self rows
+    st.sets(st.sampled_from(HUMANS), max_size=2),
+    st.sampled_from(KINDS),
+    st.integers(1, 10),
+    st.booleans(),  # closed
+)
+worlds = st.tuples(
+    st.lists(row_specs, max_size=25),
+    st.sets(st.sampled_from(HUMANS), max_size=3),  # present
+    st.sampled_from(["private", "group"]),
+    st.sampled_from([False, False, False, True]),  # incognito, now and then
+    st.dictionaries(st.sampled_from(HUMANS), st.booleans()),  # memory_on (missing: on)
+    st.sets(st.tuples(st.sampled_from(HUMANS), st.sampled_from(PERSONAS)), max_size=2),  # mutes
+)
+
+
+def load_world(url: str, world: tuple) -> tuple[set[int], Room, Consent, list[Row]]:  # type: ignore[type-arg]
+    specs, present, kind, incognito, memory_on, mutes = world
+    with store.transaction(url) as c:
+        for table in (t.persona_memory, t.persona_memory_mute, t.room_members, t.rooms):
+            c.execute(delete(table))
+        app_side.add_room(c, "r", kind, [*(f"u:{u}" for u in present), *PERSONAS])
+        c.execute(update(t.rooms).values(incognito=int(incognito)))
+        for u in HUMANS:
+            on = memory_on.get(u, True)
+            c.execute(update(t.users).where(t.users.c.id == u).values(memory_on=int(on)))
+        for u, p in mutes:
+            c.execute(insert(t.persona_memory_mute).values(user_id=u, persona=p))
+        for persona, subject, cp, witnessed, kind_, imp, closed in specs:
+            add_row(
+                c,
+                persona,
+                subject,
+                f"{subject} thing",
+                kind=kind_,
+                importance=imp,
+                witnessed=tuple(sorted(witnessed)),
+                counterpart=f"u:{cp}" if subject == "self" else None,
+                valid_to="2026-11-01" if closed else None,
+            )
+        rows = [Row.from_mapping(m) for m in c.execute(select(t.persona_memory)).mappings()]
+    consent = Consent(
+        memory_on={u: memory_on.get(u, True) for u in HUMANS}, mutes=frozenset(mutes)
+    )
+    return set(present), Room(id="r", kind=kind, incognito=incognito), consent, rows
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds)
+def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
+    shared_url: str, world: tuple  # type: ignore[type-arg]
+) -> None:
+    present, room, consent, rows = load_world(shared_url, world)
+    by_id = {r.id: r for r in rows}
+    blocks = blocks_for_room("r", present, now=NOW, url=shared_url, touch=False)
+    for persona, block in blocks.items():
+        allowed = {r.id for r in visible_memories(persona, present, room, rows, consent)}
+        assert set(block.row_ids) <= allowed
+        for i in block.row_ids:
+            r = by_id[i]
+            assert r.persona == persona and r.valid_to is None
+            about = human_id(r.counterpart or "") if r.subject == "self" else human_id(r.subject)
+            if r.subject != "world":
+                assert about in present and consent.allows(about, persona)
+                assert room.kind == "private" and len(present) == 1 and not room.incognito
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds)
+def test_the_sql_the_reader_pushes_down_selects_exactly_what_the_rule_admits(
+    shared_url: str, world: tuple  # type: ignore[type-arg]
+) -> None:
+    present, room, consent, rows = load_world(shared_url, world)
+    for persona in PERSONAS:
+        for proven in (True, False):
+            scope = scope_for(persona, present, room, consent, proven_scope=proven)
+            seen = visible_memories(persona, present, room, rows, consent, proven_scope=proven)
+            want = {r.id for r in seen}
+            clause = reader._visible_clause(scope)
+            with store.engine(shared_url).connect() as c:
+                got = (
+                    set(c.execute(select(t.persona_memory.c.id).where(clause)).scalars())
+                    if clause is not None
+                    else set()
+                )
+            assert got == want
+
+
+def test_the_sql_pushed_down_for_dan_skips_promises_to_anyone_else(shared_url: str) -> None:
+    specs = [
+        ("warren", "self", DAN, set(), "promise", 5, False),
+        ("warren", "self", CARA, set(), "promise", 5, False),
+        ("warren", "u:17", DAN, {CARA}, "fact", 5, False),
+        ("warren", "world", DAN, set(), "event", 5, False),
+    ]
+    world = (specs, {DAN}, "private", False, {}, set())
+    present, room, consent, _ = load_world(shared_url, world)
+    clause = reader._visible_clause(scope_for("warren", present, room, consent))
+    pm = t.persona_memory.c
+    with store.engine(shared_url).connect() as c:
+        got = c.execute(select(pm.subject, pm.counterpart).where(clause)).all()
+        assert sorted(got, key=str) == [("self", "u:42"), ("world", None)]
