@@ -46,10 +46,18 @@ from memory_worker.ranking import (
     UNREADABLE_AGE_DAYS,
     WORLD_GROUP,
     Candidates,
-    age_days,
     cosines,
     scores,
     take,
+)
+from memory_worker.read_cache import (
+    EMBEDDINGS_MAX_ROWS,
+    Columns,
+    Key,
+    ReadCache,
+    Version,
+    relevance,
+    unit_rows,
 )
 from memory_worker.rows import Room, Row, human_id
 
@@ -58,6 +66,8 @@ log = logging.getLogger(__name__)
 # DESIGN.md read path step 5: a busy writer may delay a room opening by a few ms, no more.
 TOUCH_BUSY_TIMEOUT_MS = 5
 UNIX_EPOCH_JULIAN_DAY = 2440587.5  # SQLite's julianday('1970-01-01')
+
+READ_CACHE = ReadCache()  # this process's ranking columns, checked against the store each open
 
 __all__ = ["Block", "UnknownRoom", "blocks_for_room", "build_block", "format_block"]
 
@@ -125,7 +135,7 @@ def _build(
         humans, memory_on = _load_humans(conn, present)
         consent = Consent(memory_on=memory_on, mutes=load_mutes(conn, present, slugs))
         scopes = {p: scope_for(p, present, room, consent) for p in slugs}
-        candidates = _load_candidates(conn, scopes, when, room.topic_embedding)
+        candidates = _load_candidates(conn, scopes, when, room.topic_embedding, str(eng.url))
         picks = {p: take(c, scores(c)) for p, c in candidates.items()}
         wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})
         rows = _load_rows(conn, wanted)
@@ -137,7 +147,10 @@ def _build(
     }
     if touch:
         ids = sorted({i for b in blocks.values() for i in b.row_ids})
-        if ids and _touch(eng, ids, when):
+        touched = [p for p, b in blocks.items() if b.row_ids]
+        moves = _touch(eng, ids, touched, when) if ids else None
+        if moves is not None:
+            READ_CACHE.touched(str(eng.url), np.array(ids), _touch_day(when), moves)
             blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
     return blocks
 
@@ -172,8 +185,9 @@ def _render(
 def _load_room(conn: Connection, room_id: str) -> Room:
     r = t.rooms.c
     found = conn.execute(
-        select(r.id, r.kind, r.incognito, r.kit_mounted, r.archived, r.topic, r.topic_embedding)
-        .where(r.id == room_id)
+        select(
+            r.id, r.kind, r.incognito, r.kit_mounted, r.archived, r.topic, r.topic_embedding
+        ).where(r.id == room_id)
     ).first()
     if found is None:
         raise UnknownRoom(room_id)
@@ -250,99 +264,202 @@ _KIND_CODE = case(
 )
 
 
-def _age_expr(conn: Connection, when: datetime) -> ColumnElement:
-    """SQLite: days since `last_recalled`, else `created`, computed in C by julianday().
-
-    Elsewhere: the stamp itself, parsed by `_ages` (PostgreSQL's cast would fail the whole read
-    on one stamp it cannot read).
-    """
+def _recalled_expr(conn: Connection) -> ColumnElement:
+    """When each row was last recalled (else created): SQLite gives Unix days, computed in C
+    by julianday(); elsewhere the stamp itself, parsed by `_days` (PostgreSQL's cast would
+    fail the whole read on one stamp it cannot read)."""
     pm = t.persona_memory.c
     touched = func.coalesce(pm.last_recalled, pm.created)
     if not store.is_sqlite(conn):
         return touched
-    now_jd = when.timestamp() / 86400.0 + UNIX_EPOCH_JULIAN_DAY
-    return literal(now_jd) - func.julianday(touched)
+    return func.julianday(touched) - literal(UNIX_EPOCH_JULIAN_DAY)
+
+
+def _key(url: str, scope: Scope) -> Key:
+    return (url, scope.persona, scope.world, tuple(scope.human_refs))
+
+
+def _versions(
+    conn: Connection, personas: Iterable[str], *, lock: bool = False
+) -> dict[str, Version]:
+    """Each persona's write counter (0 before its first row): one primary-key read each.
+
+    `lock` (PostgreSQL) holds the counters until commit, so nobody writes between a read of
+    them and ours; SQLite's BEGIN IMMEDIATE already shuts every other writer out.
+    """
+    v = t.persona_memory_versions.c
+    query = select(v.persona, v.version).where(v.persona.in_(sorted(personas)))
+    if lock and not store.is_sqlite(conn):
+        query = query.with_for_update()
+    found = dict(conn.execute(query).all())
+    return {p: int(found.get(p, 0)) for p in personas}
 
 
 def _load_candidates(
-    conn: Connection, scopes: Mapping[str, Scope], when: datetime, topic: bytes | None
+    conn: Connection,
+    scopes: Mapping[str, Scope],
+    when: datetime,
+    topic: bytes | None,
+    url: str,
 ) -> dict[str, Candidates]:
-    """One query for every persona's visible open rows, as the few columns ranking needs."""
-    pm = t.persona_memory.c
-    empty = _columns([], None, when)
+    """Every persona's visible open rows as ranking columns: from the read cache when the
+    store's version of them has not moved, else from one query for all that moved."""
+    now_day = when.timestamp() / 86400.0
+    empty = _candidates(_fetched([], 0), now_day, None)
     clauses = {p: c for p, s in scopes.items() if (c := _visible_clause(s)) is not None}
+    out: dict[str, Candidates] = {p: empty for p in scopes}
     if not clauses:
-        return {p: empty for p in scopes}
+        return out
+    versions = _versions(conn, clauses)
+    columns: dict[str, Columns] = {}
+    for p in clauses:
+        got = READ_CACHE.get(_key(url, scopes[p]), versions[p])
+        if got is not None and (topic is None or got.unit_vectors is not None or _too_big(got)):
+            columns[p] = got
+    stale = [p for p in clauses if p not in columns]
+    if stale:
+        fetched = _fetch_columns(conn, {p: clauses[p] for p in stale}, versions, topic)
+        for p, cols in fetched.items():
+            READ_CACHE.put(_key(url, scopes[p]), cols)
+        columns.update(fetched)
+    for p, cols in columns.items():
+        if topic is not None and cols.unit_vectors is None and len(cols.ids):
+            blobs = _embeddings(conn, clauses[p], cols.ids)  # too many to keep: read each time
+            out[p] = _candidates(cols, now_day, None, cosines(blobs, topic))
+        else:
+            out[p] = _candidates(cols, now_day, topic)
+    return out
+
+
+def _too_big(cols: Columns) -> bool:
+    return len(cols.ids) > EMBEDDINGS_MAX_ROWS
+
+
+def _fetch_columns(
+    conn: Connection,
+    clauses: Mapping[str, ColumnElement[bool]],
+    versions: Mapping[str, Version],
+    topic: bytes | None,
+) -> dict[str, Columns]:
+    """One query over the rows of every persona in `clauses`, split into Columns each."""
+    pm = t.persona_memory.c
     order = list(clauses)
     persona_code = case({p: i for i, p in enumerate(order)}, value=pm.persona)
+    want_vectors = topic is not None
     columns = [
         pm.id,
         persona_code if len(order) > 1 else literal(0),
         _GROUP,
         _KIND_CODE,
         pm.importance,
-        _age_expr(conn, when),
+        _recalled_expr(conn),
         func.length(pm.text),
     ]
-    if topic is not None:
+    if want_vectors:
         columns.append(pm.embedding)
-    query = select(*columns).where(or_(*clauses.values()))
-    fetched = conn.execute(query).all()
-    out: dict[str, Candidates] = {p: empty for p in scopes}
-    if len(order) == 1:
-        out[order[0]] = _columns(fetched, topic, when)
-        return out
+    fetched = conn.execute(select(*columns).where(or_(*clauses.values()))).all()
     by_persona: dict[int, list[tuple]] = {}
     for r in fetched:
         by_persona.setdefault(r[1], []).append(r)
+    out = {}
     for i, p in enumerate(order):
-        out[p] = _columns(by_persona.get(i, []), topic, when)
+        cols = _fetched(by_persona.get(i, []), versions[p])
+        if want_vectors and cols.ids.size and not _too_big(cols):
+            rows = sorted(by_persona[i], key=lambda r: r[0])
+            cols = replace(cols, unit_vectors=unit_rows([r[7] for r in rows], len(topic)))
+        out[p] = cols
     return out
 
 
-def _columns(fetched: Sequence[tuple], topic: bytes | None, when: datetime) -> Candidates:
-    """Columns from fetched (id, persona, group, kind, importance, age, chars[, embedding])."""
-    if not fetched:
+def _fetched(rows: Sequence[tuple], version: Version) -> Columns:
+    """Columns, sorted by id, from fetched (id, persona, group, kind, importance, recalled,
+    chars[, embedding])."""
+    if not rows:
         z, zi = np.zeros(0), np.zeros(0, dtype=np.int64)
-        return Candidates(zi, zi, zi, z, z, zi, z)
+        return Columns(version, zi, zi, zi, z, z, zi)
     # Transpose first: numpy probing 10,000 SQLAlchemy Row objects one by one is 50× slower.
-    cols = list(zip(*fetched, strict=True))
-    relevance = cosines(cols[7], topic) if topic is not None else np.zeros(len(fetched))
-    return Candidates(
+    cols = list(zip(*sorted(rows, key=lambda r: r[0]), strict=True))
+    return Columns(
+        version=version,
         ids=np.array(cols[0], dtype=np.int64),
         groups=np.array(cols[2], dtype=np.int64),
         kinds=np.array(cols[3], dtype=np.int64),
         importance=np.array(cols[4], dtype=np.float64),
-        age_days=_ages(cols[5], when),
+        recalled_day=_days(cols[5]),
         chars=np.array(cols[6], dtype=np.int64),
-        relevance=relevance,
     )
 
 
-def _ages(values: Sequence[float | str | None], when: datetime) -> np.ndarray:
-    """Days, never negative, from julianday arithmetic (SQLite) or from the stamps themselves.
-
-    A stamp nobody can read (NULL from julianday) counts as very old rather than failing.
-    """
+def _days(values: Sequence[float | str | None]) -> np.ndarray:
+    """Unix days from julianday arithmetic (SQLite) or from the stamps themselves; a stamp
+    nobody can read becomes NaN, which ranks as UNREADABLE_AGE_DAYS old."""
     if values and isinstance(values[0], str):
-        return np.array([age_days(v, when) for v in values], dtype=np.float64)
-    ages = np.array(values, dtype=np.float64)  # None becomes NaN
-    return np.maximum(np.nan_to_num(ages, nan=UNREADABLE_AGE_DAYS), 0.0)
+        return np.array([unix_day(v) for v in values], dtype=np.float64)
+    return np.array(values, dtype=np.float64)  # None becomes NaN
+
+
+def unix_day(stamp: str | None) -> float:
+    """An ISO stamp (naive means UTC) as Unix days; NaN when it cannot be read."""
+    try:
+        when = datetime.fromisoformat(stamp or "")
+    except ValueError:
+        return float("nan")
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() / 86400.0
+
+
+def _candidates(
+    cols: Columns, now_day: float, topic: bytes | None, rel: np.ndarray | None = None
+) -> Candidates:
+    ages = np.nan_to_num(now_day - cols.recalled_day, nan=UNREADABLE_AGE_DAYS)
+    if rel is None:
+        rel = np.zeros(cols.ids.size)
+        if topic is not None and cols.unit_vectors is not None:
+            rel = relevance(cols.unit_vectors, topic)
+    return Candidates(
+        ids=cols.ids,
+        groups=cols.groups,
+        kinds=cols.kinds,
+        importance=cols.importance,
+        age_days=np.maximum(ages, 0.0),
+        chars=cols.chars,
+        relevance=rel,
+    )
+
+
+def _embeddings(
+    conn: Connection, clause: ColumnElement[bool], ids: np.ndarray
+) -> list[bytes | None]:
+    """The embeddings of a persona too big to cache, in the order of `ids`."""
+    pm = t.persona_memory.c
+    found = dict(conn.execute(select(pm.id, pm.embedding).where(clause)).all())
+    return [found.get(int(i)) for i in ids]
 
 
 # --- touch ----------------------------------------------------------------------------------
 
 
-def _touch(eng: Engine, ids: Sequence[int], when: datetime) -> bool:
+def _touch_stamp(when: datetime) -> str:
+    return when.astimezone(UTC).replace(microsecond=0).isoformat()
+
+
+def _touch_day(when: datetime) -> float:
+    """The Unix day a touch stamps, as a refetch would read it back."""
+    return datetime.fromisoformat(_touch_stamp(when)).timestamp() / 86400.0
+
+
+def _touch(
+    eng: Engine, ids: Sequence[int], personas: Sequence[str], when: datetime
+) -> dict[str, tuple[Version, Version]] | None:
     """`last_recalled = now, recall_count += 1` for loaded rows; best effort, never raises.
 
     A short transaction of its own, allowed to wait TOUCH_BUSY_TIMEOUT_MS for the write lock:
     if a writer holds it, the touch is skipped (a memory that loaded stays as fresh as it was)
-    rather than the room opening late. Returns True when the rows were touched.
+    rather than the room opening late. Returns each persona's version (before, after) the
+    touch, read inside its transaction for the read cache; None when it was skipped.
     """
     pm = t.persona_memory.c
     try:
-        stamp = when.astimezone(UTC).replace(microsecond=0).isoformat()
+        stamp = _touch_stamp(when)
         touch = (
             update(t.persona_memory)
             .where(pm.id.in_(ids))
@@ -350,24 +467,29 @@ def _touch(eng: Engine, ids: Sequence[int], when: datetime) -> bool:
         )
         with eng.connect() as conn:
             if store.is_sqlite(conn):
-                return _touch_sqlite(conn, touch)
+                return _touch_sqlite(conn, touch, personas)
             with conn.begin():
                 conn.execute(text(f"SET LOCAL lock_timeout = '{TOUCH_BUSY_TIMEOUT_MS}ms'"))
-                conn.execute(touch)
-            return True
+                return _touched(conn, touch, personas)
     except Exception as exc:  # noqa: BLE001 — a failed touch must never fail the read
         log.info("touch skipped for %d rows: %s", len(ids), exc)
-        return False
+        return None
 
 
-def _touch_sqlite(conn: Connection, touch) -> bool:  # type: ignore[no-untyped-def]
+def _touched(conn: Connection, touch, personas: Sequence[str]):  # type: ignore[no-untyped-def]
+    before = _versions(conn, personas, lock=True)
+    conn.execute(touch)
+    after = _versions(conn, personas)
+    return {p: (before[p], after[p]) for p in personas}
+
+
+def _touch_sqlite(conn: Connection, touch, personas: Sequence[str]):  # type: ignore[no-untyped-def]
     raw = conn.connection.driver_connection
     raw.execute(f"PRAGMA busy_timeout = {TOUCH_BUSY_TIMEOUT_MS}")
     try:
         conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # take the write lock first, or give up
         with conn.begin():
-            conn.execute(touch)
-        return True
+            return _touched(conn, touch, personas)
     finally:
         try:
             raw.execute(f"PRAGMA busy_timeout = {store.SQLITE_BUSY_TIMEOUT_MS}")

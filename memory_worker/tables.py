@@ -116,6 +116,15 @@ persona_memory = Table(
     Index("ix_persona_memory_subject", "subject"),
 )
 
+persona_memory_versions = Table(
+    "persona_memory_versions",
+    metadata,
+    # Bumped by triggers (schema/versions/0002) on every insert, update and delete of a
+    # persona's rows: the reader's cache asks it whether its columns are still true.
+    Column("persona", Text, primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+
 persona_memory_mute = Table(
     "persona_memory_mute",
     metadata,

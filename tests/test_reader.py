@@ -138,6 +138,71 @@ def recall(ids: list[int]) -> dict[int, tuple[str | None, int]]:
 # --- blocks -----------------------------------------------------------------------------------
 
 
+def block_text_cold(persona: str, present: set[int], room: str) -> str:
+    """The block as a process that never opened a room would build it."""
+    reader.READ_CACHE.clear()
+    return build_block(persona, present, room, now=NOW, touch=False).text
+
+
+def test_a_second_open_reads_no_ranking_columns_and_renders_the_same_bytes(
+    cast: dict[str, int], db: Engine
+) -> None:
+    first = build_block("warren", {DAN}, "dm", now=NOW).text
+    selects = count_memory_selects(db)
+    again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    assert len(selects) == 1, "only the winners' rows: the ranking columns came from the cache"
+    assert again == block_text_cold("warren", {DAN}, "dm")
+    assert first  # the first open built a block, touched its rows and kept the cache true
+
+
+@pytest.mark.parametrize("change", ["a new row", "a closed row", "a deleted row", "a touch"])
+def test_a_change_made_elsewhere_is_seen_at_the_next_open(
+    cast: dict[str, int], db: Engine, change: str
+) -> None:
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
+    pm = t.persona_memory.c
+    with store.transaction() as c:  # as another process would: not through the reader
+        if change == "a new row":
+            add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
+        elif change == "a closed row":
+            c.execute(
+                update(t.persona_memory)
+                .where(pm.id == cast["interview"])
+                .values(valid_to="2026-11-30")
+            )
+        elif change == "a deleted row":
+            c.execute(delete(t.persona_memory).where(pm.id == cast["shares"]))
+        else:
+            c.execute(
+                update(t.persona_memory)
+                .where(pm.id == cast["flat"])
+                .values(last_recalled="2026-12-01T11:00:00+00:00", recall_count=pm.recall_count + 1)
+            )
+    warm = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    assert warm == block_text_cold("warren", {DAN}, "dm")
+    if change == "a new row":
+        assert "adopted a dog" in warm
+    elif change == "a closed row":
+        assert "interview" not in warm
+    elif change == "a deleted row":
+        assert "Tesla" not in warm
+
+
+def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
+    cast: dict[str, int], db: Engine
+) -> None:
+    reader.READ_CACHE.clear()
+    selects = count_memory_selects(db)
+    for day in range(2, 7):
+        build_block("warren", {DAN}, "dm", now=f"2026-12-0{day}T09:00:00+00:00")  # touches
+        later = f"2026-12-0{day}T21:00:00+00:00"
+        before = len(selects)
+        warm = build_block("warren", {DAN}, "dm", now=later, touch=False).text
+        assert len(selects) - before == 1, "the touch updated the cache: still a hit"
+        reader.READ_CACHE.clear()
+        assert warm == build_block("warren", {DAN}, "dm", now=later, touch=False).text
+
+
 def test_warren_gets_what_he_knows_about_dan_in_their_private_chat(cast: dict[str, int]) -> None:
     block = build_block("warren", {DAN}, "dm", now=NOW)
     want = {cast[k] for k in ("flat", "shares", "letter", "interview", "odyssey")}
@@ -158,14 +223,18 @@ def test_blocks_for_room_builds_every_persona_member_from_one_query_over_their_r
     with store.transaction() as c:
         app_side.add_persona(c, "cleo", "Cleo")
         app_side.add_room(c, "trio", "private", ["u:42", "warren", "nolan", "cleo"])
+    reader.READ_CACHE.clear()
     selects = count_memory_selects(db)
     blocks = blocks_for_room("trio", {DAN}, now=NOW)
     assert sorted(blocks) == ["cleo", "nolan", "warren"]
     assert len(selects) == 2, "one query for all candidates, one for the winners' full rows"
     assert set(blocks["nolan"].row_ids) == {cast["nolan_dan"], cast["nolan_world"]}
-    assert blocks["cleo"].text == "Cleo's memory · 0/1200 chars\n\nDan (u:42)\n" + (
-        "Dan's own note, in their words: Call me Dan.\n\n"
-    ) + blocks["cleo"].text.split("\n\n")[-1]
+    assert (
+        blocks["cleo"].text
+        == "Cleo's memory · 0/1200 chars\n\nDan (u:42)\n"
+        + ("Dan's own note, in their words: Call me Dan.\n\n")
+        + blocks["cleo"].text.split("\n\n")[-1]
+    )
     assert blocks["warren"].text == build_block("warren", {DAN}, "trio", now=NOW).text
 
 
@@ -431,16 +500,15 @@ def load_world(url: str, world: tuple) -> tuple[set[int], Room, Consent, list[Ro
                 valid_to="2026-11-01" if closed else None,
             )
         rows = [Row.from_mapping(m) for m in c.execute(select(t.persona_memory)).mappings()]
-    consent = Consent(
-        memory_on={u: memory_on.get(u, True) for u in HUMANS}, mutes=frozenset(mutes)
-    )
+    consent = Consent(memory_on={u: memory_on.get(u, True) for u in HUMANS}, mutes=frozenset(mutes))
     return set(present), Room(id="r", kind=kind, incognito=incognito), consent, rows
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
-    shared_url: str, world: tuple  # type: ignore[type-arg]
+    shared_url: str,
+    world: tuple,  # type: ignore[type-arg]
 ) -> None:
     present, room, consent, rows = load_world(shared_url, world)
     by_id = {r.id: r for r in rows}
@@ -460,7 +528,8 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_the_sql_the_reader_pushes_down_selects_exactly_what_the_rule_admits(
-    shared_url: str, world: tuple  # type: ignore[type-arg]
+    shared_url: str,
+    world: tuple,  # type: ignore[type-arg]
 ) -> None:
     present, room, consent, rows = load_world(shared_url, world)
     for persona in PERSONAS:

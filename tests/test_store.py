@@ -27,7 +27,7 @@ def test_the_migrations_build_exactly_the_tables_in_code(db: Engine) -> None:
 def test_init_db_twice_changes_nothing(db: Engine) -> None:
     store.init_db(str(db.url))
     with db.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
 
 
 def test_sqlite_runs_in_wal_with_a_busy_timeout_and_foreign_keys(db: Engine) -> None:
