@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.pipeline
+pytestmark = pytest.mark.slow
 
 
 def test_the_demo_runs_both_spells_through_a_real_worker_and_shows_the_blocks(

@@ -1,0 +1,65 @@
+"""The operator's commands: the block a persona gets, and the parked spells."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine
+
+from memory_worker import app_side, cli
+from memory_worker import tables as t
+from memory_worker.write import pipeline
+from tests.scenes import DAN, people, private_chat
+
+pytestmark = pytest.mark.store
+
+
+def test_block_prints_the_meter_and_the_rows_and_does_not_touch_them(
+    db: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    people(db)
+    private_chat(db)
+    with db.begin() as conn:
+        conn.execute(
+            t.persona_memory.insert().values(
+                persona="warren",
+                subject="u:42",
+                witnessed="[42]",
+                room_id="dm-dan",
+                kind="fact",
+                text="u:42 owns a flat in Xuhui.",
+                importance=6,
+                evidence="[1]",
+                created="2026-08-18T10:00:00+00:00",
+            )
+        )
+    assert (
+        cli.main(["block", "--persona", "warren", "--present", str(DAN), "--room", "dm-dan"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "/1200 chars" in out and "u:42 owns a flat in Xuhui." in out
+    with db.connect() as conn:
+        assert conn.execute(t.persona_memory.select()).mappings().one()["recall_count"] == 0
+
+
+def test_block_for_an_unknown_room_says_so_and_exits_2(
+    db: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["block", "--persona", "warren", "--present", "42", "--room", "nope"]) == 2
+    assert "unknown room 'nope'" in capsys.readouterr().err
+
+
+def test_parked_lists_the_spells_an_operator_must_see(
+    db: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    people(db)
+    private_chat(db)
+    spell = pipeline.begin("warren", "dm-dan")
+    assert spell is not None
+    spell.parked = "malformed model answer (asked twice)"
+    pipeline.run_commit(spell)
+    with db.begin() as conn:
+        app_side.say(conn, "dm-dan", DAN, "One more thing.")
+    assert cli.main(["parked"]) == 0
+    out = capsys.readouterr().out
+    assert "warren/dm-dan/3  malformed model answer (asked twice)" in out
+    assert "1 parked spell(s)" in out
