@@ -97,9 +97,17 @@ def writer(persona: str, url: str | None = None) -> Iterator[Connection]:
 
 @contextmanager
 def transaction(url: str | None = None) -> Iterator[Connection]:
-    """A plain read-write transaction (controls, app-side fixtures)."""
-    with engine(url).begin() as conn:
-        yield conn
+    """A read-write transaction (notices, controls, events).
+
+    On SQLite it takes the write lock up front (BEGIN IMMEDIATE): a transaction that reads
+    and then writes would otherwise fail at once with "database is locked" when another
+    writer committed in between, instead of waiting out the busy timeout.
+    """
+    with engine(url).connect() as conn:
+        if is_sqlite(conn):
+            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"
+        with conn.begin():
+            yield conn
 
 
 def alembic_config(url: str | None = None):  # type: ignore[no-untyped-def]

@@ -82,3 +82,38 @@ def test_the_cli_init_db_migrates_the_configured_database(tmp_path: Path) -> Non
     with eng.connect() as conn:
         names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master")}
     assert {"persona_memory", "users", "persona_memory_mute", "rooms", "lines"} <= names
+
+
+def test_a_transaction_that_reads_then_writes_is_not_beaten_to_the_lock(db: Engine) -> None:
+    """Another writer slipping in between our read and our write must wait, not make our
+    write fail with "database is locked" (SQLite cannot upgrade a stale read snapshot)."""
+    if not store.is_sqlite(db):
+        pytest.skip("SQLite locking")
+    from memory_worker import app_side
+
+    with store.transaction() as conn:
+        app_side.add_user(conn, 1, "Ada")
+    outcome: list[str] = []
+
+    def other_writer() -> None:
+        import sqlite3
+
+        raw = sqlite3.connect(db.url.database, timeout=0.1)
+        try:
+            raw.execute("UPDATE users SET name = 'Other' WHERE id = 1")
+            raw.commit()
+            outcome.append("wrote")
+        except sqlite3.OperationalError:
+            outcome.append("waited")
+        finally:
+            raw.close()
+
+    with store.transaction() as conn:
+        conn.execute(text("SELECT name FROM users")).all()
+        writer_thread = threading.Thread(target=other_writer)
+        writer_thread.start()
+        writer_thread.join(10)
+        conn.execute(text("UPDATE users SET name = 'Ours' WHERE id = 1"))
+    assert outcome == ["waited"]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT name FROM users")).scalar() == "Ours"

@@ -103,7 +103,12 @@ def commit(self: Task, spell: dict) -> dict:
     return {"spell": s.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
 
-@app.task(name="memory_worker.notify_toast", autoretry_for=(OperationalError,), retry_backoff=True)
+@app.task(
+    name="memory_worker.notify_toast",
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=MODEL_MAX_RETRIES,
+)
 def notify_toast(result: dict) -> int:
     toasts = pipeline.run_notify(Spell.from_json(result["spell"]), result["row_ids"])
     return len(toasts)
