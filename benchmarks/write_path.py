@@ -75,7 +75,7 @@ def toasted() -> int:
         return int(c.execute(select(func.count()).select_from(t.notices)).scalar() or 0)
 
 
-def wait_until(count: callable, target: int, timeout: float = 600) -> float:  # type: ignore[valid-type]
+def wait_until(count: callable, target: int, timeout: float = 180) -> float:  # type: ignore[valid-type]
     start = time.perf_counter()
     while count() < target:
         if time.perf_counter() - start > timeout:
