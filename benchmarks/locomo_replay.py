@@ -32,8 +32,8 @@ from rich.table import Table  # noqa: E402
 
 from memory_worker import app_side, models, reader, store  # noqa: E402
 from memory_worker import settings as settings_mod  # noqa: E402
-from memory_worker.models.base import ChatResult, MalformedAnswer, T, Usage  # noqa: E402
 from memory_worker.write import extract, pipeline  # noqa: E402
+from tests.fakes import ScriptedChat, route_payload  # noqa: E402
 
 DATA = (
     Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo" / "locomo10.json"
@@ -56,45 +56,22 @@ class Replay:
     block_rows: int = 0
 
 
-class AnnotatedModel:
-    """Answers extraction from the session's observations, routing by exact sentence."""
-
-    def __init__(self) -> None:
-        self.answer: dict = {"candidates": []}
-
-    def chat_json(
-        self, system: str, prompt: str, schema: type[T], *, purpose: str
-    ) -> ChatResult[T]:
-        if purpose == "extract":
-            raw = json.dumps(self.answer)
-        else:
-            memories, shown = _route_payload(prompt)
-            text_of = {m["id"]: m["text"].lower() for m in memories}
-            raw = json.dumps(
-                {
-                    "decisions": [
-                        {
-                            "candidate": c["candidate"],
-                            "event": "NONE"
-                            if any(text_of[n] == c["text"].lower() for n in c["neighbours"])
-                            else "ADD",
-                            "old_id": None,
-                        }
-                        for c in shown
-                    ]
-                }
-            )
-        try:
-            parsed = schema.model_validate_json(raw)
-        except ValueError as e:
-            raise MalformedAnswer(str(e), raw) from e
-        return ChatResult(parsed, Usage(len(prompt) // 4, len(raw) // 4, True), raw)
-
-
-def _route_payload(prompt: str) -> tuple[list[dict], list[dict]]:
-    head, tail = prompt.split("New candidates, each with the numbers of its neighbours:")
-    mem = head.split("Existing memories (numbered):", 1)[1].strip()
-    return ([] if mem == "(none)" else json.loads(mem)), json.loads(tail.strip())
+def known_or_new(prompt: str) -> dict:
+    """The router: NONE for a sentence the persona already holds, else ADD."""
+    memories, shown = route_payload(prompt)
+    text_of = {m["id"]: m["text"].lower() for m in memories}
+    return {
+        "decisions": [
+            {
+                "candidate": c["candidate"],
+                "event": "NONE"
+                if any(text_of[n] == c["text"].lower() for n in c["neighbours"])
+                else "ADD",
+                "old_id": None,
+            }
+            for c in shown
+        ]
+    }
 
 
 def session_date(stamp: str) -> str:
@@ -112,7 +89,8 @@ def replay(sample: dict, url: str) -> Replay:
     conv, obs = sample["conversation"], sample["observation"]
     a, b = conv["speaker_a"], conv["speaker_b"]
     out = Replay(sample["sample_id"])
-    model = AnnotatedModel()
+    annotated: dict = {"candidates": []}
+    model = ScriptedChat({"extract": lambda _prompt: annotated, "route": known_or_new})
     base = settings_mod.current().with_(database_url=url)
     settings_mod.configure(base)
     store.init_db(url)
@@ -129,25 +107,23 @@ def replay(sample: dict, url: str) -> Replay:
                 who = HUMAN if turn["speaker"] == a else PERSONA
                 line_of[turn["dia_id"]] = app_side.say(c, "dm", who, turn["text"], at=day)
         facts = obs.get(f"session_{n}_observation", {}).get(a, [])
-        model.answer = {
-            "candidates": [
-                {
-                    "subject": f"u:{HUMAN}",
-                    "kind": "fact",
-                    "text": text.replace(a, f"u:{HUMAN}"),
-                    "importance": IMPORTANCE,
-                    "evidence": [line_of[e] for e in _ids(ev) if e in line_of],
-                }
-                for text, ev in facts
-            ]
-        }
+        annotated["candidates"] = [
+            {
+                "subject": f"u:{HUMAN}",
+                "kind": "fact",
+                "text": text.replace(a, f"u:{HUMAN}"),
+                "importance": IMPORTANCE,
+                "evidence": [line_of[e] for e in _ids(ev) if e in line_of],
+            }
+            for text, ev in facts
+        ]
         started = time.perf_counter()
         spell = pipeline.begin(PERSONA, "dm")
         assert spell is not None
         lines, present = _slice(spell)
         spell = pipeline.run_extract(spell, model)
         _, rejected = extract.guard(
-            extract.ExtractAnswer.model_validate(model.answer),
+            extract.ExtractAnswer.model_validate(annotated),
             persona=PERSONA,
             present=present,
             lines=lines,
