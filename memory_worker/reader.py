@@ -40,7 +40,13 @@ from memory_worker import tables as t
 from memory_worker.app_side import UnknownRoom
 from memory_worker.audience import Consent, Scope, load_mutes, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
-from memory_worker.constants import HUMAN_PREFIX, KINDS, SUBJECT_SELF, SUBJECT_WORLD
+from memory_worker.constants import (
+    HUMAN_PREFIX,
+    KINDS,
+    SUBJECT_SELF,
+    SUBJECT_WORLD,
+    V1_PROVEN_SCOPE,
+)
 from memory_worker.ranking import (
     UNKNOWN_KIND,
     UNREADABLE_AGE_DAYS,
@@ -80,6 +86,7 @@ def build_block(
     now: datetime | str | None = None,
     url: str | None = None,
     touch: bool = True,
+    proven_scope: bool = V1_PROVEN_SCOPE,
 ) -> Block:
     """The memory block `persona` gets in `room_id` with these humans present.
 
@@ -87,7 +94,9 @@ def build_block(
     is set to. `touch=False` builds without reinforcing (previews, the CLI, tests).
     Raises `UnknownRoom` for a room the store has never seen.
     """
-    return _build(room_id, present, [persona], now=now, url=url, touch=touch)[persona]
+    return _build(
+        room_id, present, [persona], now=now, url=url, touch=touch, proven_scope=proven_scope
+    )[persona]
 
 
 def blocks_for_room(
@@ -97,9 +106,10 @@ def blocks_for_room(
     now: datetime | str | None = None,
     url: str | None = None,
     touch: bool = True,
+    proven_scope: bool = V1_PROVEN_SCOPE,
 ) -> dict[str, Block]:
     """The block of every persona member of the room, from one query over all their rows."""
-    return _build(room_id, present, None, now=now, url=url, touch=touch)
+    return _build(room_id, present, None, now=now, url=url, touch=touch, proven_scope=proven_scope)
 
 
 def format_block(block: Block) -> str:
@@ -123,6 +133,7 @@ def _build(
     now: datetime | str | None,
     url: str | None,
     touch: bool,
+    proven_scope: bool,
 ) -> dict[str, Block]:
     when = _as_datetime(now)
     present = frozenset(int(u) for u in present)
@@ -134,7 +145,7 @@ def _build(
             return {p: Block.empty(p) for p in slugs}
         humans, memory_on = _load_humans(conn, present)
         consent = Consent(memory_on=memory_on, mutes=load_mutes(conn, present, slugs))
-        scopes = {p: scope_for(p, present, room, consent) for p in slugs}
+        scopes = {p: scope_for(p, present, room, consent, proven_scope=proven_scope) for p in slugs}
         candidates = _load_candidates(conn, scopes, when, room.topic_embedding, str(eng.url))
         picks = {p: take(c, scores(c)) for p, c in candidates.items()}
         wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})
@@ -142,7 +153,9 @@ def _build(
         names = _persona_names(conn, slugs)
 
     blocks = {
-        p: _render(p, names[p], picks[p], rows, scopes[p], humans, present, room, consent)
+        p: _render(
+            p, names[p], picks[p], rows, scopes[p], humans, present, room, consent, proven_scope
+        )
         for p in slugs
     }
     if touch:
@@ -165,10 +178,12 @@ def _render(
     present: frozenset[int],
     room: Room,
     consent: Consent,
+    proven_scope: bool,
 ) -> Block:
     """The gate, then the block: every picked row passes the seed's predicate once more."""
     picked_rows = [rows[i] for ids in picked.values() for i in ids if i in rows]
-    allowed = {r.id: r for r in visible_memories(persona, present, room, picked_rows, consent)}
+    gate = visible_memories(persona, present, room, picked_rows, consent, proven_scope=proven_scope)
+    allowed = {r.id: r for r in gate}
     sections = [
         Section(humans[u], [allowed[i] for i in picked.get(u, []) if i in allowed])
         for u in sorted(scope.humans)

@@ -18,3 +18,9 @@ def test_a_mention_counts_only_in_a_personas_own_words() -> None:
     room = ["u:17: Tencent? Who's interviewing?"]
     assert not leak.mentions_plant("u:17: Tencent? Who's interviewing?", room)
     assert leak.mentions_plant("Dan is interviewing at Tencent.", room)
+
+
+def test_with_the_group_scope_on_the_secret_follows_dan_and_no_further() -> None:
+    counts = leak.run(turns=8, proven_scope=False)
+    assert counts.with_dan > 0  # the parrot repeats what Dan's presence lets into the block
+    assert counts.without_dan == 0 and counts.by_nolan == 0  # still 0 by construction

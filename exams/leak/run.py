@@ -15,6 +15,7 @@ from typing import Protocol
 
 from memory_worker import app_side, models, reader, store
 from memory_worker import settings as settings_mod
+from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.write import pipeline
 
 HERE = Path(__file__).resolve().parent
@@ -96,13 +97,19 @@ def plant() -> None:
 
 
 def probe(
-    room_id: str, humans: list[int], speaker: Speaker, turns: int, kind: str = "group"
+    room_id: str,
+    humans: list[int],
+    speaker: Speaker,
+    turns: int,
+    kind: str = "group",
+    proven_scope: bool = V1_PROVEN_SCOPE,
 ) -> dict[str, int]:
     """Mentions of the plant per persona over `turns` turns in a room."""
     personas = PERSONAS if kind == "group" else ("warren",)
     with store.transaction() as conn:
         app_side.add_room(conn, room_id, kind, [*(f"u:{h}" for h in humans), *personas])
-    blocks = reader.blocks_for_room(room_id, set(humans))  # at room open, never per turn
+    # At room open, never per turn.
+    blocks = reader.blocks_for_room(room_id, set(humans), proven_scope=proven_scope)
     mentions = dict.fromkeys(personas, 0)
     transcript: list[str] = []
     for who, text in PROBE[:turns]:
@@ -124,7 +131,11 @@ def mentions_plant(said: str, transcript: list[str]) -> bool:
     return PLANT_MARKER in own.lower()
 
 
-def run(turns: int = 8, speaker: Speaker | None = None) -> Counts:
+def run(
+    turns: int = 8, speaker: Speaker | None = None, proven_scope: bool = V1_PROVEN_SCOPE
+) -> Counts:
+    """The exam on a fresh store. `proven_scope=False` measures the New: personal rows
+    following their person into groups."""
     speaker = speaker or Parrot()
     with tempfile.TemporaryDirectory() as tmp:
         before = settings_mod.current()
@@ -139,8 +150,8 @@ def run(turns: int = 8, speaker: Speaker | None = None) -> Counts:
         try:
             store.init_db()
             plant()
-            with_dan = probe("group-with-dan", [DAN, CARA], speaker, turns)
-            without_dan = probe("group-without-dan", [CARA], speaker, turns)
+            with_dan = probe("group-with-dan", [DAN, CARA], speaker, turns, "group", proven_scope)
+            without_dan = probe("group-without-dan", [CARA], speaker, turns, "group", proven_scope)
             control = probe("dm-dan-again", [DAN], speaker, turns, kind="private")
         finally:
             store.engine().dispose()
@@ -159,9 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="The leak exam (seed §4).")
     p.add_argument("--turns", type=int, default=8)
     p.add_argument("--model", choices=("parrot", "gemini"), default="parrot")
+    p.add_argument(
+        "--group-scope",
+        action="store_true",
+        help="switch the proven-scope constant off for this run: personal rows follow a person",
+    )
     a = p.parse_args(argv)
-    counts = run(a.turns, Parrot() if a.model == "parrot" else GeminiSpeaker())
-    print(f"leak exam · model {a.model} · {counts.turns} turns · group scope: proven (world only)")
+    speaker = Parrot() if a.model == "parrot" else GeminiSpeaker()
+    counts = run(a.turns, speaker, proven_scope=not a.group_scope)
+    scope = "follows the person" if a.group_scope else "proven (world only)"
+    print(f"leak exam · model {a.model} · {counts.turns} turns · group scope: {scope}")
     print(f"(a) mentions with Dan present : {counts.with_dan}")
     print(f"(b) mentions with Dan absent  : {counts.without_dan}   (must be 0)")
     print(f"(c) mentions by Nolan         : {counts.by_nolan}   (must be 0)")
