@@ -1,4 +1,5 @@
-"""Writes to the app's tables the way the chat app would: users, personas, rooms, lines.
+"""The app's side of the contract: writes to its tables the way the chat app would (users,
+personas, rooms, lines), and the reads of them that the worker and the reader share.
 
 The app is not in this repo; the demo, the tests, the exams and the benchmarks play it
 through these functions, so they all write the contract in `schema/` the same way.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, insert, select, update
 
 from memory_worker import tables as t
-from memory_worker.rows import human_ref, now_iso
+from memory_worker.rows import Room, human_ref, now_iso
 
 
 class UnknownRoom(LookupError):
@@ -89,3 +90,24 @@ def require_room(conn: Connection, room_id: str) -> None:
     """Raise UnknownRoom unless the room exists."""
     if conn.execute(select(t.rooms.c.id).where(t.rooms.c.id == room_id)).first() is None:
         raise UnknownRoom(room_id)
+
+
+def load_room(conn: Connection, room_id: str) -> Room:
+    """The room as plain data; UnknownRoom if the store has never seen it."""
+    r = t.rooms.c
+    found = conn.execute(
+        select(
+            r.id, r.kind, r.incognito, r.kit_mounted, r.archived, r.topic, r.topic_embedding
+        ).where(r.id == room_id)
+    ).first()
+    if found is None:
+        raise UnknownRoom(room_id)
+    return Room(
+        id=found.id,
+        kind=found.kind,
+        incognito=bool(found.incognito),
+        kit_mounted=bool(found.kit_mounted),
+        archived=bool(found.archived),
+        topic=found.topic,
+        topic_embedding=found.topic_embedding,
+    )

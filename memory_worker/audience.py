@@ -147,9 +147,7 @@ def load_mutes(
     return frozenset((int(uid), slug) for uid, slug in conn.execute(query))
 
 
-def load_visible(
-    conn: Connection, persona: str, present: Iterable[int], room: Room
-) -> list[Row]:
+def load_visible(conn: Connection, persona: str, present: Iterable[int], room: Room) -> list[Row]:
     """Every row this persona may see here, unranked (the manage page, the CLI, tests)."""
     present = frozenset(present)
     consent = load_consent(conn, present, [persona])
@@ -167,4 +165,3 @@ def load_visible(
     )
     rows = [Row.from_mapping(m) for m in conn.execute(query).mappings()]
     return visible_memories(persona, present, room, rows, consent)
-

@@ -1,12 +1,12 @@
 """`memory-worker …`: the operator's and developer's commands.
 
-    init-db                     apply the migrations under schema/
-    demo                        the main job on the embedded default (make demo)
-    block --persona P --present 42 [43 …] --room R
-                                print the block a persona gets at room open, with its meter
-    sweep                       enqueue every room whose cursor lags its last line
-    parked                      list spells parked for an operator
-    cassette-answer MISS ANSWER add an authored answer for a replay miss to the cassette
+init-db                     apply the migrations under schema/
+demo                        the main job on the embedded default (make demo)
+block --persona P --present 42 [43 …] --room R
+                            print the block a persona gets at room open, with its meter
+sweep                       enqueue every room whose cursor lags its last line
+parked                      list spells parked for an operator
+cassette-answer MISS ANSWER add an authored answer for a replay miss to the cassette
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from memory_worker.vectors import matrix
+
 CACHE_ENTRIES = 256  # ours: personas × audiences kept per process, least recently used first out
 EMBEDDINGS_MAX_ROWS = (
     20_000  # ours: above this a persona's vectors (4 bytes × 768 each) stay on disk
@@ -102,11 +104,7 @@ def unit_rows(blobs: list[bytes | None], dims: int) -> np.ndarray:
     out = np.zeros((len(blobs), dims), dtype=np.float32)
     fit = [i for i, b in enumerate(blobs) if b is not None and len(b) == dims]
     if fit:
-        m = np.frombuffer(b"".join(blobs[i] for i in fit), dtype=np.int8)  # type: ignore[misc]
-        m = m.reshape(len(fit), dims).astype(np.float32)
-        norms = np.linalg.norm(m, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        out[fit] = m / norms
+        out[fit] = matrix([blobs[i] for i in fit])  # type: ignore[misc]
     return out
 
 

@@ -37,7 +37,7 @@ from sqlalchemy import (
 
 from memory_worker import clock, store
 from memory_worker import tables as t
-from memory_worker.app_side import UnknownRoom
+from memory_worker.app_side import UnknownRoom, load_room
 from memory_worker.audience import Consent, Scope, load_mutes, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
 from memory_worker.constants import (
@@ -139,7 +139,7 @@ def _build(
     present = frozenset(int(u) for u in present)
     eng = store.engine(url)
     with eng.connect() as conn:  # one read transaction: every query sees the same snapshot
-        room = _load_room(conn, room_id)
+        room = load_room(conn, room_id)
         slugs = list(personas) if personas is not None else _persona_members(conn, room_id)
         if room.incognito:
             return {p: Block.empty(p) for p in slugs}
@@ -195,26 +195,6 @@ def _render(
 
 
 # --- loading --------------------------------------------------------------------------------
-
-
-def _load_room(conn: Connection, room_id: str) -> Room:
-    r = t.rooms.c
-    found = conn.execute(
-        select(
-            r.id, r.kind, r.incognito, r.kit_mounted, r.archived, r.topic, r.topic_embedding
-        ).where(r.id == room_id)
-    ).first()
-    if found is None:
-        raise UnknownRoom(room_id)
-    return Room(
-        id=found.id,
-        kind=found.kind,
-        incognito=bool(found.incognito),
-        kit_mounted=bool(found.kit_mounted),
-        archived=bool(found.archived),
-        topic=found.topic,
-        topic_embedding=found.topic_embedding,
-    )
 
 
 def _persona_members(conn: Connection, room_id: str) -> list[str]:

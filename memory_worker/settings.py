@@ -62,9 +62,7 @@ class Settings:
             model_calls_per_second=float(
                 e.get("MW_MODEL_CALLS_PER_SECOND") or d.model_calls_per_second
             ),
-            retry_backoff_base_s=float(
-                e.get("MW_RETRY_BACKOFF_BASE_S") or d.retry_backoff_base_s
-            ),
+            retry_backoff_base_s=float(e.get("MW_RETRY_BACKOFF_BASE_S") or d.retry_backoff_base_s),
             today=e.get("MW_TODAY") or None,
         )
 

@@ -6,7 +6,7 @@ import logging
 
 from sqlalchemy import func, select, update
 
-from memory_worker import models, store
+from memory_worker import app_side, models, store
 from memory_worker import tables as t
 from memory_worker.app_side import UnknownRoom
 from memory_worker.celery_app import app
@@ -23,7 +23,7 @@ def on_room_quiet(room_id: str) -> list[str]:
     """Per persona in the room with new lines, start its chain. Returns the spell keys."""
     try:
         with store.engine().connect() as conn:
-            room = spells.load_room(conn, room_id)
+            room = app_side.load_room(conn, room_id)
             personas, _ = spells.members(conn, room_id)
     except UnknownRoom as e:
         log.error("%s", e)

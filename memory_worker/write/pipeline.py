@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from memory_worker import clock, store
+from memory_worker import app_side, clock, store
 from memory_worker.models.base import ChatModel, Embedder
 from memory_worker.rows import Candidate, Spell
 from memory_worker.write import commit, embed, extract, notify, route
@@ -30,7 +30,7 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
     if spell.done:
         return spell
     with store.engine().connect() as conn:
-        room = spells.load_room(conn, spell.room_id)
+        room = app_side.load_room(conn, spell.room_id)
         present = spells.eligible_humans(conn, spell.persona, spell.witnessed)
         spell.present = [u for u in spell.present if u in present]
         if room.incognito or room.kit_mounted or not spell.present:

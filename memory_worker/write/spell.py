@@ -10,22 +10,8 @@ from __future__ import annotations
 from sqlalchemy import Connection, func, select
 
 from memory_worker import tables as t
-from memory_worker.app_side import require_room
-from memory_worker.rows import Line, Room, Spell, human_id
-
-
-def load_room(conn: Connection, room_id: str) -> Room:
-    require_room(conn, room_id)
-    r = conn.execute(select(t.rooms).where(t.rooms.c.id == room_id)).mappings().one()
-    return Room(
-        id=r["id"],
-        kind=r["kind"],
-        incognito=bool(r["incognito"]),
-        kit_mounted=bool(r["kit_mounted"]),
-        archived=bool(r["archived"]),
-        topic=r["topic"],
-        topic_embedding=r["topic_embedding"],
-    )
+from memory_worker.app_side import load_room
+from memory_worker.rows import Line, Spell, human_id
 
 
 def members(conn: Connection, room_id: str) -> tuple[list[str], list[int]]:
