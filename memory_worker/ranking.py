@@ -166,15 +166,27 @@ def _top_per_group_kind(c: Candidates, score: np.ndarray, per_kind_top: int) -> 
 
     A group takes at most `per_human` rows, and the diversity pass never reaches past a kind's
     first `per_human` rows before the group is full, so this cut changes no block; it keeps
-    the Python loop below small however many rows a persona holds.
+    the Python loop below small however many rows a persona holds. One linear pass per
+    (group, kind) — a handful — instead of sorting every row.
     """
-    order = np.lexsort((c.ids, -score, c.kinds, c.groups))
-    g, k = c.groups[order], c.kinds[order]
-    new_run = np.ones(len(order), dtype=bool)
-    new_run[1:] = (g[1:] != g[:-1]) | (k[1:] != k[:-1])
-    positions = np.arange(len(order))
-    run_start = np.maximum.accumulate(np.where(new_run, positions, 0))
-    return order[(positions - run_start) < per_kind_top]
+    codes = c.groups * (UNKNOWN_KIND + 1) + c.kinds
+    kept = [
+        _best(np.flatnonzero(codes == code), score, c.ids, per_kind_top)
+        for code in np.unique(codes)
+    ]
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+
+
+def _best(idx: np.ndarray, score: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """The k of `idx` with the highest score, ties going to the lower id (deterministic)."""
+    if len(idx) <= k:
+        return idx
+    s = score[idx]
+    threshold = -np.partition(-s, k - 1)[k - 1]  # the k-th highest score
+    above = idx[s > threshold]
+    tied = idx[s == threshold]
+    tied = tied[np.argsort(ids[tied], kind="stable")[: k - len(above)]]
+    return np.concatenate([above, tied])
 
 
 def group_order(groups: Sequence[int]) -> list[int]:

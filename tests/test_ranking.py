@@ -284,7 +284,7 @@ def test_the_shortlist_never_changes_what_the_take_picks(
 
 # --- render -----------------------------------------------------------------------------------
 
-DAN_HUMAN = Human(DAN, "Dan", "I'm vegetarian.\nCall me Dan — never \"Daniel\".  ")
+DAN_HUMAN = Human(DAN, "Dan", 'I\'m vegetarian.\nCall me Dan — never "Daniel".  ')
 
 
 def test_the_note_rides_verbatim_under_its_human_and_outside_the_char_cap() -> None:
@@ -342,3 +342,38 @@ def test_the_tail_describes_what_the_persona_does_and_never_orders_a_recital() -
 def test_nothing_to_recall_renders_no_text_at_all() -> None:
     block = render("warren", "Warren", [Section(Human(DAN, "Dan", None), []), Section(None, [])])
     assert block.text == "" and block.row_ids == () and block.chars_current == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-1, 3), st.integers(0, 6), st.integers(0, 4)),
+        min_size=0,
+        max_size=80,
+    ),
+    st.integers(1, 12),
+)
+def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:  # type: ignore[no-untyped-def]
+    """The fast cut against the obvious one: sort every row by (group, kind, -score, id)."""
+    from memory_worker.ranking import _top_per_group_kind
+
+    n = len(rows)
+    ids = np.arange(100, 100 + n, dtype=np.int64)[::-1].copy()  # ids not in row order
+    c = Candidates(
+        ids=ids,
+        groups=np.array([g for g, _, _ in rows], dtype=np.int64),
+        kinds=np.array([kd for _, kd, _ in rows], dtype=np.int64),
+        importance=np.zeros(n),
+        age_days=np.zeros(n),
+        chars=np.zeros(n, dtype=np.int64),
+        relevance=np.zeros(n),
+    )
+    score = np.array([s / 4 for _, _, s in rows], dtype=np.float64)  # many exact ties
+    expected: set[int] = set()
+    seen: dict[tuple[int, int], int] = {}
+    for i in sorted(range(n), key=lambda i: (c.groups[i], c.kinds[i], -score[i], ids[i])):
+        key = (int(c.groups[i]), int(c.kinds[i]))
+        if seen.get(key, 0) < k:
+            expected.add(i)
+            seen[key] = seen.get(key, 0) + 1
+    assert set(_top_per_group_kind(c, score, k).tolist()) == expected
