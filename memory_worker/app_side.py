@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, insert, select, update
 
 from memory_worker import tables as t
-from memory_worker.rows import Room, human_ref, now_iso
+from memory_worker.rows import Room, human_id, human_ref, now_iso
 
 
 class UnknownRoom(LookupError):
@@ -111,3 +111,25 @@ def load_room(conn: Connection, room_id: str) -> Room:
         topic=found.topic,
         topic_embedding=found.topic_embedding,
     )
+
+
+def members(conn: Connection, room_id: str) -> tuple[list[str], list[int]]:
+    """(persona slugs, human ids) of the room's members, each sorted."""
+    found = conn.execute(
+        select(t.room_members.c.member).where(t.room_members.c.room_id == room_id)
+    ).scalars()
+    personas, humans = [], []
+    for m in found:
+        uid = human_id(m)
+        if uid is None:
+            personas.append(m)
+        else:
+            humans.append(uid)
+    return sorted(personas), sorted(humans)
+
+
+def persona_names(conn: Connection, slugs: list[str]) -> dict[str, str]:
+    """Display names by slug; a persona the app never named is shown by its slug."""
+    p = t.personas.c
+    found = dict(conn.execute(select(p.slug, p.name).where(p.slug.in_(slugs))).all())
+    return {s: found.get(s) or s for s in slugs}

@@ -37,7 +37,7 @@ from sqlalchemy import (
 
 from memory_worker import clock, store
 from memory_worker import tables as t
-from memory_worker.app_side import UnknownRoom, load_room
+from memory_worker.app_side import UnknownRoom, load_room, members, persona_names
 from memory_worker.audience import Consent, Scope, load_mutes, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
 from memory_worker.constants import (
@@ -65,7 +65,7 @@ from memory_worker.read_cache import (
     relevance,
     unit_rows,
 )
-from memory_worker.rows import Room, Row, human_id
+from memory_worker.rows import Room, Row
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def _build(
     eng = store.engine(url)
     with eng.connect() as conn:  # one read transaction: every query sees the same snapshot
         room = load_room(conn, room_id)
-        slugs = list(personas) if personas is not None else _persona_members(conn, room_id)
+        slugs = list(personas) if personas is not None else members(conn, room_id)[0]
         if room.incognito:
             return {p: Block.empty(p) for p in slugs}
         humans, memory_on = _load_humans(conn, present)
@@ -150,7 +150,7 @@ def _build(
         picks = {p: take(c, scores(c)) for p, c in candidates.items()}
         wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})
         rows = _load_rows(conn, wanted)
-        names = _persona_names(conn, slugs)
+        names = persona_names(conn, slugs)
 
     blocks = {
         p: _render(
@@ -195,19 +195,6 @@ def _render(
 
 
 # --- loading --------------------------------------------------------------------------------
-
-
-def _persona_members(conn: Connection, room_id: str) -> list[str]:
-    m = t.room_members.c
-    members = conn.execute(select(m.member).where(m.room_id == room_id)).scalars()
-    return sorted(x for x in members if human_id(x) is None)
-
-
-def _persona_names(conn: Connection, slugs: Sequence[str]) -> dict[str, str]:
-    p = t.personas.c
-    query = select(p.slug, p.name).where(p.slug.in_(slugs))
-    found = {slug: name for slug, name in conn.execute(query)}
-    return {s: found.get(s) or s for s in slugs}
 
 
 def _load_humans(

@@ -12,7 +12,6 @@ from memory_worker.app_side import UnknownRoom
 from memory_worker.celery_app import app
 from memory_worker.tasks.pipeline import spell_chain
 from memory_worker.write import pipeline
-from memory_worker.write import spell as spells
 from memory_worker.write.embed import embed_topic
 
 log = logging.getLogger(__name__)
@@ -24,7 +23,7 @@ def on_room_quiet(room_id: str) -> list[str]:
     try:
         with store.engine().connect() as conn:
             room = app_side.load_room(conn, room_id)
-            personas, _ = spells.members(conn, room_id)
+            personas, _ = app_side.members(conn, room_id)
     except UnknownRoom as e:
         log.error("%s", e)
         return []

@@ -10,23 +10,8 @@ from __future__ import annotations
 from sqlalchemy import Connection, func, select
 
 from memory_worker import tables as t
-from memory_worker.app_side import load_room
-from memory_worker.rows import Line, Spell, human_id
-
-
-def members(conn: Connection, room_id: str) -> tuple[list[str], list[int]]:
-    """(persona slugs, human ids) of the room's members, sorted."""
-    rows = conn.execute(
-        select(t.room_members.c.member).where(t.room_members.c.room_id == room_id)
-    ).scalars()
-    personas, humans = [], []
-    for m in rows:
-        uid = human_id(m)
-        if uid is None:
-            personas.append(m)
-        else:
-            humans.append(uid)
-    return sorted(personas), sorted(humans)
+from memory_worker.app_side import load_room, members, persona_names
+from memory_worker.rows import Line, Spell
 
 
 def cursor(conn: Connection, persona: str, room_id: str) -> int:
@@ -110,5 +95,4 @@ def names(conn: Connection, user_ids: list[int]) -> dict[int, str]:
 
 
 def persona_name(conn: Connection, persona: str) -> str:
-    v = conn.execute(select(t.personas.c.name).where(t.personas.c.slug == persona)).scalar()
-    return v or persona.capitalize()
+    return persona_names(conn, [persona])[persona]
