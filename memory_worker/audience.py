@@ -15,11 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Connection, select
-
-from memory_worker import tables as t
-from memory_worker.constants import SUBJECT_SELF, SUBJECT_WORLD, V1_PROVEN_SCOPE
-from memory_worker.rows import Room, Row, human_id, human_ref
+from memory_worker.constants import SUBJECT_WORLD, V1_PROVEN_SCOPE
+from memory_worker.rows import Room, Row, concerns, human_id, human_ref
 
 
 @dataclass(frozen=True)
@@ -60,9 +57,7 @@ class Scope:
             return False  # another mind's row, or a closed one: never loads
         if row.subject == SUBJECT_WORLD:
             return self.world
-        if row.subject == SUBJECT_SELF:
-            return human_id(row.counterpart or "") in self.humans
-        return human_id(row.subject) in self.humans
+        return concerns(row.subject, row.counterpart) in self.humans
 
 
 def scope_for(
@@ -119,49 +114,3 @@ def visible_memories(
         confidence = about is not None and set(r.witnessed) == {about}
         out.append(replace(r, confidence=confidence))
     return out
-
-
-# --- the thin loader ------------------------------------------------------------------------
-
-
-def load_consent(conn: Connection, present: Iterable[int], personas: Iterable[str]) -> Consent:
-    """Read the present humans' `memory_on` and their mutes of these personas."""
-    ids = sorted(set(present))
-    u = t.users.c
-    on = conn.execute(select(u.id, u.memory_on).where(u.id.in_(ids))) if ids else []
-    memory_on = {int(i): bool(flag) for i, flag in on}
-    return Consent(memory_on=memory_on, mutes=load_mutes(conn, ids, personas))
-
-
-def load_mutes(
-    conn: Connection, present: Iterable[int], personas: Iterable[str]
-) -> frozenset[tuple[int, str]]:
-    """(user_id, persona) for each present human who told one of these personas to forget them."""
-    ids = sorted(set(present))
-    if not ids:
-        return frozenset()
-    m = t.persona_memory_mute.c
-    query = select(m.user_id, m.persona).where(
-        m.user_id.in_(ids), m.persona.in_(sorted(set(personas)))
-    )
-    return frozenset((int(uid), slug) for uid, slug in conn.execute(query))
-
-
-def load_visible(conn: Connection, persona: str, present: Iterable[int], room: Room) -> list[Row]:
-    """Every row this persona may see here, unranked (the manage page, the CLI, tests)."""
-    present = frozenset(present)
-    consent = load_consent(conn, present, [persona])
-    scope = scope_for(persona, present, room, consent)
-    if not scope.world:
-        return []
-    pm = t.persona_memory.c
-    subjects = [SUBJECT_WORLD, *scope.human_refs]
-    if scope.humans:
-        subjects.append(SUBJECT_SELF)
-    query = (
-        select(t.persona_memory)
-        .where(pm.persona == persona, pm.valid_to.is_(None), pm.subject.in_(subjects))
-        .order_by(pm.id)
-    )
-    rows = [Row.from_mapping(m) for m in conn.execute(query).mappings()]
-    return visible_memories(persona, present, room, rows, consent)

@@ -64,9 +64,18 @@ class Block:
         return cls(persona=persona, text="", chars_current=0, chars_limit=chars_limit, row_ids=())
 
 
-def month_or_day(stamp: str) -> str:
+def day(stamp: str) -> str:
     """'2026-07' stays; '2026-11-03T10:00:00+00:00' becomes '2026-11-03'."""
     return stamp[:10]
+
+
+def span(valid_from: str | None, valid_to: str | None) -> str | None:
+    """When a memory held, the one way every view writes it: '2026-07 → 2026-08-18' for a
+    closed arc ('until 2026-08-18' without a start), 'since 2026-07' for an open one with a
+    start, None when nothing is known. The block, the manage page and the demo all use it."""
+    if valid_to is not None:
+        return f"{day(valid_from)} → {day(valid_to)}" if valid_from else f"until {day(valid_to)}"
+    return f"since {day(valid_from)}" if valid_from else None
 
 
 def tags(row: Row) -> list[str]:
@@ -76,11 +85,9 @@ def tags(row: Row) -> list[str]:
         out.append("confidence")
     if row.kind == "open_loop":
         out.append("open loop")
-    if row.valid_to is not None:
-        end = month_or_day(row.valid_to)
-        out.append(f"{month_or_day(row.valid_from)} → {end}" if row.valid_from else f"until {end}")
-    elif row.valid_from and row.kind in STATE_KINDS:
-        out.append(f"since {month_or_day(row.valid_from)}")
+    held = span(row.valid_from, row.valid_to)
+    if held and (row.valid_to is not None or row.kind in STATE_KINDS):
+        out.append(held)
     return out
 
 

@@ -16,8 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-from sqlalchemy import select
-
 from memory_worker import settings as settings_mod
 from memory_worker import store
 
@@ -44,25 +42,18 @@ def _block(a: argparse.Namespace) -> int:
 
 
 def _sweep(_: argparse.Namespace) -> int:
-    from memory_worker.tasks.rooms import lagging_rooms, on_room_quiet
+    from memory_worker.tasks.rooms import sweep_lagging_rooms
 
-    rooms = lagging_rooms()
-    for room_id in rooms:
-        on_room_quiet.delay(room_id)
+    rooms = sweep_lagging_rooms()
     print(f"enqueued {len(rooms)} room(s): {', '.join(rooms) or '-'}")
     return 0
 
 
 def _parked(_: argparse.Namespace) -> int:
-    from memory_worker import tables as t
+    from memory_worker.storage import spells
 
-    s = t.spells.c
     with store.engine().connect() as conn:
-        rows = conn.execute(
-            select(s.persona, s.room_id, s.last_line_id, s.reason, s.created)
-            .where(s.status == "parked")
-            .order_by(s.created)
-        ).all()
+        rows = spells.parked(conn)
     for r in rows:
         print(f"{r.created}  {r.persona}/{r.room_id}/{r.last_line_id}  {r.reason}")
     print(f"{len(rows)} parked spell(s)")

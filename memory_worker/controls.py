@@ -8,19 +8,16 @@ one transaction; the page is plain dataclasses the app renders.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, insert, or_, select, update
+from sqlalchemy import Connection
 
 from memory_worker import store
-from memory_worker import tables as t
-from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_SELF
-from memory_worker.rows import Row, human_ref
-from memory_worker.write.notify import concerns
-
-pm = t.persona_memory.c  # the columns every query here names
+from memory_worker.block import span
+from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
+from memory_worker.rows import Row, concerns
+from memory_worker.storage import memories, notices, users
 
 
 class NotYours(PermissionError):
@@ -45,27 +42,24 @@ def undo_notice(user_id: int, notice_id: int) -> int:
     A second undo finds the notice already undone and does nothing, so a double tap is safe.
     """
     with store.transaction() as conn:
-        n = t.notices.c
-        found = conn.execute(
-            select(n.user_id, n.row_ids, n.undone).where(n.id == notice_id)
-        ).first()
+        found = notices.get(conn, notice_id)
         if found is None:
             raise LookupError(f"unknown notice {notice_id}")
         if found.user_id != user_id:
             raise NotYours(f"notice {notice_id} belongs to another user")
         if found.undone:
             return 0
-        listed = [int(i) for i in json.loads(found.row_ids or "[]")]
-        mine = [r.id for r in _load_rows(conn, pm.id.in_(listed)) if concerns_user(r, user_id)]
+        listed = memories.rows_by_id(conn, found.row_ids).values()
+        mine = [r.id for r in listed if concerns_user(r, user_id)]
         _delete_rows(conn, user_id, mine)
-        conn.execute(update(t.notices).where(n.id == notice_id).values(undone=1))
+        notices.mark_undone(conn, notice_id)
         return len(mine)
 
 
 def delete_row(user_id: int, row_id: int) -> None:
     """Delete one row about the user; a row it had closed (an UPDATE) is reopened."""
     with store.transaction() as conn:
-        rows = _load_rows(conn, pm.id == row_id)
+        rows = list(memories.rows_by_id(conn, [row_id]).values())
         if not rows:
             raise LookupError(f"unknown memory row {row_id}")
         if not concerns_user(rows[0], user_id):
@@ -76,8 +70,8 @@ def delete_row(user_id: int, row_id: int) -> None:
 def clear_all(user_id: int, persona: str | None = None) -> int:
     """Delete every row about the user (only `persona`'s when given). Returns the count."""
     with store.transaction() as conn:
-        where = _about(user_id) if persona is None else and_(_about(user_id), pm.persona == persona)
-        ids = [r.id for r in _load_rows(conn, where) if concerns_user(r, user_id)]
+        rows = memories.rows_about(conn, user_id, persona)
+        ids = [r.id for r in rows if concerns_user(r, user_id)]
         _delete_rows(conn, user_id, ids)
         return len(ids)
 
@@ -90,12 +84,9 @@ def _delete_rows(conn: Connection, user_id: int, ids: list[int]) -> None:
     """
     if not ids:
         return
-    closed = _load_rows(conn, pm.closed_by.in_(ids))
-    reopen = [r.id for r in closed if concerns_user(r, user_id) and r.id not in ids]
-    if reopen:
-        reopened = dict(valid_to=None, closed_by=None)
-        conn.execute(update(t.persona_memory).where(pm.id.in_(reopen)).values(**reopened))
-    conn.execute(delete(t.persona_memory).where(pm.id.in_(ids)))
+    closed = memories.rows_closed_by(conn, ids)
+    memories.reopen(conn, [r.id for r in closed if concerns_user(r, user_id) and r.id not in ids])
+    memories.delete_rows(conn, ids)
 
 
 # --- the note and the switches --------------------------------------------------------------
@@ -113,35 +104,31 @@ def set_note(user_id: int, text: str | None) -> None:
     """The field "what personas should remember about you", injected verbatim: kept short."""
     note = clean_note(text)
     with store.transaction() as conn:
-        _require_user(conn, user_id)
-        conn.execute(update(t.users).where(t.users.c.id == user_id).values(memory_note=note))
+        users.require_user(conn, user_id)
+        users.set_note(conn, user_id, note)
 
 
 def set_memory_on(user_id: int, on: bool) -> None:
     """The account switch "Personas remember me"; off stops reads and writes about the user."""
     with store.transaction() as conn:
-        _require_user(conn, user_id)
-        conn.execute(update(t.users).where(t.users.c.id == user_id).values(memory_on=int(on)))
+        users.require_user(conn, user_id)
+        users.set_memory_on(conn, user_id, on)
 
 
 def mute(user_id: int, persona: str) -> None:
     """The switch "this persona forgets me": no reads or writes; existing rows stay."""
     with store.transaction() as conn:
-        _require_user(conn, user_id)
-        p = t.personas.c
-        if conn.execute(select(p.slug).where(p.slug == persona)).first() is None:
+        users.require_user(conn, user_id)
+        if not users.persona_exists(conn, persona):
             raise LookupError(f"unknown persona {persona!r}")
-        if persona not in _muted(conn, user_id):
-            conn.execute(insert(t.persona_memory_mute).values(user_id=user_id, persona=persona))
+        if persona not in users.muted_by(conn, user_id):
+            users.add_mute(conn, user_id, persona)
 
 
 def unmute(user_id: int, persona: str) -> None:
     """Undo `mute`; unmuting what was never muted does nothing."""
-    m = t.persona_memory_mute.c
     with store.transaction() as conn:
-        conn.execute(
-            delete(t.persona_memory_mute).where(m.user_id == user_id, m.persona == persona)
-        )
+        users.remove_mute(conn, user_id, persona)
 
 
 # --- the page -------------------------------------------------------------------------------
@@ -158,7 +145,7 @@ class PageLine:
     valid_from: str | None
     valid_to: str | None
     closed: bool  # greyed on the page
-    arc: str | None  # "2026-07 → 2026-11" for a closed row with both ends known
+    arc: str | None  # a closed row's "2026-07 → 2026-11-02" (`block.span`); None while open
     room_id: str
     evidence: list[int]  # transcript line ids
     delete_id: int  # what `delete_row` takes
@@ -185,15 +172,12 @@ class ManagePage:
 def manage_page(user_id: int) -> ManagePage:
     """Everything the human's page shows: only rows that concern this user."""
     with store.engine().connect() as conn:
-        u = t.users.c
-        user = conn.execute(select(u.memory_note, u.memory_on).where(u.id == user_id)).first()
-        if user is None:
-            raise LookupError(f"unknown user {user_id}")
-        rows = _load_rows(conn, _about(user_id))
-        names = {r.slug: r.name for r in conn.execute(select(t.personas))}
-        muted = sorted(_muted(conn, user_id))
+        note, memory_on = users.switches(conn, user_id)
+        rows = memories.rows_about(conn, user_id)
+        names = users.all_persona_names(conn)
+        muted = sorted(users.muted_by(conn, user_id))
     sections = group_by_persona(rows, user_id, names)
-    return ManagePage(user_id, user.memory_note, bool(user.memory_on), muted, sections)
+    return ManagePage(user_id, note, memory_on, muted, sections)
 
 
 def group_by_persona(
@@ -223,44 +207,16 @@ def page_line(r: Row) -> PageLine:
         valid_from=r.valid_from,
         valid_to=r.valid_to,
         closed=r.valid_to is not None,
-        arc=arc(r.valid_from, r.valid_to),
+        arc=span(r.valid_from, r.valid_to) if r.valid_to is not None else None,
         room_id=r.room_id,
         evidence=list(r.evidence),
         delete_id=r.id,
     )
 
 
-def arc(valid_from: str | None, valid_to: str | None) -> str | None:
-    """Pure: "2026-07 → 2026-11" (month precision) when both ends are known, else None."""
-    if not valid_from or not valid_to:
-        return None
-    return f"{valid_from[:7]} → {valid_to[:7]}"
-
-
-# --- who a row is about, and the loaders ----------------------------------------------------
+# --- who a row is about ----------------------------------------------------------------------
 
 
 def concerns_user(row: Row, user_id: int) -> bool:
     """Pure: the row's subject is the user, or it is a self item with them as counterpart."""
-    return concerns({"subject": row.subject, "counterpart": row.counterpart}) == user_id
-
-
-def _about(user_id: int) -> ColumnElement[bool]:
-    """The SQL form of `concerns_user` (Python re-checks every row it returns)."""
-    ref = human_ref(user_id)
-    return or_(pm.subject == ref, and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref))
-
-
-def _load_rows(conn: Connection, where: ColumnElement[bool]) -> list[Row]:
-    found = conn.execute(select(t.persona_memory).where(where)).mappings()
-    return [Row.from_mapping(m) for m in found]
-
-
-def _muted(conn: Connection, user_id: int) -> set[str]:
-    m = t.persona_memory_mute.c
-    return set(conn.execute(select(m.persona).where(m.user_id == user_id)).scalars())
-
-
-def _require_user(conn: Connection, user_id: int) -> None:
-    if conn.execute(select(t.users.c.id).where(t.users.c.id == user_id)).first() is None:
-        raise LookupError(f"unknown user {user_id}")
+    return concerns(row.subject, row.counterpart) == user_id

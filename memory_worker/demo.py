@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from memory_worker import app_side, embedded, store
 from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker.block import span
+from memory_worker.storage import memories, notices, spells
 
 CASSETTE = Path(__file__).resolve().parent / "demo_cassette.json"
 DEMO_DIR = Path(".memory_worker") / "demo"
@@ -71,24 +74,15 @@ def say_all(eng: Engine, lines: list[tuple[int | str, str]]) -> int:
         return max(app_side.say(conn, "dm-dan", who, text) for who, text in lines)
 
 
-def wait_for_spell(eng: Engine, last_line_id: int, label: str) -> dict:
+def wait_for_spell(eng: Engine, last_line_id: int, label: str) -> Mapping[str, Any]:
     """Watch the store (the source of truth) until the commit records this spell."""
-    s = t.spells.c
     started = time.monotonic()
     with console.status(f"[bold]{label}[/]: extract → embed → route → commit → notify") as status:
         while time.monotonic() - started < SPELL_TIMEOUT_S:
             with eng.connect() as c:
-                row = (
-                    c.execute(
-                        select(t.spells).where(
-                            s.persona == "warren", s.last_line_id == last_line_id
-                        )
-                    )
-                    .mappings()
-                    .first()
-                )
-            if row is not None:
-                return dict(row)
+                row = spells.latest(c, "warren", "dm-dan")
+            if row is not None and row["last_line_id"] >= last_line_id:
+                return row
             status.update(
                 f"[bold]{label}[/]: waiting for the worker ({time.monotonic() - started:.1f}s)"
             )
@@ -110,29 +104,28 @@ def show_rows(eng: Engine, title: str) -> None:
     for col in ("imp", "valid", "closed_by", "evidence"):
         table.add_column(col, no_wrap=True)
     with eng.connect() as c:
-        rows = c.execute(select(t.persona_memory).order_by(t.persona_memory.c.id)).mappings()
-        for r in rows:
-            span = f"{r['valid_from'] or '…'}→{r['valid_to'] or 'now'}"
-            style = "dim strike" if r["valid_to"] else ""
-            table.add_row(
-                str(r["id"]),
-                r["subject"],
-                r["kind"],
-                r["text"],
-                str(r["importance"]),
-                span,
-                str(r["closed_by"] or ""),
-                ",".join(map(str, json.loads(r["evidence"]))),
-                style=style,
-            )
+        rows = memories.all_rows(c)
+    for r in rows:
+        table.add_row(
+            str(r.id),
+            r.subject,
+            r.kind,
+            r.text,
+            str(r.importance),
+            span(r.valid_from, r.valid_to) or "",
+            str(r.closed_by or ""),
+            ",".join(map(str, r.evidence)),
+            style="dim strike" if r.valid_to else "",
+        )
     console.print(table)
 
 
 def show_toasts(eng: Engine, spell_key_suffix: str) -> None:
     with eng.connect() as c:
-        for n in c.execute(select(t.notices).order_by(t.notices.c.id)).mappings():
-            if n["spell_key"].endswith(spell_key_suffix):
-                console.print(Panel(n["text"], title=f"toast to u:{n['user_id']}", expand=False))
+        found = notices.all_notices(c)
+    for n in found:
+        if n.spell_key.endswith(spell_key_suffix):
+            console.print(Panel(n.text, title=f"toast to u:{n.user_id}", expand=False))
 
 
 def show_block(title: str, room_id: str, present: set[int]) -> None:
@@ -193,7 +186,7 @@ def run() -> None:
         embedded.stop(s.state_dir)
 
 
-def report(outcome: dict) -> None:
+def report(outcome: Mapping[str, Any]) -> None:
     if outcome["status"] != "committed":
         raise SystemExit(f"spell {outcome['status']}: {outcome['reason']}")
     console.print(

@@ -8,31 +8,28 @@ later) and enqueues; none waits for a model.
 
 from __future__ import annotations
 
-from sqlalchemy import update
-
 from memory_worker import store
-from memory_worker import tables as t
-from memory_worker.app_side import require_room
+from memory_worker.storage import rooms
 from memory_worker.tasks.rooms import on_room_quiet, room_topic
 
 
 def room_quiet(room_id: str) -> None:
     with store.engine().connect() as conn:
-        require_room(conn, room_id)
+        rooms.require_room(conn, room_id)
     on_room_quiet.delay(room_id)
 
 
 def room_archived(room_id: str) -> None:
     with store.transaction() as conn:
-        require_room(conn, room_id)
-        conn.execute(update(t.rooms).where(t.rooms.c.id == room_id).values(archived=1))
+        rooms.require_room(conn, room_id)
+        rooms.set_archived(conn, room_id)
     on_room_quiet.delay(room_id)
 
 
 def room_opened(room_id: str, topic: str | None = None) -> None:
     with store.transaction() as conn:
-        require_room(conn, room_id)
+        rooms.require_room(conn, room_id)
         if topic:
-            conn.execute(update(t.rooms).where(t.rooms.c.id == room_id).values(topic=topic))
+            rooms.set_topic(conn, room_id, topic)
     if topic:
         room_topic.delay(room_id)

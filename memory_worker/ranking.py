@@ -27,15 +27,14 @@ from memory_worker.constants import (
     DIVERSITY_PER_KIND,
     KINDS,
     RECENCY_DECAY_PER_DAY,
-    SUBJECT_SELF,
     SUBJECT_WORLD,
     TAKE_PER_HUMAN,
 )
-from memory_worker.rows import Row, human_id
+from memory_worker.rows import Row, concerns
+from memory_worker.vectors import cosines
 
 WORLD_GROUP = -1  # the group of world rows; rows about a human are grouped by the human's id
 UNKNOWN_KIND = len(KINDS)  # the kind code of a kind outside KINDS (ranked, never riding)
-COSINE_CHUNK_ROWS = 4096  # int8 rows turned to float32 at a time: bounded memory at 100k rows
 UNREADABLE_AGE_DAYS = 36_500.0  # ours: a timestamp we cannot read counts as a century old
 
 
@@ -80,8 +79,7 @@ def group_of(row: Row) -> int:
     """The human a row is about (a promise: the human it is to), or WORLD_GROUP."""
     if row.subject == SUBJECT_WORLD:
         return WORLD_GROUP
-    ref = row.counterpart if row.subject == SUBJECT_SELF else row.subject
-    uid = human_id(ref or "")
+    uid = concerns(row.subject, row.counterpart)
     if uid is None:
         raise ValueError(f"row {row.id} is about no human: subject={row.subject!r}")
     return uid
@@ -100,34 +98,6 @@ def age_days(stamp: str, now: datetime) -> float:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max((now - when).total_seconds() / 86400.0, 0.0)
-
-
-def cosines(blobs: Sequence[bytes | None], topic: bytes) -> np.ndarray:
-    """Cosine of each int8 blob to the int8 topic; 0 for a missing or wrong-sized blob."""
-    dims = len(topic)
-    t = np.frombuffer(topic, dtype=np.int8).astype(np.float32)
-    t_norm = float(np.sqrt(t @ t))
-    out = np.zeros(len(blobs))
-    if t_norm == 0 or not blobs:
-        return out
-    try:  # the common case, every row embedded by the same model: no per-row Python
-        uniform = min(map(len, blobs)) == max(map(len, blobs)) == dims  # type: ignore[arg-type]
-    except TypeError:  # a row without an embedding
-        uniform = False
-    if uniform:
-        index: Sequence[int] = range(len(blobs))
-        fit = blobs
-    else:
-        index = [i for i, b in enumerate(blobs) if b is not None and len(b) == dims]
-        fit = [blobs[i] for i in index]
-    for start in range(0, len(fit), COSINE_CHUNK_ROWS):
-        part = fit[start : start + COSINE_CHUNK_ROWS]
-        m = np.frombuffer(b"".join(part), dtype=np.int8).reshape(len(part), dims)  # type: ignore[arg-type]
-        m = m.astype(np.float32)
-        norms = np.sqrt(np.einsum("ij,ij->i", m, m))
-        norms[norms == 0] = 1.0
-        out[np.asarray(index[start : start + COSINE_CHUNK_ROWS])] = (m @ t) / (norms * t_norm)
-    return out
 
 
 def minmax(x: np.ndarray) -> np.ndarray:

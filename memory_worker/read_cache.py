@@ -21,8 +21,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from memory_worker.vectors import matrix
-
 CACHE_ENTRIES = 256  # ours: personas × audiences kept per process, least recently used first out
 EMBEDDINGS_MAX_ROWS = (
     20_000  # ours: above this a persona's vectors (4 bytes × 768 each) stay on disk
@@ -44,9 +42,6 @@ class Columns:
     recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
     chars: np.ndarray  # int64
     unit_vectors: np.ndarray | None = None  # float32 (n, dims), unit rows; zeros where missing
-
-    def ages(self, now_day: float) -> np.ndarray:
-        return np.maximum(now_day - self.recalled_day, 0.0)
 
     def touched(self, ids: np.ndarray, day: float, version: Version) -> Columns:
         """The columns after `last_recalled = day` on `ids`, as of `version`."""
@@ -97,21 +92,3 @@ class ReadCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-
-
-def unit_rows(blobs: list[bytes | None], dims: int) -> np.ndarray:
-    """int8 blobs → unit float32 rows; a missing or odd-sized blob becomes a zero row."""
-    out = np.zeros((len(blobs), dims), dtype=np.float32)
-    fit = [i for i, b in enumerate(blobs) if b is not None and len(b) == dims]
-    if fit:
-        out[fit] = matrix([blobs[i] for i in fit])  # type: ignore[misc]
-    return out
-
-
-def relevance(unit_vectors: np.ndarray, topic: bytes) -> np.ndarray:
-    """Cosine of each cached unit row to the int8 topic vector (0 for a zero row)."""
-    t = np.frombuffer(topic, dtype=np.int8).astype(np.float32)
-    norm = float(np.linalg.norm(t))
-    if norm == 0 or unit_vectors.shape[1] != t.shape[0]:
-        return np.zeros(unit_vectors.shape[0])
-    return (unit_vectors @ (t / norm)).astype(np.float64)

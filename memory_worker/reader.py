@@ -37,8 +37,7 @@ from sqlalchemy import (
 
 from memory_worker import clock, store
 from memory_worker import tables as t
-from memory_worker.app_side import UnknownRoom, load_room, members, persona_names
-from memory_worker.audience import Consent, Scope, load_mutes, scope_for, visible_memories
+from memory_worker.audience import Consent, Scope, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
 from memory_worker.constants import (
     HUMAN_PREFIX,
@@ -52,20 +51,14 @@ from memory_worker.ranking import (
     UNREADABLE_AGE_DAYS,
     WORLD_GROUP,
     Candidates,
-    cosines,
     scores,
     take,
 )
-from memory_worker.read_cache import (
-    EMBEDDINGS_MAX_ROWS,
-    Columns,
-    Key,
-    ReadCache,
-    Version,
-    relevance,
-    unit_rows,
-)
+from memory_worker.read_cache import EMBEDDINGS_MAX_ROWS, Columns, Key, ReadCache, Version
 from memory_worker.rows import Room, Row
+from memory_worker.storage import memories, users
+from memory_worker.storage.rooms import UnknownRoom, load_room, members
+from memory_worker.vectors import cosines, cosines_to, unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +137,13 @@ def _build(
         if room.incognito:
             return {p: Block.empty(p) for p in slugs}
         humans, memory_on = _load_humans(conn, present)
-        consent = Consent(memory_on=memory_on, mutes=load_mutes(conn, present, slugs))
+        consent = Consent(memory_on=memory_on, mutes=users.mutes(conn, present, slugs))
         scopes = {p: scope_for(p, present, room, consent, proven_scope=proven_scope) for p in slugs}
         candidates = _load_candidates(conn, scopes, when, room.topic_embedding, str(eng.url))
         picks = {p: take(c, scores(c)) for p, c in candidates.items()}
         wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})
-        rows = _load_rows(conn, wanted)
-        names = persona_names(conn, slugs)
+        rows = memories.rows_by_id(conn, wanted)
+        names = users.persona_names(conn, slugs)
 
     blocks = {
         p: _render(
@@ -201,18 +194,9 @@ def _load_humans(
     conn: Connection, present: frozenset[int]
 ) -> tuple[dict[int, Human], dict[int, bool]]:
     """The present humans as the block names them, and their `memory_on` (one read of users)."""
-    u = t.users.c
-    query = select(u.id, u.name, u.memory_note, u.memory_on).where(u.id.in_(sorted(present)))
-    found = conn.execute(query).all()
+    found = users.present_users(conn, present)
     humans = {r.id: Human(r.id, r.name, r.memory_note) for r in found}
     return humans, {r.id: bool(r.memory_on) for r in found}
-
-
-def _load_rows(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
-    if not ids:
-        return {}
-    query = select(t.persona_memory).where(t.persona_memory.c.id.in_(ids))
-    return {m["id"]: Row.from_mapping(m) for m in conn.execute(query).mappings()}
 
 
 def _visible_clause(scope: Scope) -> ColumnElement[bool] | None:
@@ -396,7 +380,7 @@ def _candidates(
     if rel is None:
         rel = np.zeros(cols.ids.size)
         if topic is not None and cols.unit_vectors is not None:
-            rel = relevance(cols.unit_vectors, topic)
+            rel = cosines_to(cols.unit_vectors, topic)
     return Candidates(
         ids=cols.ids,
         groups=cols.groups,

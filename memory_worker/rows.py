@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 
-from memory_worker.constants import HUMAN_PREFIX
+from memory_worker.constants import HUMAN_PREFIX, SUBJECT_SELF
 
 
 def now_iso() -> str:
     """UTC, to the second: every timestamp the store writes."""
     return datetime.now(UTC).replace(microsecond=0).isoformat()
-
-
-def today_iso(override: str | None = None) -> str:
-    return override or date.today().isoformat()
 
 
 def human_id(member: str) -> int | None:
@@ -33,6 +29,15 @@ def human_id(member: str) -> int | None:
 
 def human_ref(user_id: int) -> str:
     return f"{HUMAN_PREFIX}{user_id}"
+
+
+def concerns(subject: str, counterpart: str | None) -> int | None:
+    """Whom a row concerns: the human it is about, or for the persona's own promise or open
+    loop ('self') the human it is with; None for a world row. The one definition used by the
+    audience rule, the ranking's groups, the toasts and the human's controls."""
+    if subject == SUBJECT_SELF:
+        return human_id(counterpart or "")
+    return human_id(subject)
 
 
 @dataclass(frozen=True)

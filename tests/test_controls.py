@@ -9,6 +9,7 @@ from sqlalchemy import Engine, insert, select
 
 from memory_worker import controls
 from memory_worker import tables as t
+from memory_worker.block import span
 from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
 from memory_worker.rows import Row
 from tests import scenes
@@ -297,10 +298,11 @@ def test_grouping_drops_any_row_not_about_the_user_even_if_the_query_let_it_thro
     assert [line.id for line in section.lines] == [5, 1]
 
 
-def test_an_arc_needs_both_ends() -> None:
-    assert controls.arc("2026-07-14", "2026-11-02") == "2026-07 → 2026-11"
-    assert controls.arc(None, "2026-11") is None
-    assert controls.arc("2026-07", None) is None
+def test_one_renderer_writes_when_a_memory_held_for_every_view() -> None:
+    assert span("2026-07", "2026-08-18T10:00:00+00:00") == "2026-07 → 2026-08-18"
+    assert span(None, "2026-11") == "until 2026-11"
+    assert span("2026-07-14", None) == "since 2026-07-14"
+    assert span(None, None) is None
 
 
 # --- the switches ---------------------------------------------------------------------------

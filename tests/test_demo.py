@@ -33,7 +33,7 @@ def test_the_demo_runs_both_spells_through_a_real_worker_and_shows_the_blocks(
     text = out.stdout
     assert text.count("committed rows") == 2
     assert "Warren noted: Dan owns a flat in Xuhui" in text
-    assert "2026-07→2026-08" in text  # the flat's closed arc
+    assert "2026-07 → 2026-08" in text  # the flat's closed arc, as block.span writes it
     assert "group room with Dan and Cara" in text
     group_block = text.split("group room with Dan and Cara")[1]
     assert "Nolan's Odyssey" in group_block and "u:42" not in group_block

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, delete, event, insert, select, update
 from memory_worker import app_side, reader, store
 from memory_worker import tables as t
 from memory_worker.app_side import UnknownRoom
-from memory_worker.audience import Consent, load_visible, scope_for, visible_memories
+from memory_worker.audience import Consent, scope_for, visible_memories
 from memory_worker.constants import KINDS
 from memory_worker.reader import blocks_for_room, build_block, format_block
 from memory_worker.rows import Room, Row, human_id
@@ -332,12 +332,17 @@ def test_an_unknown_room_raises_a_clear_error(cast: dict[str, int]) -> None:
         blocks_for_room("no-such-room", {DAN}, now=NOW)
 
 
-def test_load_visible_lists_every_row_the_rule_admits_unranked(cast: dict[str, int]) -> None:
-    with store.transaction() as c:
-        rows = load_visible(c, "warren", {DAN}, Room(id="dm", kind="private"))
+def test_a_small_store_loads_every_row_the_rule_admits_tagging_one_to_one_ones(
+    cast: dict[str, int],
+) -> None:
+    block = build_block("warren", {DAN}, "dm", now=NOW, touch=False)
     want = {cast[k] for k in ("flat", "shares", "letter", "interview", "odyssey")}
-    assert {r.id for r in rows} == want
-    assert {r.id for r in rows if r.confidence} == {cast["flat"], cast["interview"]}
+    assert set(block.row_ids) == want
+    tagged = {ln for ln in block.text.splitlines() if ln.startswith("- ") and "confidence" in ln}
+    assert {ln.split(" (")[0] for ln in tagged} == {
+        "- u:42 owns a flat in Xuhui.",
+        "- u:42 has an interview Thursday.",
+    }
 
 
 def test_format_block_prints_the_meter_and_the_text(cast: dict[str, int]) -> None:

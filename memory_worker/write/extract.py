@@ -15,9 +15,8 @@ from pathlib import Path
 from string import Template
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection
 
-from memory_worker import tables as t
 from memory_worker.constants import (
     DAILY_CAP_PER_HUMAN,
     IMPORTANCE_MAX,
@@ -28,6 +27,7 @@ from memory_worker.constants import (
     TEXT_MAX_CHARS,
 )
 from memory_worker.rows import Candidate, Line, Room, human_id, human_ref
+from memory_worker.storage import memories
 
 HERE = Path(__file__).resolve().parent
 SYSTEM = Template((HERE / "extract_system.txt").read_text())
@@ -91,31 +91,13 @@ def _one_line(text: str) -> str:
 def known_rows(conn: Connection, persona: str, present: list[int]) -> list[str]:
     """The persona's open rows about the people present (and self/world): what it knows."""
     subjects = [SUBJECT_SELF, SUBJECT_WORLD, *(human_ref(u) for u in present)]
-    q = (
-        select(t.persona_memory.c.text)
-        .where(
-            t.persona_memory.c.persona == persona,
-            t.persona_memory.c.valid_to.is_(None),
-            t.persona_memory.c.subject.in_(subjects),
-        )
-        .order_by(t.persona_memory.c.importance.desc(), t.persona_memory.c.id.desc())
-        .limit(KNOWN_MAX_ROWS)
-    )
-    return list(conn.execute(q).scalars())
+    return memories.known_texts(conn, persona, subjects, KNOWN_MAX_ROWS)
 
 
 def rows_today(conn: Connection, persona: str, present: list[int], today: str) -> dict[int, int]:
     """New rows per human written by this persona today (the daily cap's count)."""
-    q = (
-        select(t.persona_memory.c.subject, func.count())
-        .where(
-            t.persona_memory.c.persona == persona,
-            t.persona_memory.c.subject.in_([human_ref(u) for u in present]),
-            t.persona_memory.c.created >= today,
-        )
-        .group_by(t.persona_memory.c.subject)
-    )
-    return {human_id(s) or 0: int(n) for s, n in conn.execute(q)}
+    got = memories.written_since(conn, persona, [human_ref(u) for u in present], today)
+    return {human_id(s) or 0: n for s, n in got.items()}
 
 
 # A sentence ends at . ! or ? followed by space and a capital, unless after a known abbreviation.

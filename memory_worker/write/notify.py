@@ -7,15 +7,11 @@ nothing. Undo lives in `memory_worker.controls`.
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
-
-from memory_worker import tables as t
-from memory_worker.constants import SUBJECT_SELF
-from memory_worker.rows import human_id
+from memory_worker.rows import Row, concerns
 
 TOAST_MAX_CHARS = 280  # a rail notice, not a page: longer toasts end in "(+N more)"
 _HUMAN_REF = re.compile(r"\bu:(\d+)\b")
@@ -28,26 +24,19 @@ class Toast:
     row_ids: list[int]
 
 
-def toasts(persona_name: str, rows: list[dict], names: dict[int, str]) -> list[Toast]:
+def toasts(persona_name: str, rows: Iterable[Row], names: dict[int, str]) -> list[Toast]:
     """Pure: group new rows by the human they concern and word one toast each."""
-    by_user: dict[int, list[dict]] = {}
+    by_user: dict[int, list[Row]] = {}
     for r in rows:
-        uid = concerns(r)
+        uid = concerns(r.subject, r.counterpart)
         if uid is not None:
             by_user.setdefault(uid, []).append(r)
     out = []
     for uid in sorted(by_user):
-        items = sorted(by_user[uid], key=lambda r: r["id"])
-        texts = [_named(r["text"], names) for r in items]
-        out.append(Toast(uid, _word(persona_name, texts), [r["id"] for r in items]))
+        items = sorted(by_user[uid], key=lambda r: r.id)
+        texts = [_named(r.text, names) for r in items]
+        out.append(Toast(uid, _word(persona_name, texts), [r.id for r in items]))
     return out
-
-
-def concerns(row: dict) -> int | None:
-    """The human a row concerns: its subject, or a self item's counterpart."""
-    if row["subject"] == SUBJECT_SELF:
-        return human_id(row["counterpart"] or "")
-    return human_id(row["subject"])
 
 
 def _named(text: str, names: dict[int, str]) -> str:
@@ -64,34 +53,3 @@ def _word(persona_name: str, texts: list[str]) -> str:
         if len(head + body + tail) <= TOAST_MAX_CHARS or shown == 1:
             return head + body + tail
     return head.rstrip(": ") + tail
-
-
-def new_rows(conn: Connection, row_ids: list[int]) -> list[dict]:
-    pm = t.persona_memory.c
-    q = select(pm.id, pm.subject, pm.counterpart, pm.text).where(pm.id.in_(row_ids))
-    return [dict(r) for r in conn.execute(q).mappings()]
-
-
-def post(
-    conn: Connection, persona: str, room_id: str, spell_key: str, toast: Toast, now: str
-) -> bool:
-    """Insert the notice unless this spell already posted it to this user. True if posted."""
-    n = t.notices.c
-    exists = conn.execute(
-        select(n.id).where(n.spell_key == spell_key, n.user_id == toast.user_id)
-    ).first()
-    if exists:
-        return False
-    conn.execute(
-        t.notices.insert().values(
-            user_id=toast.user_id,
-            persona=persona,
-            room_id=room_id,
-            kind="memory_toast",
-            text=toast.text,
-            row_ids=json.dumps(toast.row_ids),
-            spell_key=spell_key,
-            created=now,
-        )
-    )
-    return True

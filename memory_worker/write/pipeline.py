@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from memory_worker import app_side, clock, store
+from memory_worker import clock, store
 from memory_worker.models.base import ChatModel, Embedder
-from memory_worker.rows import Candidate, Spell
+from memory_worker.rows import Candidate, Spell, concerns
+from memory_worker.storage import memories, notices, rooms, users
 from memory_worker.write import commit, embed, extract, notify, route
 from memory_worker.write import spell as spells
 from memory_worker.write.ask import ask_json
@@ -30,15 +31,15 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
     if spell.done:
         return spell
     with store.engine().connect() as conn:
-        room = app_side.load_room(conn, spell.room_id)
-        present = spells.eligible_humans(conn, spell.persona, spell.witnessed)
+        room = rooms.load_room(conn, spell.room_id)
+        present = users.eligible_humans(conn, spell.persona, spell.witnessed)
         spell.present = [u for u in spell.present if u in present]
         if room.incognito or room.kit_mounted or not spell.present:
             spell.skipped = "the room or its people no longer allow memory"
             return spell
         lines = spells.load_slice(conn, spell)
-        names = spells.names(conn, spell.present)
-        persona_name = spells.persona_name(conn, spell.persona)
+        names = users.user_names(conn, spell.present)
+        persona_name = users.persona_name(conn, spell.persona)
         known = extract.known_rows(conn, spell.persona, spell.present)
         already = extract.rows_today(conn, spell.persona, spell.present, clock.today())
     system, prompt = extract.build_prompt(persona_name, room, lines, names, known, clock.today())
@@ -72,8 +73,8 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
         return spell
     cands = [Candidate.from_json(c) for c in spell.candidates]
     with store.engine().connect() as conn:
-        rows = route.open_rows(conn, spell.persona, {c.subject for c in cands})
-        persona_name = spells.persona_name(conn, spell.persona)
+        rows = memories.open_rows(conn, spell.persona, {c.subject for c in cands})
+        persona_name = users.persona_name(conn, spell.persona)
     per_candidate = route.neighbours(cands, rows)
     numbers = route.number(per_candidate)
     system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)
@@ -98,11 +99,21 @@ def run_notify(spell: Spell, row_ids: list[int]) -> list[notify.Toast]:
         return []
     posted = []
     with store.transaction() as conn:
-        rows = notify.new_rows(conn, row_ids)
-        users = sorted({u for r in rows if (u := notify.concerns(r)) is not None})
-        names = spells.names(conn, users)
-        persona_name = spells.persona_name(conn, spell.persona)
+        rows = list(memories.rows_by_id(conn, row_ids).values())
+        humans = sorted({u for r in rows if (u := concerns(r.subject, r.counterpart)) is not None})
+        names = users.user_names(conn, humans)
+        persona_name = users.persona_name(conn, spell.persona)
         for toast in notify.toasts(persona_name, rows, names):
-            if notify.post(conn, spell.persona, spell.room_id, spell.key, toast, clock.now()):
+            fresh = notices.post(
+                conn,
+                user_id=toast.user_id,
+                persona=spell.persona,
+                room_id=spell.room_id,
+                spell_key=spell.key,
+                text=toast.text,
+                row_ids=toast.row_ids,
+                now=clock.now(),
+            )
+            if fresh:
                 posted.append(toast)
     return posted

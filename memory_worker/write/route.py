@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
 from pydantic import BaseModel
-from sqlalchemy import Connection, select
 
-from memory_worker import tables as t
 from memory_worker.constants import EVENTS, NEIGHBOUR_MIN_COSINE, NEIGHBOURS_TOP_K
 from memory_worker.models.base import MalformedAnswer
 from memory_worker.rows import Candidate, Decision
+from memory_worker.storage.memories import OpenRow
 from memory_worker.vectors import from_b64, top_k
 
 HERE = Path(__file__).resolve().parent
@@ -36,29 +34,6 @@ class DecisionOut(BaseModel):
 
 class RouteAnswer(BaseModel):
     decisions: list[DecisionOut]
-
-
-@dataclass(frozen=True)
-class OpenRow:
-    """The few columns of an open row the router needs."""
-
-    id: int
-    subject: str
-    text: str
-    embedding: bytes | None
-
-
-def open_rows(conn: Connection, persona: str, subjects: set[str]) -> list[OpenRow]:
-    """The persona's open rows about these subjects, by id (the neighbour pool)."""
-    if not subjects:
-        return []
-    pm = t.persona_memory.c
-    q = (
-        select(pm.id, pm.subject, pm.text, pm.embedding)
-        .where(pm.persona == persona, pm.valid_to.is_(None), pm.subject.in_(sorted(subjects)))
-        .order_by(pm.id)
-    )
-    return [OpenRow(*r) for r in conn.execute(q)]
 
 
 def fingerprint(rows: list[OpenRow]) -> str:

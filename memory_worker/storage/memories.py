@@ -1,0 +1,168 @@
+"""A persona's memories (`persona_memory`): every read and write of the rows, by name.
+
+The commit inserts and closes (never deletes); the human's controls delete and reopen; the
+router and extraction read a persona's open rows. `persona_memory_versions` is bumped by
+database triggers (schema/versions/0002), never written here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, Connection, and_, delete, func, insert, or_, select, update
+
+from memory_worker import tables as t
+from memory_worker.constants import SUBJECT_SELF
+from memory_worker.rows import Candidate, Row, human_ref
+
+pm = t.persona_memory.c
+
+
+@dataclass(frozen=True)
+class OpenRow:
+    """The few columns of an open row the router needs."""
+
+    id: int
+    subject: str
+    text: str
+    embedding: bytes | None
+
+
+# --- the write path -------------------------------------------------------------------------
+
+
+def open_rows(conn: Connection, persona: str, subjects: Iterable[str]) -> list[OpenRow]:
+    """The persona's open rows about these subjects, by id (the router's neighbour pool)."""
+    wanted = sorted(set(subjects))
+    if not wanted:
+        return []
+    q = (
+        select(pm.id, pm.subject, pm.text, pm.embedding)
+        .where(pm.persona == persona, pm.valid_to.is_(None), pm.subject.in_(wanted))
+        .order_by(pm.id)
+    )
+    return [OpenRow(*r) for r in conn.execute(q)]
+
+
+def known_texts(conn: Connection, persona: str, subjects: Sequence[str], limit: int) -> list[str]:
+    """The texts of the persona's open rows about these subjects, most important first."""
+    q = (
+        select(pm.text)
+        .where(pm.persona == persona, pm.valid_to.is_(None), pm.subject.in_(list(subjects)))
+        .order_by(pm.importance.desc(), pm.id.desc())
+        .limit(limit)
+    )
+    return [str(x) for x in conn.execute(q).scalars()]
+
+
+def written_since(
+    conn: Connection, persona: str, subjects: Sequence[str], since: str
+) -> dict[str, int]:
+    """Rows the persona wrote about each subject with `created >= since` (the daily cap)."""
+    q = (
+        select(pm.subject, func.count())
+        .where(pm.persona == persona, pm.subject.in_(list(subjects)), pm.created >= since)
+        .group_by(pm.subject)
+    )
+    return {str(subject): int(count) for subject, count in conn.execute(q)}
+
+
+def insert_row(
+    conn: Connection,
+    *,
+    persona: str,
+    room_id: str,
+    witnessed: Iterable[int],
+    candidate: Candidate,
+    embedding: bytes | None,
+    now: str,
+) -> int:
+    """A new open row from a guarded candidate. Returns its id."""
+    c = candidate
+    res = conn.execute(
+        insert(t.persona_memory).values(
+            persona=persona,
+            subject=c.subject,
+            counterpart=c.counterpart,
+            witnessed=json.dumps(sorted(witnessed)),
+            room_id=room_id,
+            kind=c.kind,
+            text=c.text,
+            importance=c.importance,
+            valid_from=c.valid_from,
+            valid_to=None,
+            closed_by=None,
+            evidence=json.dumps(list(c.evidence)),
+            created=now,
+            last_recalled=None,
+            recall_count=0,
+            embedding=embedding,
+        )
+    )
+    return int(res.inserted_primary_key[0])
+
+
+def close(conn: Connection, row_id: int, valid_to: str, closed_by: int | None) -> None:
+    """Close an open row (a closed arc: never deleted by the write path)."""
+    conn.execute(
+        update(t.persona_memory)
+        .where(pm.id == row_id, pm.valid_to.is_(None))
+        .values(valid_to=valid_to, closed_by=closed_by)
+    )
+
+
+# --- whole rows -----------------------------------------------------------------------------
+
+
+def _rows(conn: Connection, where: ColumnElement[bool]) -> list[Row]:
+    found = conn.execute(select(t.persona_memory).where(where).order_by(pm.id)).mappings()
+    return [Row.from_mapping(m) for m in found]
+
+
+def rows_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
+    """Whole rows by id (ids that do not exist are simply absent)."""
+    if not ids:
+        return {}
+    return {r.id: r for r in _rows(conn, pm.id.in_(list(ids)))}
+
+
+def about_user(user_id: int) -> ColumnElement[bool]:
+    """SQL for `rows.concerns(subject, counterpart) == user_id` (callers re-check in Python)."""
+    ref = human_ref(user_id)
+    return or_(pm.subject == ref, and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref))
+
+
+def rows_about(conn: Connection, user_id: int, persona: str | None = None) -> list[Row]:
+    """Every row that concerns the user, open and closed (only `persona`'s when given)."""
+    where = about_user(user_id)
+    if persona is not None:
+        where = and_(where, pm.persona == persona)
+    return _rows(conn, where)
+
+
+def rows_closed_by(conn: Connection, ids: Sequence[int]) -> list[Row]:
+    """The rows that these rows closed (an UPDATE's predecessor)."""
+    return _rows(conn, pm.closed_by.in_(list(ids))) if ids else []
+
+
+def all_rows(conn: Connection) -> list[Row]:
+    """Every row of every persona, by id (the demo's table)."""
+    return _rows(conn, pm.id.is_not(None))
+
+
+# --- the human's deletes --------------------------------------------------------------------
+
+
+def reopen(conn: Connection, ids: Sequence[int]) -> None:
+    """Make closed rows open again (undoing the UPDATE that closed them)."""
+    if ids:
+        values = dict(valid_to=None, closed_by=None)
+        conn.execute(update(t.persona_memory).where(pm.id.in_(list(ids))).values(**values))
+
+
+def delete_rows(conn: Connection, ids: Sequence[int]) -> None:
+    """The only physical delete in the system: the human's undo, delete and clear."""
+    if ids:
+        conn.execute(delete(t.persona_memory).where(pm.id.in_(list(ids))))

@@ -1,0 +1,88 @@
+"""Notices (`notices`): the toast a human gets for a spell, and its undo (seed §5).
+
+Written with the rows (an outbox), keyed by (spell, user) so a second run posts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, insert, select, update
+
+from memory_worker import tables as t
+
+n = t.notices.c
+TOAST_KIND = "memory_toast"
+
+
+@dataclass(frozen=True)
+class Notice:
+    id: int
+    user_id: int
+    persona: str
+    room_id: str
+    text: str
+    row_ids: list[int]
+    spell_key: str
+    undone: bool
+
+
+def post(
+    conn: Connection,
+    *,
+    user_id: int,
+    persona: str,
+    room_id: str,
+    spell_key: str,
+    text: str,
+    row_ids: list[int],
+    now: str,
+) -> bool:
+    """Insert the toast unless this spell already posted one to this user. True if posted."""
+    exists = conn.execute(
+        select(n.id).where(n.spell_key == spell_key, n.user_id == user_id)
+    ).first()
+    if exists:
+        return False
+    conn.execute(
+        insert(t.notices).values(
+            user_id=user_id,
+            persona=persona,
+            room_id=room_id,
+            kind=TOAST_KIND,
+            text=text,
+            row_ids=json.dumps(row_ids),
+            spell_key=spell_key,
+            created=now,
+        )
+    )
+    return True
+
+
+def _notice(row: object) -> Notice:
+    m = row._mapping  # type: ignore[attr-defined]  # a SQLAlchemy Row
+    return Notice(
+        id=int(m["id"]),
+        user_id=int(m["user_id"]),
+        persona=m["persona"],
+        room_id=m["room_id"],
+        text=m["text"],
+        row_ids=[int(i) for i in json.loads(m["row_ids"] or "[]")],
+        spell_key=m["spell_key"],
+        undone=bool(m["undone"]),
+    )
+
+
+def get(conn: Connection, notice_id: int) -> Notice | None:
+    found = conn.execute(select(t.notices).where(n.id == notice_id)).first()
+    return _notice(found) if found is not None else None
+
+
+def all_notices(conn: Connection) -> list[Notice]:
+    """Every notice, oldest first (the demo, tests)."""
+    return [_notice(r) for r in conn.execute(select(t.notices).order_by(n.id))]
+
+
+def mark_undone(conn: Connection, notice_id: int) -> None:
+    conn.execute(update(t.notices).where(n.id == notice_id).values(undone=1))

@@ -1,0 +1,174 @@
+"""Rooms, their members and their transcript lines (`rooms`, `room_members`, `lines`).
+
+The app writes these tables (the demo, tests and benchmarks play the app through
+`add_room`, `join`, `say`); the worker and the reader only read them, except for the few
+columns the worker owns (`archived`, `topic`, `topic_embedding`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from memory_worker import tables as t
+from memory_worker.rows import Line, Room, human_id, human_ref, now_iso
+
+r = t.rooms.c
+m = t.room_members.c
+ln = t.lines.c
+
+
+class UnknownRoom(LookupError):
+    """The app named a room the store has never seen."""
+
+    def __init__(self, room_id: str):
+        super().__init__(f"unknown room {room_id!r}: no such row in `rooms`")
+        self.room_id = room_id
+
+
+# --- the app's writes -----------------------------------------------------------------------
+
+
+def add_room(
+    conn: Connection,
+    room_id: str,
+    kind: str,
+    members: list[str],
+    *,
+    incognito: bool = False,
+    kit_mounted: bool = False,
+    topic: str | None = None,
+) -> str:
+    """A room with its members: 'u:42' for humans, persona slugs for personas."""
+    if kind not in ("private", "group"):
+        raise ValueError(f"room kind must be 'private' or 'group', not {kind!r}")
+    conn.execute(
+        insert(t.rooms).values(
+            id=room_id,
+            kind=kind,
+            incognito=int(incognito),
+            kit_mounted=int(kit_mounted),
+            topic=topic,
+            created=now_iso(),
+        )
+    )
+    for member in members:
+        join(conn, room_id, member)
+    return room_id
+
+
+def join(conn: Connection, room_id: str, member: str) -> None:
+    conn.execute(insert(t.room_members).values(room_id=room_id, member=member))
+
+
+def say(
+    conn: Connection, room_id: str, speaker: str | int, text: str, *, at: str | None = None
+) -> int:
+    """Append a transcript line; an int speaker is a human id. Returns the line id."""
+    who = human_ref(speaker) if isinstance(speaker, int) else speaker
+    res = conn.execute(
+        insert(t.lines).values(room_id=room_id, speaker=who, text=text, created=at or now_iso())
+    )
+    return int(res.inserted_primary_key[0])
+
+
+def set_kit_mounted(conn: Connection, room_id: str, mounted: bool) -> None:
+    conn.execute(update(t.rooms).where(r.id == room_id).values(kit_mounted=int(mounted)))
+
+
+# --- the worker's columns -------------------------------------------------------------------
+
+
+def set_archived(conn: Connection, room_id: str) -> None:
+    conn.execute(update(t.rooms).where(r.id == room_id).values(archived=1))
+
+
+def set_topic(conn: Connection, room_id: str, topic: str) -> None:
+    conn.execute(update(t.rooms).where(r.id == room_id).values(topic=topic))
+
+
+def topic(conn: Connection, room_id: str) -> str | None:
+    found = conn.execute(select(r.topic).where(r.id == room_id)).scalar()
+    return str(found) if found else None
+
+
+def set_topic_embedding(conn: Connection, room_id: str, vector: bytes) -> None:
+    conn.execute(update(t.rooms).where(r.id == room_id).values(topic_embedding=vector))
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+def require_room(conn: Connection, room_id: str) -> None:
+    """Raise UnknownRoom unless the room exists."""
+    if conn.execute(select(r.id).where(r.id == room_id)).first() is None:
+        raise UnknownRoom(room_id)
+
+
+def load_room(conn: Connection, room_id: str) -> Room:
+    """The room as plain data; UnknownRoom if the store has never seen it."""
+    found = conn.execute(
+        select(
+            r.id, r.kind, r.incognito, r.kit_mounted, r.archived, r.topic, r.topic_embedding
+        ).where(r.id == room_id)
+    ).first()
+    if found is None:
+        raise UnknownRoom(room_id)
+    return Room(
+        id=found.id,
+        kind=found.kind,
+        incognito=bool(found.incognito),
+        kit_mounted=bool(found.kit_mounted),
+        archived=bool(found.archived),
+        topic=found.topic,
+        topic_embedding=found.topic_embedding,
+    )
+
+
+def members(conn: Connection, room_id: str) -> tuple[list[str], list[int]]:
+    """(persona slugs, human ids) of the room's members, each sorted."""
+    found = conn.execute(select(m.member).where(m.room_id == room_id)).scalars()
+    personas: list[str] = []
+    humans: list[int] = []
+    for member in found:
+        uid = human_id(member)
+        if uid is None:
+            personas.append(member)
+        else:
+            humans.append(uid)
+    return sorted(personas), sorted(humans)
+
+
+def last_line_id(conn: Connection, room_id: str) -> int:
+    """The newest line's id in the room (0: no lines yet)."""
+    q = select(func.max(ln.id)).where(ln.room_id == room_id)
+    return int(conn.execute(q).scalar() or 0)
+
+
+def lines_between(conn: Connection, room_id: str, after: int, last: int) -> list[Line]:
+    """The room's lines with `after < id <= last`, oldest first (a spell's slice)."""
+    found = conn.execute(
+        select(ln.id, ln.room_id, ln.speaker, ln.text, ln.created)
+        .where(ln.room_id == room_id, ln.id > after, ln.id <= last)
+        .order_by(ln.id)
+    )
+    return [Line(*row) for row in found]
+
+
+def lagging_rooms(conn: Connection) -> list[str]:
+    """Rooms (not incognito) where some persona member's cursor is behind the last line."""
+    c = t.cursors.c
+    last = select(ln.room_id, func.max(ln.id).label("last_id")).group_by(ln.room_id).subquery()
+    q = (
+        select(m.room_id)
+        .join(t.rooms, r.id == m.room_id)
+        .join(last, last.c.room_id == m.room_id)
+        .outerjoin(t.cursors, (c.room_id == m.room_id) & (c.persona == m.member))
+        .where(
+            r.incognito == 0,
+            ~m.member.like("u:%"),
+            func.coalesce(c.last_line_id, 0) < last.c.last_id,
+        )
+        .distinct()
+        .order_by(m.room_id)
+    )
+    return list(conn.execute(q).scalars())

@@ -1,0 +1,134 @@
+"""Humans, personas and the switches (`users`, `personas`, `persona_memory_mute`).
+
+Who someone is (a name, the 400-char `memory_note`) and what they allow: the account switch
+`memory_on` and per-persona mutes (seed §5). The audience rule reads these; the controls write
+them; the app adds users and personas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import Connection, Row, delete, insert, select, update
+
+from memory_worker import tables as t
+
+u = t.users.c
+p = t.personas.c
+mu = t.persona_memory_mute.c
+
+
+# --- users ----------------------------------------------------------------------------------
+
+
+def add_user(conn: Connection, user_id: int, name: str, *, memory_on: bool = True) -> int:
+    conn.execute(insert(t.users).values(id=user_id, name=name, memory_on=int(memory_on)))
+    return user_id
+
+
+def require_user(conn: Connection, user_id: int) -> None:
+    if conn.execute(select(u.id).where(u.id == user_id)).first() is None:
+        raise LookupError(f"unknown user {user_id}")
+
+
+def user_names(conn: Connection, user_ids: Sequence[int]) -> dict[int, str]:
+    """Display names by user id (only users that exist)."""
+    if not user_ids:
+        return {}
+    found = conn.execute(select(u.id, u.name).where(u.id.in_(list(user_ids))))
+    return {int(i): str(n) for i, n in found}
+
+
+def present_users(conn: Connection, user_ids: Iterable[int]) -> list[Row]:
+    """(id, name, memory_note, memory_on) of each user that exists: one read at room open."""
+    query = select(u.id, u.name, u.memory_note, u.memory_on).where(u.id.in_(sorted(user_ids)))
+    return list(conn.execute(query).all())
+
+
+def memory_on(conn: Connection, user_ids: Iterable[int]) -> dict[int, bool]:
+    """The account switch of each user that exists."""
+    ids = sorted(set(user_ids))
+    if not ids:
+        return {}
+    found = conn.execute(select(u.id, u.memory_on).where(u.id.in_(ids)))
+    return {int(i): bool(flag) for i, flag in found}
+
+
+def switches(conn: Connection, user_id: int) -> tuple[str | None, bool]:
+    """(memory_note, memory_on) of one user; LookupError if unknown."""
+    found = conn.execute(select(u.memory_note, u.memory_on).where(u.id == user_id)).first()
+    if found is None:
+        raise LookupError(f"unknown user {user_id}")
+    return found.memory_note, bool(found.memory_on)
+
+
+def set_note(conn: Connection, user_id: int, note: str | None) -> None:
+    conn.execute(update(t.users).where(u.id == user_id).values(memory_note=note))
+
+
+def set_memory_on(conn: Connection, user_id: int, on: bool) -> None:
+    conn.execute(update(t.users).where(u.id == user_id).values(memory_on=int(on)))
+
+
+# --- personas -------------------------------------------------------------------------------
+
+
+def add_persona(conn: Connection, slug: str, name: str) -> str:
+    conn.execute(insert(t.personas).values(slug=slug, name=name))
+    return slug
+
+
+def persona_exists(conn: Connection, slug: str) -> bool:
+    return conn.execute(select(p.slug).where(p.slug == slug)).first() is not None
+
+
+def persona_names(conn: Connection, slugs: Sequence[str]) -> dict[str, str]:
+    """Display names by slug; a persona the app never named is shown by its slug."""
+    found = dict(conn.execute(select(p.slug, p.name).where(p.slug.in_(list(slugs)))).all())
+    return {s: found.get(s) or s for s in slugs}
+
+
+def persona_name(conn: Connection, slug: str) -> str:
+    return persona_names(conn, [slug])[slug]
+
+
+def all_persona_names(conn: Connection) -> dict[str, str]:
+    return {str(slug): str(name) for slug, name in conn.execute(select(p.slug, p.name))}
+
+
+# --- mutes ----------------------------------------------------------------------------------
+
+
+def mutes(
+    conn: Connection, user_ids: Iterable[int], personas: Iterable[str]
+) -> frozenset[tuple[int, str]]:
+    """(user_id, persona) for each of these users who told one of these personas to forget them."""
+    ids = sorted(set(user_ids))
+    if not ids:
+        return frozenset()
+    query = select(mu.user_id, mu.persona).where(
+        mu.user_id.in_(ids), mu.persona.in_(sorted(set(personas)))
+    )
+    return frozenset((int(uid), str(slug)) for uid, slug in conn.execute(query))
+
+
+def muted_by(conn: Connection, user_id: int) -> set[str]:
+    """The personas this user muted."""
+    return set(conn.execute(select(mu.persona).where(mu.user_id == user_id)).scalars())
+
+
+def add_mute(conn: Connection, user_id: int, persona: str) -> None:
+    conn.execute(insert(t.persona_memory_mute).values(user_id=user_id, persona=persona))
+
+
+def remove_mute(conn: Connection, user_id: int, persona: str) -> None:
+    conn.execute(delete(t.persona_memory_mute).where(mu.user_id == user_id, mu.persona == persona))
+
+
+def eligible_humans(conn: Connection, persona: str, humans: Sequence[int]) -> list[int]:
+    """Humans the persona may write about: memory on, and this persona not muted."""
+    if not humans:
+        return []
+    on = memory_on(conn, humans)
+    muted = {uid for uid, _ in mutes(conn, humans, [persona])}
+    return sorted(h for h in humans if on.get(h, False) and h not in muted)
