@@ -16,9 +16,12 @@ from memory_worker.settings import EMBEDDED
 
 
 def url() -> str:
+    """The broker URL in force; with none set, the embedded Redis, started (and owned by this
+    process) if it is not running. Called when a process first sends or consumes, never at
+    import."""
     s = settings_mod.current()
     if s.broker_url == EMBEDDED:
-        return ensure_running(s.state_dir)
+        return ensure_running(s.state_dir, own=True)
     return s.broker_url
 
 

@@ -1,11 +1,14 @@
 """The Celery app: `celery -A memory_worker.celery_app worker -Q model,embed,...`.
 
-Config comes from `celeryconfig` by module name; the broker from `memory_worker.broker`
-(starting the embedded Redis when no URL is set). Engines are per process: a prefork child
-drops what it inherited (SQLAlchemy engines must not cross a fork).
+Config comes from `celeryconfig` by module name. Importing this module starts nothing: the
+broker is resolved (`memory_worker.broker.url()`, which may start the embedded Redis) when the
+app is first configured — the first send, or a worker starting — not at import. Engines are
+per process: a prefork child drops what it inherited (SQLAlchemy engines must not cross a fork).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init
@@ -14,7 +17,12 @@ from memory_worker import broker, store
 
 app = Celery("memory_worker", include=["memory_worker.tasks.pipeline", "memory_worker.tasks.rooms"])
 app.config_from_object("celeryconfig")
-app.conf.broker_url = broker.url()
+
+
+@app.on_after_configure.connect
+def _resolve_broker(sender: Celery, **_: Any) -> None:
+    if not sender.conf.broker_url:  # set explicitly (a test's Redis): keep it
+        sender.conf.broker_url = broker.url()
 
 
 @worker_process_init.connect

