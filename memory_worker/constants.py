@@ -41,6 +41,7 @@ QUEUES = (QUEUE_MODEL, QUEUE_EMBED, QUEUE_COMMIT, QUEUE_NOTIFY, QUEUE_EVENTS)
 # --- retries and the broker (DESIGN.md "Traps") ------------------------------------------
 VISIBILITY_TIMEOUT_S = 3600  # kombu's Redis default; every countdown stays well under it
 MODEL_MAX_RETRIES = 5  # 429/5xx/timeouts: then the spell is parked
+DB_MAX_RETRIES = 5  # ours: "database is locked" past the busy timeout, then the task fails
 RETRY_BACKOFF_MAX_S = 300.0  # far below VISIBILITY_TIMEOUT_S
 STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, then park
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from memory_worker import settings as settings_mod
 from memory_worker.constants import RETRY_BACKOFF_MAX_S, VISIBILITY_TIMEOUT_S
-from memory_worker.tasks.pipeline import backoff
+from memory_worker.tasks.model_step import backoff
 
 
 def test_a_retry_never_comes_before_the_servers_retry_after() -> None:

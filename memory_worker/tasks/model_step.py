@@ -1,0 +1,76 @@
+"""The policy every model step shares, as a Celery Task base class (`base=ModelStep`).
+
+One place for what a model call may go through: the global rate limit (one slot per call,
+shared by all workers through Redis), retries with jittered backoff that honour the server's
+retry-after, and parking — a spell whose model kept failing or answered malformed twice is
+handed on with `parked` set, so the commit records it where an operator sees it and leaves the
+cursor alone. A chain never dies half-way with nothing said. Token counts ride on the Spell:
+each step adds its call's usage (`memory_worker.write.pipeline`).
+
+A task body names only its step:
+
+    @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
+    def extract(self: ModelStep, spell: dict) -> dict:
+        return self.run_step(spell, lambda s: pipeline.run_extract(s, models.chat_model()))
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from celery import Task
+
+from memory_worker import broker, ratelimit
+from memory_worker import settings as settings_mod
+from memory_worker.constants import MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
+from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
+from memory_worker.rows import Spell
+
+log = logging.getLogger(__name__)
+
+
+def backoff(retries: int, retry_after: float | None) -> float:
+    """Jittered exponential backoff, never sooner than the server asked."""
+    base = settings_mod.current().retry_backoff_base_s
+    ceiling = min(RETRY_BACKOFF_MAX_S, base * 2**retries)
+    wait = random.uniform(ceiling / 2, ceiling)
+    return min(RETRY_BACKOFF_MAX_S, max(wait, (retry_after or 0.0) + random.uniform(0, 0.5)))
+
+
+class ModelStep(Task):  # type: ignore[misc]  # celery ships no type information
+    """A chain step that calls a model: rate limit, retry, park."""
+
+    abstract = True
+    max_retries = MODEL_MAX_RETRIES
+
+    def acquire_model_slot(self) -> None:
+        """Wait for a slot under the global model-call rate limit (RateLimited past a wait)."""
+        per_second = settings_mod.current().model_calls_per_second
+        ratelimit.acquire(broker.client(self.app.conf.broker_url), "model", per_second)
+
+    def run_step(self, message: dict[str, Any], step: Callable[[Spell], Spell]) -> dict[str, Any]:
+        """Run `step` on the message's spell under the policy; always returns a spell message
+        (retrying raises Celery's Retry instead)."""
+        spell = Spell.from_json(message)
+        if spell.done:
+            return spell.to_json()
+        try:
+            self.acquire_model_slot()
+            return step(spell).to_json()
+        except (TransientModelError, ratelimit.RateLimited) as e:
+            retries = int(self.request.retries)
+            if retries >= self.max_retries:
+                spell.parked = f"model unavailable after {retries} retries: {e}"
+                return spell.to_json()
+            retry_after = getattr(e, "retry_after", None)
+            log.warning("spell %s: %s; retrying", spell.key, e)
+            raise self.retry(countdown=backoff(retries, retry_after), exc=e) from e
+        except MalformedAnswer as e:
+            spell.parked = f"malformed model answer (asked twice): {e}"
+            return spell.to_json()
+        except PermanentModelError as e:
+            spell.parked = f"model error: {e}"
+            return spell.to_json()
