@@ -25,6 +25,7 @@ from pathlib import Path
 import redis
 
 START_TIMEOUT_S = 10.0  # a cold redis-server answers PING within milliseconds; CI may be slow
+STOP_TIMEOUT_S = 5.0  # redis-server exits on SIGTERM at once when it saves nothing
 
 
 def _free_port() -> int:
@@ -109,14 +110,28 @@ def _start(state_dir: Path) -> dict:
 
 
 def stop(state_dir: Path) -> bool:
-    """Stop the embedded Redis under `state_dir`, if one runs. True if one was stopped."""
+    """Stop the embedded Redis under `state_dir`, if one runs, and wait for it to exit.
+    True if one was stopped."""
     pidfile = state_dir.resolve() / "redis.pid"
     if not pidfile.exists():
         return False
     try:
-        os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, signal.SIGTERM)
     except (ProcessLookupError, ValueError):
         return False
     finally:
         (state_dir.resolve() / "redis.json").unlink(missing_ok=True)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
     return True
+
+
+def _running(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie waiting to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "zombie" not in status
