@@ -32,6 +32,7 @@ from rich.table import Table  # noqa: E402
 
 from memory_worker import app_side, models, reader, store  # noqa: E402
 from memory_worker import settings as settings_mod  # noqa: E402
+from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.write import extract, pipeline  # noqa: E402
 from tests.fakes import ScriptedChat, route_payload  # noqa: E402
 
@@ -54,6 +55,8 @@ class Replay:
     spell_ms: list[float] = field(default_factory=list)
     block_chars: int = 0
     block_rows: int = 0
+    line_of: dict[str, int] = field(default_factory=dict)  # LoCoMo dia_id → our line id
+    last_day: str = ""  # the last session's date
 
 
 def known_or_new(prompt: str) -> dict:
@@ -85,7 +88,9 @@ def sessions(conv: dict) -> list[int]:
     return sorted(int(k.split("_")[1]) for k in keys)
 
 
-def replay(sample: dict, url: str) -> Replay:
+def replay(sample: dict, url: str, embedder: Embedder | None = None) -> Replay:
+    """The conversation through the write path into a fresh store at `url`; `embedder`
+    defaults to the offline one the replay provider uses."""
     conv, obs = sample["conversation"], sample["observation"]
     a, b = conv["speaker_a"], conv["speaker_b"]
     out = Replay(sample["sample_id"])
@@ -94,6 +99,7 @@ def replay(sample: dict, url: str) -> Replay:
     base = settings_mod.current().with_(database_url=url)
     settings_mod.configure(base)
     store.init_db(url)
+    embedder = embedder or models.embedder(base.with_(provider="replay"))
     with store.transaction() as c:
         app_side.add_user(c, HUMAN, a)
         app_side.add_persona(c, PERSONA, b)
@@ -129,7 +135,7 @@ def replay(sample: dict, url: str) -> Replay:
             lines=lines,
             already_today={},
         )
-        spell = pipeline.run_embed(spell, models.embedder(base.with_(provider="replay")))
+        spell = pipeline.run_embed(spell, embedder)
         spell = pipeline.run_route(spell, model)
         outcome = pipeline.run_commit(spell)
         out.spell_ms.append((time.perf_counter() - started) * 1000)
@@ -138,6 +144,8 @@ def replay(sample: dict, url: str) -> Replay:
         out.proposed += len(facts)
         out.rows += len(outcome.row_ids)
         out.rejected.update(r.reason.split(" (")[0] for r in rejected)
+        out.line_of.update(line_of)
+        out.last_day = day
     block = reader.build_block(PERSONA, {HUMAN}, "dm", touch=False)
     out.block_chars, out.block_rows = block.chars_current, len(block.row_ids)
     return out

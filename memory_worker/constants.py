@@ -25,6 +25,21 @@ MALFORMED_REASKS = 1  # DESIGN.md: "malformed model output is re-asked once, the
 # --- the read path (seed §3) -------------------------------------------------------------
 V1_PROVEN_SCOPE = True  # seed §4: groups get world facts only until the leak exam says otherwise
 RECENCY_DECAY_PER_DAY = 0.98  # seed §3 step 2 (GA's 0.995 per game hour, ours per day)
+# The rule in force (ranking.TUNED_RULE), tuned on LoCoMo conversations 1–6 with
+# benchmarks/locomo_recall.py (docs/recall.md has the table). With the seed's equal weights the
+# block is "the last few sessions, reordered": Hit@block 0.26–0.30 against 0.70–0.83 for
+# relevance alone (hashing, wordllama, e5). Relevance must lead when the room has a topic:
+# from a weight of ~8 up, the block matches relevance alone on every embedder (± 1 question in
+# 388); at 1 it is the seed's 0.30, at 2–4 recency still pulls old evidence out. Recency and
+# importance keep weight 1: they break near-ties under a topic, and decide alone without one.
+# The decay: questions ask about any session, and the slowest decay we tried (0.999/day, a
+# half-life near two years) is the one at or above relevance alone with all three embedders
+# (0.98–0.998 cost e5 up to 3 questions). Min-max scaling keeps the newest row at 1 and the
+# oldest at 0 whatever the rate, so without a topic the order by age is the seed's.
+RANKING_RELEVANCE_WEIGHT = 10.0
+RANKING_RECENCY_WEIGHT = 1.0
+RANKING_IMPORTANCE_WEIGHT = 1.0
+RANKING_DECAY_PER_DAY = 0.999
 DIVERSITY_PER_KIND = 2  # seed §3 step 2: at most two items per kind before the rest
 TAKE_PER_HUMAN = 10  # seed §3 step 3: top ~10 per present human
 BLOCK_CHARS_LIMIT = 1200  # seed §3 step 3: ~1,200 chars per persona

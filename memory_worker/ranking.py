@@ -1,12 +1,14 @@
 """Rank and take (seed §3 steps 2–3): which of the visible rows make the block. Pure.
 
-score = recency + importance + relevance, each min-max normalised over the candidates, equal
-weights (Generative Agents, α all 1). Recency decays 0.98 per day from `last_recalled`, else
-`created`; importance is /10; relevance is the cosine to the room's topic vector, 0 without one.
-Then, per human: open loops and promises first (they always ride, past the char cap, though
-still within the ~10 per human so a block stays bounded), then the rest through the diversity
-pass (at most two per kind before the rest), and the char cap over the whole persona, filled
-round-robin so no one human crowds out the others.
+score = w_recency·recency + w_importance·importance + w_relevance·relevance, each min-max
+normalised over the candidates. Recency decays per day from `last_recalled`, else `created`;
+importance is /10; relevance is the cosine to the room's topic vector, 0 without one. The
+weights and the decay are a `Rule`: `SEED_RULE` is the seed's (equal weights, 0.98/day), kept
+so both can be measured in one run; `RULE` is the one in force, tuned on LoCoMo (constants.py
+says why). Then, per human: open loops and promises first (they always ride, past the char
+cap, though still within the ~10 per human so a block stays bounded), then the rest through
+the diversity pass (at most two per kind before the rest), and the char cap over the whole
+persona, filled round-robin so no one human crowds out the others.
 
 Candidates are columns (numpy arrays), not Row objects: the reader ranks 10,000 visible rows
 without building 10,000 Python objects, and fetches full rows only for the few that win.
@@ -26,6 +28,10 @@ from memory_worker.constants import (
     BLOCK_CHARS_LIMIT,
     DIVERSITY_PER_KIND,
     KINDS,
+    RANKING_DECAY_PER_DAY,
+    RANKING_IMPORTANCE_WEIGHT,
+    RANKING_RECENCY_WEIGHT,
+    RANKING_RELEVANCE_WEIGHT,
     RECENCY_DECAY_PER_DAY,
     SUBJECT_WORLD,
     TAKE_PER_HUMAN,
@@ -36,6 +42,29 @@ from memory_worker.vectors import cosines
 WORLD_GROUP = -1  # the group of world rows; rows about a human are grouped by the human's id
 UNKNOWN_KIND = len(KINDS)  # the kind code of a kind outside KINDS (ranked, never riding)
 UNREADABLE_AGE_DAYS = 36_500.0  # ours: a timestamp we cannot read counts as a century old
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How the three signals are weighed: a named setting, so rules compare in one run."""
+
+    name: str
+    decay_per_day: float
+    recency: float  # weights of the min-max normalised components
+    importance: float
+    relevance: float
+
+
+SEED_RULE = Rule("seed", RECENCY_DECAY_PER_DAY, 1.0, 1.0, 1.0)  # seed §3 step 2, as written
+TUNED_RULE = Rule(
+    "tuned",
+    RANKING_DECAY_PER_DAY,
+    RANKING_RECENCY_WEIGHT,
+    RANKING_IMPORTANCE_WEIGHT,
+    RANKING_RELEVANCE_WEIGHT,
+)
+RULE = TUNED_RULE  # the rule in force: the reader and recall rank with it
+RULES = {r.name: r for r in (SEED_RULE, TUNED_RULE)}
 
 
 @dataclass(frozen=True)
@@ -110,10 +139,18 @@ def minmax(x: np.ndarray) -> np.ndarray:
     return (x - lo) / (hi - lo)
 
 
-def scores(c: Candidates) -> np.ndarray:
-    """recency + importance + relevance, each min-max normalised, equal weights."""
-    recency = RECENCY_DECAY_PER_DAY ** np.maximum(c.age_days, 0.0)
-    return minmax(recency) + minmax(c.importance / 10.0) + minmax(c.relevance)
+def scores(c: Candidates, rule: Rule = RULE) -> np.ndarray:
+    """The rule's weighted sum of recency, importance and relevance, each min-max normalised.
+
+    Without a topic every relevance is 0, a column with no spread, so recency and importance
+    alone decide.
+    """
+    recency = rule.decay_per_day ** np.maximum(c.age_days, 0.0)
+    return (
+        rule.recency * minmax(recency)
+        + rule.importance * minmax(c.importance / 10.0)
+        + rule.relevance * minmax(c.relevance)
+    )
 
 
 def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[int]:

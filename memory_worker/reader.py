@@ -55,6 +55,7 @@ from memory_worker.ranking import (
     take,
 )
 from memory_worker.read_cache import EMBEDDINGS_MAX_ROWS, Columns, Key, ReadCache, Version
+from memory_worker.recall import recall
 from memory_worker.rows import Room, Row
 from memory_worker.storage import memories, users
 from memory_worker.storage.rooms import UnknownRoom, load_room, members
@@ -68,7 +69,7 @@ UNIX_EPOCH_JULIAN_DAY = 2440587.5  # SQLite's julianday('1970-01-01')
 
 READ_CACHE = ReadCache()  # this process's ranking columns, checked against the store each open
 
-__all__ = ["Block", "UnknownRoom", "blocks_for_room", "build_block", "format_block"]
+__all__ = ["Block", "UnknownRoom", "blocks_for_room", "build_block", "format_block", "recall"]
 
 
 def build_block(

@@ -27,6 +27,9 @@ class Settings:
     provider: str = "replay"
     chat_model: str = "gemini-2.5-flash"  # the flash tier, for both calls (seed §2)
     embed_model: str = "gemini-embedding-001"  # DESIGN.md, at 768 dims
+    # "" (gemini's with the gemini provider, else the offline default), or one of
+    # models.EMBEDDERS: gemini, hashing, e5, wordllama.
+    embedder: str = ""
     gemini_api_key: str | None = None
     gemini_base_url: str | None = None  # a local stub of the API in tests
     model_timeout_ms: int = 30_000  # google-genai counts HTTP timeouts in milliseconds
@@ -54,6 +57,7 @@ class Settings:
             provider=e.get("MW_PROVIDER") or d.provider,
             chat_model=e.get("MW_CHAT_MODEL") or d.chat_model,
             embed_model=e.get("MW_EMBED_MODEL") or d.embed_model,
+            embedder=e.get("MW_EMBEDDER") or d.embedder,
             gemini_api_key=e.get("GEMINI_API_KEY") or e.get("GOOGLE_API_KEY"),
             gemini_base_url=e.get("MW_GEMINI_BASE_URL") or None,
             model_timeout_ms=int(e.get("MW_MODEL_TIMEOUT_MS") or d.model_timeout_ms),
@@ -79,6 +83,7 @@ class Settings:
             "MW_PROVIDER": self.provider,
             "MW_CHAT_MODEL": self.chat_model,
             "MW_EMBED_MODEL": self.embed_model,
+            "MW_EMBEDDER": self.embedder,
             "MW_MODEL_TIMEOUT_MS": str(self.model_timeout_ms),
             "MW_MODEL_CALLS_PER_SECOND": str(self.model_calls_per_second),
             "MW_RETRY_BACKOFF_BASE_S": str(self.retry_backoff_base_s),

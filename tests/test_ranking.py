@@ -20,6 +20,8 @@ from memory_worker.constants import (
     TAKE_PER_HUMAN,
 )
 from memory_worker.ranking import (
+    RULE,
+    SEED_RULE,
     WORLD_GROUP,
     Candidates,
     diversify,
@@ -94,14 +96,14 @@ def test_recency_decays_from_last_recall_not_from_creation() -> None:
     assert ranked_ids([old_but_recalled, newer_never_recalled]) == [1, 2]
 
 
-def test_recency_decays_by_098_per_day() -> None:
+def test_the_seed_rule_decays_recency_by_098_per_day() -> None:
     rows = [row(1, created=0), row(2, created=1), row(3, created=50)]
-    got = scores(Candidates.from_rows(rows, NOW))
+    got = scores(Candidates.from_rows(rows, NOW), SEED_RULE)
     expected_middle = (0.98 - 0.98**50) / (1 - 0.98**50)  # min-max of 1, 0.98, 0.98^50
     assert got == pytest.approx([1.0, expected_middle, 0.0])
 
 
-def test_each_component_is_min_max_normalised_and_weighted_equally() -> None:
+def test_the_seed_rule_min_max_normalises_each_component_and_weighs_them_equally() -> None:
     topic = quantise([1.0, 0.0, 0.0, 0.0])
     near, far = quantise([1.0, 0.0, 0.0, 0.0]), quantise([0.0, 1.0, 0.0, 0.0])
     rows = [
@@ -111,7 +113,7 @@ def test_each_component_is_min_max_normalised_and_weighted_equally() -> None:
         row(4, importance=9, created=1, embedding=near),  # best of everything
         row(5, importance=3, created=100, embedding=far),  # worst of everything
     ]
-    got = scores(Candidates.from_rows(rows, NOW, topic))
+    got = scores(Candidates.from_rows(rows, NOW, topic), SEED_RULE)
     assert got == pytest.approx([1.0, 1.0, 1.0, 3.0, 0.0])
 
 
@@ -144,6 +146,97 @@ def test_a_row_without_an_embedding_counts_as_unrelated_to_the_topic() -> None:
 def test_a_timestamp_that_cannot_be_read_counts_as_very_old_rather_than_failing() -> None:
     broken = replace(row(1, importance=9), created="last Tuesday")
     assert ranked_ids([broken, row(2, importance=9, created=400)]) == [2, 1]
+
+
+# --- the rule in force (tuned on LoCoMo, constants.py says why) ------------------------------
+
+TOPIC = quantise([1.0, 0.0, 0.0, 0.0])
+STRONG = quantise([1.0, 0.05, 0.0, 0.0])  # cosine ≈ 1 to the topic
+WEAK = quantise([0.3, 0.95, 0.0, 0.0])  # cosine ≈ 0.3
+UNRELATED = [quantise(v) for v in ([0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0, 0, 0, 1.0])]
+
+row_specs = st.lists(
+    st.tuples(
+        st.sampled_from(KINDS),
+        st.integers(3, 10),  # importance
+        st.integers(0, 400),  # age in days
+        st.integers(0, 2),  # which unrelated vector
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def rows_from(specs: list[tuple[str, int, int, int]], first_id: int = 1) -> list[Row]:
+    return [
+        row(i, kind=k, importance=imp, created=age, embedding=UNRELATED[v])
+        for i, (k, imp, age, v) in enumerate(specs, start=first_id)
+    ]
+
+
+def block_ids(rows: list[Row], topic: bytes | None) -> set[int]:
+    c = Candidates.from_rows(rows, NOW, topic)
+    return {i for ids in take(c, scores(c)).values() for i in ids}
+
+
+def test_the_rule_in_force_is_not_the_seeds_and_the_seeds_stays_measurable() -> None:
+    assert RULE != SEED_RULE
+    assert RULE.relevance > RULE.recency + RULE.importance  # a topic leads when there is one
+    assert (SEED_RULE.decay_per_day, SEED_RULE.recency, SEED_RULE.relevance) == (0.98, 1, 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(row_specs, st.integers(0, 400), st.integers(3, 10))
+def test_a_strong_topic_match_beats_every_fresh_weak_one(
+    specs: list[tuple[str, int, int, int]], strong_age: int, strong_importance: int
+) -> None:
+    others = [
+        replace(r, kind="fact" if r.kind in ALWAYS_RIDE_KINDS else r.kind)
+        for r in rows_from(specs, first_id=2)
+    ]  # riders take their places first, whatever the rule
+    fresh_weak = [replace(r, embedding=WEAK, created=ago(0), importance=10) for r in others[:3]]
+    strong = row(1, importance=strong_importance, created=strong_age, embedding=STRONG)
+    rows = [strong, *fresh_weak, *others[3:]]
+    c = Candidates.from_rows(rows, NOW, TOPIC)
+    s = scores(c)
+    assert all(s[0] > s[i] for i in range(1, len(rows)))  # strictly first, whatever its age
+    assert 1 in block_ids(rows, TOPIC)
+
+
+@settings(max_examples=100, deadline=None)
+@given(row_specs, st.randoms(use_true_random=False))
+def test_with_no_topic_recency_and_importance_alone_decide(
+    specs: list[tuple[str, int, int, int]], rnd: random.Random
+) -> None:
+    rows = rows_from(specs)
+    shuffled = [replace(r, embedding=UNRELATED[rnd.randrange(3)]) for r in rows]
+    assert ranked_ids(rows) == ranked_ids(shuffled)  # the vectors say nothing without a topic
+    s = scores(Candidates.from_rows(rows, NOW))
+    for a in range(len(rows)):
+        for b in range(len(rows)):
+            ia, ib = rows[a].importance, rows[b].importance
+            age_a, age_b = specs[a][2], specs[b][2]
+            if ia >= ib and age_a <= age_b and (ia, age_a) != (ib, age_b):
+                assert s[a] > s[b]  # newer and at least as important, or more important
+
+
+@settings(max_examples=100, deadline=None)
+@given(row_specs, st.booleans())
+def test_open_loops_and_promises_ride_whatever_the_topic(
+    specs: list[tuple[str, int, int, int]], with_topic: bool
+) -> None:
+    rows = rows_from(specs)
+    facts = [row(100 + i, importance=10, created=0, embedding=STRONG) for i in range(12)]
+    rows += facts  # a dozen fresh, important, on-topic facts compete for the places
+    riders = {r.id for r in rows if r.kind in ALWAYS_RIDE_KINDS}
+    block = block_ids(rows, TOPIC if with_topic else None)
+    assert len(riders & block) == min(len(riders), TAKE_PER_HUMAN)  # all, up to the ~10 bound
+
+
+def test_a_memory_that_keeps_loading_stays_fresh_under_the_rule_in_force() -> None:
+    old_recalled_today = row(1, created=300, recalled=0)
+    month_old = row(2, created=30)
+    assert ranked_ids([month_old, old_recalled_today]) == [1, 2]
 
 
 # --- take -------------------------------------------------------------------------------------

@@ -41,9 +41,14 @@ __all__ = [
     "chat_model",
     "clear_cache",
     "embedder",
+    "named_embedder",
 ]
 
 PROVIDERS = ("replay", "gemini")
+# Embedders by the name MW_EMBEDDER takes; "" picks gemini's with the gemini provider, else
+# OFFLINE_EMBEDDER.
+EMBEDDERS = ("gemini", "hashing", "e5", "wordllama")
+OFFLINE_EMBEDDER = "hashing"
 # Settings objects seen per process are few (one, plus tests'); a bound keeps tests honest.
 _CACHE_MAX = 32
 
@@ -99,14 +104,40 @@ def _build_chat(settings: Settings) -> ChatModel:
     return ReplayChat(settings)
 
 
+def embedder_name(settings: Settings) -> str:
+    """The embedder the settings pick (MW_EMBEDDER, else by the provider)."""
+    name = settings.embedder or ("gemini" if _provider(settings) == "gemini" else OFFLINE_EMBEDDER)
+    if name not in EMBEDDERS:
+        raise ValueError(
+            f"unknown embedder {name!r} (MW_EMBEDDER): expected one of {', '.join(EMBEDDERS)}"
+        )
+    return name
+
+
 def _build_embedder(settings: Settings) -> Embedder:
-    if _provider(settings) == "gemini":
+    return named_embedder(embedder_name(settings), settings)
+
+
+def named_embedder(name: str, settings: Settings | None = None) -> Embedder:
+    """A fresh embedder by name (benchmarks compare them; the write path uses `embedder()`)."""
+    if name == "gemini":
         from memory_worker.models.gemini import GeminiEmbedder
 
-        return GeminiEmbedder(settings, client=_gemini_client(settings))
-    from memory_worker.models.hashing import HashingEmbedder
+        s = settings if settings is not None else settings_mod.current()
+        return GeminiEmbedder(s, client=_gemini_client(s))
+    if name == "hashing":
+        from memory_worker.models.hashing import HashingEmbedder
 
-    return HashingEmbedder()
+        return HashingEmbedder()
+    if name == "e5":
+        from memory_worker.models.local import E5Embedder
+
+        return E5Embedder()
+    if name == "wordllama":
+        from memory_worker.models.local import WordLlamaEmbedder
+
+        return WordLlamaEmbedder()
+    raise ValueError(f"unknown embedder {name!r}: expected one of {', '.join(EMBEDDERS)}")
 
 
 def chat_model(settings: Settings | None = None) -> ChatModel:

@@ -5,16 +5,26 @@ Also the room's topic vector (the read path's relevance), computed here, off the
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
+
+from memory_worker.constants import HUMAN_PREFIX
 from memory_worker.models.base import Embedder
 from memory_worker.rows import Candidate
 from memory_worker.vectors import quantise, to_b64
 
+_HUMAN_REF = re.compile(rf"\b{re.escape(HUMAN_PREFIX)}(\d+)\b")
 
-def embed_candidates(embedder: Embedder, candidates: list[Candidate]) -> list[Candidate]:
-    """The same candidates with `embedding` filled; no call at all for an empty list."""
+
+def embed_candidates(
+    embedder: Embedder, candidates: list[Candidate], names: Mapping[int, str] | None = None
+) -> list[Candidate]:
+    """The same candidates with `embedding` filled (each `u:N` embedded as N's name from
+    `names`); no call at all for an empty list."""
     if not candidates:
         return []
-    vectors = embedder.embed([c.text for c in candidates], purpose="candidates")
+    texts = [embeddable_text(c.text, names or {}) for c in candidates]
+    vectors = embedder.embed(texts, purpose="candidates")
     if len(vectors) != len(candidates):
         raise ValueError(f"embedder returned {len(vectors)} vectors for {len(candidates)} texts")
     return [
@@ -27,3 +37,15 @@ def embed_topic(embedder: Embedder, topic: str) -> bytes:
     """A room's opener or topic as an int8 vector, stored on the room."""
     (vector,) = embedder.embed([topic], purpose="topic")
     return quantise(vector)
+
+
+def embeddable_text(text: str, names: Mapping[int, str]) -> str:
+    """The text a row is embedded as: each `u:42` it names replaced by that human's display
+    name, so "What did Caroline research?" finds "u:1 researched adoption agencies". The
+    stored text keeps the id (seed §2.1: the id survives a rename); a rename re-embeds."""
+    return _HUMAN_REF.sub(lambda m: names.get(int(m.group(1)), m.group(0)), text)
+
+
+def humans_named(texts: Iterable[str]) -> set[int]:
+    """The ids of every human the texts name as `u:N`."""
+    return {int(m) for text in texts for m in _HUMAN_REF.findall(text)}

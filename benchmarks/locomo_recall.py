@@ -1,0 +1,322 @@
+"""Does the block hold what a question is about? LoCoMo, measured through the real paths.
+
+    .venv/bin/python benchmarks/locomo_recall.py [--conversations 1-6] [--embedders hashing,e5]
+    .venv/bin/python benchmarks/locomo_recall.py --conversations 1-10 --docs docs/recall.md
+
+For each conversation and embedder, the store is built through the real write path
+(`locomo_replay.replay`: the data set's observations as the extractor, our guards, embedder,
+router and commit). Then, for every question of categories 1–4 whose evidence turns map to a
+stored row ("evidence rows"):
+
+* **Hit@block** — the room's topic is the question: is an evidence row in the block? Our rule
+  (`ranking.RULE`), the seed's rule, relevance only, recency only, importance only and random
+  (several seeds) rank the same candidates, and the same `take` (10 rows, 1,200 chars) cuts.
+  Our rule is also run through `reader.build_block` itself, to prove the pure figures are the
+  product's.
+* **Hit@k for recall** — the room was opened with no topic; the human's message is the
+  question: is an evidence row among `recall`'s k rows (which exclude what the block holds)?
+  Beside it, relevance only top-k over every visible row (what a plain vector search returns),
+  and the block and recall together.
+* **coverage** — the share of questions with an evidence row stored at all (the rest cannot
+  be hit by any ranking: the extractor never wrote it, or a guard dropped it).
+
+Rows are embedded with the subject's display name in place of `u:1` (the product's path);
+"ids" rows re-embed the stored text as it is, to measure what the names buy.
+
+LoCoMo: Maharana et al., ACL 2024, CC BY-NC 4.0 — read from ../shared/data/locomo/, never copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from sqlalchemy import update  # noqa: E402
+
+from benchmarks import locomo_replay  # noqa: E402
+from memory_worker import app_side, reader, recall, store  # noqa: E402
+from memory_worker import tables as t  # noqa: E402
+from memory_worker.audience import load_visible  # noqa: E402
+from memory_worker.models import named_embedder  # noqa: E402
+from memory_worker.models.base import Embedder  # noqa: E402
+from memory_worker.ranking import RULE, SEED_RULE, Candidates, scores, take  # noqa: E402
+from memory_worker.rows import Row  # noqa: E402
+from memory_worker.vectors import quantise  # noqa: E402
+from memory_worker.write.embed import embeddable_text  # noqa: E402
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+RANDOM_SEEDS = (0, 1, 2, 3, 4)
+RECALL_KS = (3, 5, 10)
+PERSONA, HUMAN, ROOM = locomo_replay.PERSONA, locomo_replay.HUMAN, "dm"
+_EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+
+Scorer = Callable[[Candidates], np.ndarray]
+
+
+def _random(seed: int) -> Scorer:
+    return lambda c: np.random.default_rng(seed).random(len(c))
+
+
+METHODS: dict[str, Scorer] = {
+    f"ours ({RULE.name})": lambda c: scores(c, RULE),
+    "seed rule": lambda c: scores(c, SEED_RULE),
+    "relevance only": lambda c: c.relevance.copy(),
+    "recency only": lambda c: -c.age_days,
+    "importance only": lambda c: c.importance.copy(),
+    **{f"random (seed {s})": _random(s) for s in RANDOM_SEEDS},
+}
+OURS = next(iter(METHODS))
+
+
+@dataclass
+class Tally:
+    """Hits per method and category over the mapped questions."""
+
+    asked: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    mapped: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    hits: dict[str, dict[int, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
+    ranks: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    reader_mismatches: int = 0
+    seconds: float = 0.0
+
+    def hit(self, method: str, category: int, got: bool) -> None:
+        self.hits[method][category] += int(got)
+
+    def rate(self, method: str, category: int | None = None) -> float:
+        cats = [category] if category is not None else list(CATEGORIES)
+        n = sum(self.mapped[k] for k in cats)
+        return sum(self.hits[method][k] for k in cats) / n if n else float("nan")
+
+    def coverage(self, category: int | None = None) -> float:
+        cats = [category] if category is not None else list(CATEGORIES)
+        n = sum(self.asked[k] for k in cats)
+        return sum(self.mapped[k] for k in cats) / n if n else float("nan")
+
+
+def conversations(spec: str, total: int) -> list[int]:
+    """'1-6', '7-10', '1,3,5' or 'all' → 0-based indexes."""
+    if spec == "all":
+        return list(range(total))
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    if not out or min(out) < 1 or max(out) > total:
+        raise SystemExit(f"--conversations {spec!r}: pick from 1-{total}")
+    return [i - 1 for i in out]
+
+
+def evidence_lines(question: dict, line_of: dict[str, int]) -> set[int]:
+    ids = {f"D{a}:{b}" for e in question.get("evidence", []) for a, b in _EVIDENCE.findall(e)}
+    return {line_of[i] for i in ids if i in line_of}
+
+
+def best_rank(order: np.ndarray, ids: np.ndarray, wanted: set[int]) -> int:
+    """1-based rank of the first wanted id in `order` (indexes into `ids`)."""
+    for rank, i in enumerate(order, 1):
+        if int(ids[i]) in wanted:
+            return rank
+    return len(order) + 1
+
+
+def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally]) -> None:
+    """Replay one conversation into `url`, then score every question into `tallies`."""
+    started = time.perf_counter()
+    replayed = locomo_replay.replay(sample, url, embedder=embedder)
+    now = datetime.fromisoformat(replayed.last_day).replace(tzinfo=UTC) + timedelta(days=1)
+    with store.engine(url).connect() as conn:
+        room = app_side.load_room(conn, ROOM)
+        rows = load_visible(conn, PERSONA, {HUMAN}, room)
+    variants = {"names": rows, "ids": _reembedded(rows, embedder, {})}
+    questions = [q for q in sample["qa"] if q.get("category") in CATEGORIES]
+    vectors = embedder.embed([q["question"] for q in questions], purpose="topic")
+    for variant, vrows in variants.items():
+        tally = tallies[variant]
+        opened = Candidates.from_rows(vrows, now, None)  # the room opened with no topic
+        block0 = {i for ids in take(opened, scores(opened)).values() for i in ids}
+        for q, vec in zip(questions, vectors, strict=True):
+            cat = q["category"]
+            tally.asked[cat] += 1
+            lines = evidence_lines(q, replayed.line_of)
+            wanted = {r.id for r in vrows if lines & set(r.evidence)}
+            if not wanted:
+                continue
+            tally.mapped[cat] += 1
+            topic = quantise(vec)
+            c = Candidates.from_rows(vrows, now, topic)
+            for method, scorer in METHODS.items():
+                s = scorer(c)
+                block = {i for ids in take(c, s).values() for i in ids}
+                tally.hit(method, cat, bool(block & wanted))
+                order = np.lexsort((c.ids, -s))
+                tally.ranks[method].append(best_rank(order, c.ids, wanted))
+            if variant == "names":  # the stored vectors are the product's: check the reader
+                tally.reader_mismatches += _reader_disagrees(url, topic, now, c)
+            by_relevance = np.lexsort((c.ids, -c.relevance))
+            for k in RECALL_KS:
+                got = set(recall.top(c, scores(c), exclude=block0, k=k))
+                tally.hit(f"recall@{k}", cat, bool(got & wanted))
+                tally.hit(f"block + recall@{k}", cat, bool((got | block0) & wanted))
+                plain = {int(c.ids[i]) for i in by_relevance[:k]}
+                tally.hit(f"relevance top-{k}", cat, bool(plain & wanted))
+    for tally in tallies.values():
+        tally.seconds += time.perf_counter() - started
+    store.dispose_all()
+
+
+def _reembedded(rows: list[Row], embedder: Embedder, names: dict[int, str]) -> list[Row]:
+    """The same rows with vectors of their text as stored (`names` empty: `u:1` stays)."""
+    texts = [embeddable_text(r.text, names) for r in rows]
+    vectors = embedder.embed(texts, purpose="rows") if texts else []
+    return [_with(r, quantise(v)) for r, v in zip(rows, vectors, strict=True)]
+
+
+def _with(row: Row, embedding: bytes) -> Row:
+    from dataclasses import replace
+
+    return replace(row, embedding=embedding)
+
+
+def _reader_disagrees(url: str, topic: bytes, now: datetime, c: Candidates) -> int:
+    """1 when `reader.build_block` with this topic on the room picks other rows than the
+    pure take over the same candidates (it never should)."""
+    with store.transaction(url) as conn:
+        conn.execute(update(t.rooms).where(t.rooms.c.id == ROOM).values(topic_embedding=topic))
+    block = reader.build_block(PERSONA, {HUMAN}, ROOM, now=now, url=url, touch=False)
+    pure = {i for ids in take(c, scores(c)).values() for i in ids}
+    return int(set(block.row_ids) != pure)
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return "—" if x != x else f"{x:.2f}"
+
+
+def report_rows(tally: Tally, methods: Iterable[str]) -> list[list[str]]:
+    out = []
+    for m in methods:
+        ranks = tally.ranks.get(m)
+        med = f"{statistics.median(ranks):.0f}" if ranks else ""
+        out.append([m, *(_pct(tally.rate(m, k)) for k in CATEGORIES), _pct(tally.rate(m)), med])
+    return out
+
+
+def tables(label: str, tally: Tally) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) for the block table and the recall table of one run."""
+    cats = [f"{k} {v} (n={tally.mapped[k]})" for k, v in CATEGORIES.items()]
+    n = sum(tally.mapped.values())
+    block_rows = report_rows(tally, [m for m in METHODS if not m.startswith("random")])
+    randoms = [tally.rate(m) for m in METHODS if m.startswith("random")]
+    per_cat = [
+        _pct(statistics.mean(tally.rate(m, k) for m in METHODS if m.startswith("random")))
+        for k in CATEGORIES
+    ]
+    mean = _pct(statistics.mean(randoms))
+    block_rows.append([f"random (mean of {len(RANDOM_SEEDS)} seeds)", *per_cat, mean, ""])
+    recall_methods = [
+        f"{what}{k}" for k in RECALL_KS for what in ("recall@", "relevance top-", "block + recall@")
+    ]
+    cover = ["coverage (questions with an evidence row stored)"]
+    cover += [_pct(tally.coverage(k)) for k in CATEGORIES] + [_pct(tally.coverage()), ""]
+    return [
+        (
+            f"Hit@block · {label} · {n} mapped questions",
+            ["method", *cats, "all", "median rank"],
+            [*block_rows, cover],
+        ),
+        (
+            f"Hit@k, on-demand recall · {label}",
+            ["method", *cats, "all", ""],
+            report_rows(tally, recall_methods),
+        ),
+    ]
+
+
+def markdown(title: str, header: list[str], rows: list[list[str]]) -> str:
+    lines = [f"**{title}**", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" + "---:|" * (len(header) - 1))
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=locomo_replay.DATA, help="locomo10.json")
+    p.add_argument("--conversations", default="1-6", help="e.g. 1-6 (tuning), 7-10, 1-10")
+    p.add_argument(
+        "--embedders",
+        default="hashing,e5,wordllama",
+        help="comma-separated: hashing, e5, wordllama",
+    )
+    p.add_argument("--docs", type=Path, help="also write the tables as markdown here")
+    a = p.parse_args()
+    if not a.data.exists():
+        raise SystemExit(
+            f"LoCoMo is not at {a.data}.\nThe data lives in the shared folder beside the "
+            "checkout: ../shared/data/locomo/locomo10.json (CC BY-NC 4.0, never committed "
+            "here); pass --data PATH if yours is elsewhere."
+        )
+    data = json.loads(a.data.read_text())
+    picked = conversations(a.conversations, len(data))
+    console = Console(width=max(Console().width, 150))
+    sections: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in [e.strip() for e in a.embedders.split(",") if e.strip()]:
+            embedder = named_embedder(name)
+            tallies = {"names": Tally(), "ids": Tally()}
+            for i in picked:
+                url = f"sqlite:///{tmp}/{name}-{i}.db"
+                measure(data[i], embedder, url, tallies)
+            for variant, tally in tallies.items():
+                if not tally.asked:
+                    continue
+                label = (
+                    f"{name} embedder · rows embedded with {variant} · "
+                    f"conversations {a.conversations}"
+                )
+                for title, header, rows in tables(label, tally):
+                    table = Table(title=title)
+                    for col in header:
+                        table.add_column(col, justify="left" if col == "method" else "right")
+                    for r in rows:
+                        table.add_row(*r)
+                    console.print(table)
+                    sections.append(markdown(title, header, rows))
+                console.print(
+                    f"  {variant}: reader.build_block disagreed with the pure take on "
+                    f"{tally.reader_mismatches} questions · {tally.seconds:.0f} s"
+                )
+    if a.docs:
+        a.docs.parent.mkdir(parents=True, exist_ok=True)
+        a.docs.write_text(render_doc(a, sections))
+        console.print(f"wrote {a.docs}")
+
+
+def render_doc(a: argparse.Namespace, sections: list[str]) -> str:
+    head = Path(__file__).with_name("locomo_recall_doc.md").read_text()
+    command = " ".join(["python benchmarks/locomo_recall.py", *sys.argv[1:]])
+    return head.format(command=command, tables="\n".join(sections))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""On-demand recall (seed §3, "retrieval on demand"): the few rows a human's message is about.
+
+The block is built at room open and holds ~10 rows per human; a persona that has talked with
+someone for months holds hundreds. `recall(persona, present, room_id, query, k=5)` runs per
+human message — "a newspaper across the table": the app hands what it returns to the persona
+in the user turn, never as a tool the persona must remember to call.
+
+It walks the reader's own path, not a copy of it: the room, the present humans' switches,
+`scope_for` pushed into SQL, the read cache's columns, the rule in force (`ranking.RULE`, with
+the message as the topic), and every winner through `visible_memories` once more before it is
+returned. It leaves out what the block already holds, and touches what it returns, as the block
+does: a memory that keeps being recalled stays fresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from datetime import datetime
+
+import numpy as np
+
+from memory_worker import store
+from memory_worker.app_side import load_room
+from memory_worker.audience import load_consent, scope_for, visible_memories
+from memory_worker.constants import V1_PROVEN_SCOPE
+from memory_worker.ranking import Candidates, scores, take
+from memory_worker.rows import Row
+from memory_worker.vectors import quantise
+
+RECALL_K = 5  # seed §3: Letta's archival_memory_search top_k=5
+
+
+def recall(
+    persona: str,
+    present: Iterable[int],
+    room_id: str,
+    query: str,
+    k: int = RECALL_K,
+    *,
+    query_vector: bytes | None = None,
+    block_ids: Collection[int] | None = None,
+    now: datetime | str | None = None,
+    url: str | None = None,
+    touch: bool = True,
+    proven_scope: bool = V1_PROVEN_SCOPE,
+) -> list[Row]:
+    """The `k` rows `persona` may recall here that best answer `query`, best first.
+
+    `query_vector` (int8, from the store's embedder) skips embedding. Without it the query is
+    embedded by the configured embedder (`MW_EMBEDDER`): in-process and offline for a local
+    one (no network on this path), **a network call** to the API for gemini — a caller that
+    already holds the message's vector should pass it. `block_ids` are the rows of the block
+    this room opened with (default: the block as it would be built now); none of them is
+    returned again. Raises `UnknownRoom` for a room the store has never seen.
+    """
+    from memory_worker import reader  # the reader re-exports this function: import it late
+
+    present = frozenset(int(u) for u in present)
+    when = reader._as_datetime(now)
+    eng = store.engine(url)
+    with eng.connect() as conn:
+        room = load_room(conn, room_id)
+        if room.incognito or k <= 0:
+            return []
+        consent = load_consent(conn, present, [persona])
+        scopes = {persona: scope_for(persona, present, room, consent, proven_scope=proven_scope)}
+        vector = query_vector if query_vector is not None else embed_query(query, url)
+        if block_ids is None:
+            opened = reader._load_candidates(conn, scopes, when, room.topic_embedding, str(eng.url))
+            block_ids = block_of(opened[persona])
+        c = reader._load_candidates(conn, scopes, when, vector, str(eng.url))[persona]
+        wanted = top(c, scores(c), exclude=block_ids, k=k)
+        rows = reader._load_rows(conn, wanted)
+    found = [rows[i] for i in wanted if i in rows]
+    got = visible_memories(persona, present, room, found, consent, proven_scope=proven_scope)
+    if touch and got:
+        ids = [r.id for r in got]
+        moves = reader._touch(eng, ids, [persona], when)
+        if moves is not None:
+            reader.READ_CACHE.touched(str(eng.url), np.array(ids), reader._touch_day(when), moves)
+    return got
+
+
+def block_of(c: Candidates) -> set[int]:
+    """The ids the block takes from these candidates (the reader's take, the rule in force)."""
+    return {i for ids in take(c, scores(c)).values() for i in ids}
+
+
+def top(c: Candidates, score: np.ndarray, *, exclude: Collection[int], k: int) -> list[int]:
+    """Ids of the `k` best-scoring candidates not in `exclude`, best first, ties to the lower id."""
+    if len(c) == 0 or k <= 0:
+        return []
+    keep = ~np.isin(c.ids, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))
+    idx = np.flatnonzero(keep)
+    order = idx[np.lexsort((c.ids[idx], -score[idx]))]
+    return [int(i) for i in c.ids[order[:k]]]
+
+
+def embed_query(query: str, url: str | None = None) -> bytes:
+    """The message as an int8 vector from the configured embedder (imported only here: the
+    reader itself never loads a model)."""
+    from memory_worker import models
+
+    (vector,) = models.embedder().embed([query], purpose="query")
+    return quantise(vector)
