@@ -47,16 +47,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
-from sqlalchemy import update  # noqa: E402
 
 from benchmarks import locomo_replay  # noqa: E402
-from memory_worker import app_side, reader, recall, store  # noqa: E402
-from memory_worker import tables as t  # noqa: E402
-from memory_worker.audience import load_visible  # noqa: E402
+from memory_worker import reader, recall, store  # noqa: E402
+from memory_worker.audience import Consent, visible_memories  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.ranking import RULE, SEED_RULE, Candidates, scores, take  # noqa: E402
 from memory_worker.rows import Row  # noqa: E402
+from memory_worker.storage import memories  # noqa: E402
+from memory_worker.storage.rooms import load_room, set_topic_embedding  # noqa: E402
 from memory_worker.vectors import quantise  # noqa: E402
 from memory_worker.write.embed import embeddable_text  # noqa: E402
 
@@ -143,8 +143,9 @@ def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally
     replayed = locomo_replay.replay(sample, url, embedder=embedder)
     now = datetime.fromisoformat(replayed.last_day).replace(tzinfo=UTC) + timedelta(days=1)
     with store.engine(url).connect() as conn:
-        room = app_side.load_room(conn, ROOM)
-        rows = load_visible(conn, PERSONA, {HUMAN}, room)
+        room = load_room(conn, ROOM)
+        held = memories.all_rows(conn)
+    rows = visible_memories(PERSONA, {HUMAN}, room, held, Consent(memory_on={HUMAN: True}))
     variants = {"names": rows, "ids": _reembedded(rows, embedder, {})}
     questions = [q for q in sample["qa"] if q.get("category") in CATEGORIES]
     vectors = embedder.embed([q["question"] for q in questions], purpose="topic")
@@ -199,7 +200,7 @@ def _reader_disagrees(url: str, topic: bytes, now: datetime, c: Candidates) -> i
     """1 when `reader.build_block` with this topic on the room picks other rows than the
     pure take over the same candidates (it never should)."""
     with store.transaction(url) as conn:
-        conn.execute(update(t.rooms).where(t.rooms.c.id == ROOM).values(topic_embedding=topic))
+        set_topic_embedding(conn, ROOM, topic)
     block = reader.build_block(PERSONA, {HUMAN}, ROOM, now=now, url=url, touch=False)
     pure = {i for ids in take(c, scores(c)).values() for i in ids}
     return int(set(block.row_ids) != pure)

@@ -20,11 +20,12 @@ from datetime import datetime
 import numpy as np
 
 from memory_worker import store
-from memory_worker.app_side import load_room
-from memory_worker.audience import load_consent, scope_for, visible_memories
+from memory_worker.audience import Consent, scope_for, visible_memories
 from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.ranking import Candidates, scores, take
 from memory_worker.rows import Row
+from memory_worker.storage import memories, users
+from memory_worker.storage.rooms import load_room
 from memory_worker.vectors import quantise
 
 RECALL_K = 5  # seed §3: Letta's archival_memory_search top_k=5
@@ -62,7 +63,9 @@ def recall(
         room = load_room(conn, room_id)
         if room.incognito or k <= 0:
             return []
-        consent = load_consent(conn, present, [persona])
+        consent = Consent(
+            memory_on=users.memory_on(conn, present), mutes=users.mutes(conn, present, [persona])
+        )
         scopes = {persona: scope_for(persona, present, room, consent, proven_scope=proven_scope)}
         vector = query_vector if query_vector is not None else embed_query(query, url)
         if block_ids is None:
@@ -70,7 +73,7 @@ def recall(
             block_ids = block_of(opened[persona])
         c = reader._load_candidates(conn, scopes, when, vector, str(eng.url))[persona]
         wanted = top(c, scores(c), exclude=block_ids, k=k)
-        rows = reader._load_rows(conn, wanted)
+        rows = memories.rows_by_id(conn, wanted)
     found = [rows[i] for i in wanted if i in rows]
     got = visible_memories(persona, present, room, found, consent, proven_scope=proven_scope)
     if touch and got:

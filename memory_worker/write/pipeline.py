@@ -64,7 +64,7 @@ def run_embed(spell: Spell, embedder: Embedder) -> Spell:
         return spell
     cands = [Candidate.from_json(c) for c in spell.candidates]
     with store.engine().connect() as conn:
-        names = spells.names(conn, sorted(embed.humans_named(c.text for c in cands)))
+        names = users.user_names(conn, sorted(embed.humans_named(c.text for c in cands)))
     spell.candidates = [c.to_json() for c in embed.embed_candidates(embedder, cands, names)]
     return spell
 
