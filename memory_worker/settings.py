@@ -43,6 +43,8 @@ class Settings:
     retry_backoff_base_s: float = 2.0
     # Fix "today" for reproducible runs (the demo's cassette keys on the prompt, which holds it).
     today: str | None = None
+    # Signs the web page's session cookie (≥ 32 chars). Unset: a random one per `serve`.
+    web_secret: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -68,6 +70,7 @@ class Settings:
             ),
             retry_backoff_base_s=float(e.get("MW_RETRY_BACKOFF_BASE_S") or d.retry_backoff_base_s),
             today=e.get("MW_TODAY") or None,
+            web_secret=e.get("MW_WEB_SECRET") or None,
         )
 
     def with_(self, **changes: object) -> Settings:

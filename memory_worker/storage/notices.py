@@ -26,6 +26,7 @@ class Notice:
     row_ids: list[int]
     spell_key: str
     undone: bool
+    created: str
 
 
 def post(
@@ -38,14 +39,14 @@ def post(
     text: str,
     row_ids: list[int],
     now: str,
-) -> bool:
-    """Insert the toast unless this spell already posted one to this user. True if posted."""
+) -> int | None:
+    """Insert the toast unless this spell already posted one to this user: its id, else None."""
     exists = conn.execute(
         select(n.id).where(n.spell_key == spell_key, n.user_id == user_id)
     ).first()
     if exists:
-        return False
-    conn.execute(
+        return None
+    res = conn.execute(
         insert(t.notices).values(
             user_id=user_id,
             persona=persona,
@@ -57,7 +58,7 @@ def post(
             created=now,
         )
     )
-    return True
+    return int(res.inserted_primary_key[0])
 
 
 def _notice(row: object) -> Notice:
@@ -71,6 +72,7 @@ def _notice(row: object) -> Notice:
         row_ids=[int(i) for i in json.loads(m["row_ids"] or "[]")],
         spell_key=m["spell_key"],
         undone=bool(m["undone"]),
+        created=m["created"],
     )
 
 
@@ -86,3 +88,14 @@ def all_notices(conn: Connection) -> list[Notice]:
 
 def mark_undone(conn: Connection, notice_id: int) -> None:
     conn.execute(update(t.notices).where(n.id == notice_id).values(undone=1))
+
+
+def of_user(conn: Connection, user_id: int, after_id: int = 0, limit: int = 20) -> list[Notice]:
+    """The user's newest notices (only those after `after_id`), newest first: the rail."""
+    q = (
+        select(t.notices)
+        .where(n.user_id == user_id, n.id > after_id)
+        .order_by(n.id.desc())
+        .limit(limit)
+    )
+    return [_notice(r) for r in conn.execute(q)]

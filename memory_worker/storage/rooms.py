@@ -7,6 +7,8 @@ columns the worker owns (`archived`, `topic`, `topic_embedding`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import Connection, func, insert, select, update
 
 from memory_worker import tables as t
@@ -172,3 +174,29 @@ def lagging_rooms(conn: Connection) -> list[str]:
         .order_by(m.room_id)
     )
     return list(conn.execute(q).scalars())
+
+
+def lines_by_id(conn: Connection, ids: Iterable[int]) -> dict[int, Line]:
+    """Transcript lines by id (a row's evidence)."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    q = select(ln.id, ln.room_id, ln.speaker, ln.text, ln.created).where(ln.id.in_(wanted))
+    return {
+        row.id: Line(row.id, row.room_id, row.speaker, row.text, row.created)
+        for row in conn.execute(q)
+    }
+
+
+def rooms_of(conn: Connection, member: str) -> list[Room]:
+    """The rooms `member` ('u:42' or a persona slug) is in, newest first."""
+    q = (
+        select(r.id, r.kind, r.incognito, r.kit_mounted, r.archived)
+        .join(t.room_members, m.room_id == r.id)
+        .where(m.member == member)
+        .order_by(r.created.desc(), r.id)
+    )
+    return [
+        Room(row.id, row.kind, bool(row.incognito), bool(row.kit_mounted), bool(row.archived))
+        for row in conn.execute(q)
+    ]

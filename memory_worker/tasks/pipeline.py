@@ -16,7 +16,7 @@ from celery.canvas import Signature
 from celery.exceptions import Ignore
 from sqlalchemy.exc import OperationalError
 
-from memory_worker import models
+from memory_worker import broker, models, toast_bus
 from memory_worker.celery_app import app
 from memory_worker.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
 from memory_worker.rows import Spell
@@ -74,7 +74,17 @@ def commit(self: Task, spell: Message) -> Message:
     max_retries=DB_MAX_RETRIES,
 )
 def notify_toast(result: Message) -> int:
-    toasts = pipeline.run_notify(Spell.from_json(result["spell"]), result["row_ids"])
+    """Store the toasts, then tell each human's channel (ids only) so an app can push them."""
+    spell = Spell.from_json(result["spell"])
+    toasts = pipeline.run_notify(spell, result["row_ids"])
+    bus = broker.client(app.conf.broker_url)
+    for toast in toasts:
+        if toast.notice_id is None:  # run_notify returns stored toasts only
+            continue
+        posted = toast_bus.ToastPosted(
+            toast.notice_id, toast.user_id, spell.persona, spell.room_id, toast.row_ids
+        )
+        toast_bus.publish(bus, posted)
     return len(toasts)
 
 

@@ -22,6 +22,7 @@ class Toast:
     user_id: int
     text: str
     row_ids: list[int]
+    notice_id: int | None = None  # set once stored (`write.pipeline.run_notify`)
 
 
 def toasts(persona_name: str, rows: Iterable[Row], names: dict[int, str]) -> list[Toast]:
@@ -34,14 +35,19 @@ def toasts(persona_name: str, rows: Iterable[Row], names: dict[int, str]) -> lis
     out = []
     for uid in sorted(by_user):
         items = sorted(by_user[uid], key=lambda r: r.id)
-        texts = [_named(r.text, names) for r in items]
+        texts = [named(r.text, names) for r in items]
         out.append(Toast(uid, _word(persona_name, texts), [r.id for r in items]))
     return out
 
 
-def _named(text: str, names: dict[int, str]) -> str:
+def named(text: str, names: dict[int, str]) -> str:
     """Row texts name people by id (survives a rename); a toast names them as people do."""
     return _HUMAN_REF.sub(lambda m: names.get(int(m.group(1)), m.group(0)), text).rstrip(".")
+
+
+def mentioned(texts: Iterable[str]) -> set[int]:
+    """The human ids row texts name (`u:42`), to look their names up for `named`."""
+    return {int(i) for text in texts for i in _HUMAN_REF.findall(text)}
 
 
 def _word(persona_name: str, texts: list[str]) -> str:

@@ -8,6 +8,7 @@ and tests run these functions directly.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from memory_worker import clock, store
 from memory_worker.models.base import ChatModel, Embedder
@@ -96,7 +97,8 @@ def run_commit(spell: Spell) -> commit.Outcome:
 
 
 def run_notify(spell: Spell, row_ids: list[int]) -> list[notify.Toast]:
-    """Post one toast per human the new rows concern; returns the toasts newly posted."""
+    """Post one toast per human the new rows concern; returns the toasts newly posted, with
+    their notice ids (the task tells each human's channel once the transaction committed)."""
     if not row_ids:
         return []
     posted = []
@@ -116,6 +118,6 @@ def run_notify(spell: Spell, row_ids: list[int]) -> list[notify.Toast]:
                 row_ids=toast.row_ids,
                 now=clock.now(),
             )
-            if fresh:
-                posted.append(toast)
+            if fresh is not None:
+                posted.append(replace(toast, notice_id=fresh))
     return posted

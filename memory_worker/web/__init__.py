@@ -1,0 +1,7 @@
+"""The human's side, served (seed §5): the manage page, the toast rail, the field and the
+switches as a small web app — `memory-worker serve`. Server-rendered (Starlette + Jinja2), a
+little plain JavaScript for the live parts, and a JSON API under /api/ with the same checks.
+
+Every route acts as the signed-in user through `memory_worker.controls`; nothing here reads
+or writes a memory by itself. Importing this package starts nothing.
+"""

@@ -1,0 +1,341 @@
+"""The Starlette app: the page, the API beside it, the rail's stream, the sign-in link.
+
+Routes (every write is POST, under / for the page's forms and under /api/ for JSON):
+
+    GET  /                          the page (signed out: how to sign in)
+    GET  /login?token=…             a one-time sign-in link → the page
+    POST /logout
+    GET  /clear[?persona=P]         "are you sure?" before clearing
+    GET  /api/session               who is signed in, and the CSRF token for API writes
+    GET  /api/page                  the page as JSON
+    GET  /api/notices[?after=N]     the rail as JSON
+    GET  /api/notices/stream        the rail, live (Server-Sent Events)
+    POST [/api]/notices/{id}/undo · /memories/{id}/delete · /clear · /note
+         · /switches/memory_on · /personas/{slug}/forget_me · /rooms
+
+Missing and not-yours get one answer (404 "not found"), so an id reveals nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from memory_worker import controls, store
+from memory_worker.constants import MEMORY_NOTE_MAX_CHARS
+from memory_worker.storage import users
+from memory_worker.web import rail, security
+from memory_worker.web.actions import ACTIONS, Action, form_input
+from memory_worker.write import notify
+
+HERE = Path(__file__).resolve().parent
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+NOT_FOUND = "not found"  # missing and not-yours alike
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+# --- what the page shows ----------------------------------------------------------------------
+
+
+def page_data(user_id: int) -> dict[str, Any]:
+    """Everything on the page, as plain data: the template and GET /api/page both use it."""
+    page = controls.manage_page(user_id)
+    evidence = controls.evidence(user_id, page)
+    names = controls.persona_names()
+    rooms = controls.rooms_of(user_id)
+    texts = [line.text for s in page.personas for line in s.lines]
+    with store.engine().connect() as conn:
+        people = users.user_names(conn, sorted(notify.mentioned(texts)))
+    # Forget-me switches: personas that remember the user, that the user muted, or that
+    # share a room with them.
+    known = {s.persona for s in page.personas} | set(page.muted)
+    known |= {p for r in rooms for p in r.personas}
+    return {
+        "user_id": user_id,
+        "note": page.note,
+        "note_limit": MEMORY_NOTE_MAX_CHARS,
+        "memory_on": page.memory_on,
+        "personas": [
+            {
+                **asdict(s),
+                "forget_me": s.persona in page.muted,
+                "lines": [
+                    {
+                        **asdict(line),
+                        "shown": notify.named(line.text, people) + ".",
+                        "evidence_lines": [asdict(e) for e in evidence.get(line.id, [])],
+                    }
+                    for line in s.lines
+                ],
+            }
+            for s in page.personas
+        ],
+        "switches": [
+            {"persona": slug, "name": names.get(slug, slug), "forget_me": slug in page.muted}
+            for slug in sorted(known)
+        ],
+        "rooms": [{**asdict(r), "names": [names.get(p, p) for p in r.personas]} for r in rooms],
+        "persona_names": names,
+        "notices": [asdict(n) for n in controls.rail(user_id)],
+    }
+
+
+def _render_page(
+    request: Request,
+    user_id: int,
+    *,
+    status: int = 200,
+    note_error: str | None = None,
+    note_draft: str | None = None,
+) -> Response:
+    data = page_data(user_id)
+    context = {
+        **data,
+        "csrf": security.csrf_token(request),
+        "done": request.query_params.get("done"),
+        "count": request.query_params.get("n"),
+        "note_error": note_error,
+        "note_draft": data["note"] or "" if note_draft is None else note_draft,
+        "last_notice": max((n["id"] for n in data["notices"]), default=0),
+    }
+    return templates.TemplateResponse(request, "page.html", context, status_code=status)
+
+
+def _signed_out(request: Request, status: int = 401) -> Response:
+    return templates.TemplateResponse(request, "signed_out.html", {}, status_code=status)
+
+
+def _error_page(request: Request, status: int, message: str) -> Response:
+    return templates.TemplateResponse(
+        request, "error.html", {"status": status, "message": message}, status_code=status
+    )
+
+
+# --- the page's GET routes --------------------------------------------------------------------
+
+
+async def page(request: Request) -> Response:
+    uid = security.signed_in_user(request)
+    if uid is None:
+        return _signed_out(request)
+    try:
+        return await run_in_threadpool(_render_page, request, uid)
+    except LookupError:  # the user is gone from the store
+        request.session.clear()
+        return _signed_out(request)
+
+
+async def login(request: Request) -> Response:
+    links: security.LoginLinks = request.app.state.login_links
+    uid = links.redeem(request.query_params.get("token", ""))
+    if uid is None:
+        return _error_page(request, 403, "This sign-in link was used already or has expired.")
+    security.sign_in(request, uid)
+    return RedirectResponse("/", status_code=303)
+
+
+async def logout(request: Request) -> Response:
+    form = await request.form()
+    if security.signed_in_user(request) is not None and security.csrf_ok(
+        request, form.get(security.CSRF_FIELD)
+    ):
+        request.session.clear()
+    return RedirectResponse("/", status_code=303)
+
+
+async def confirm_clear(request: Request) -> Response:
+    uid = security.signed_in_user(request)
+    if uid is None:
+        return _signed_out(request)
+    persona = request.query_params.get("persona") or None
+    data = await run_in_threadpool(page_data, uid)
+    sections = [s for s in data["personas"] if persona is None or s["persona"] == persona]
+    count = sum(len(s["lines"]) for s in sections)
+    name = data["persona_names"].get(persona, persona) if persona else None
+    return templates.TemplateResponse(
+        request,
+        "confirm_clear.html",
+        {"persona": persona, "name": name, "count": count, "csrf": security.csrf_token(request)},
+    )
+
+
+# --- the writes: one handler for the form, one for the API, per action ------------------------
+
+
+def _run(action: Action, user_id: int, path: dict[str, Any], raw: dict[str, Any]) -> dict:
+    body = action.input.model_validate(raw)
+    return action.run(user_id, path, body)
+
+
+def _html_write(action: Action):  # type: ignore[no-untyped-def]
+    async def handler(request: Request) -> Response:
+        uid = security.signed_in_user(request)
+        if uid is None:
+            return _signed_out(request)
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+            return _error_page(request, 403, "This form has expired. Reload the page and retry.")
+        try:
+            raw = form_input(action, form)
+            result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
+        except (LookupError, PermissionError):
+            return _error_page(request, 404, "Not found.")
+        except controls.NoteTooLong as e:
+            return await run_in_threadpool(
+                _render_page, request, uid, status=422, note_error=_note_refusal(e),
+                note_draft=form.get("note", ""),
+            )  # fmt: skip
+        except (ValidationError, ValueError) as e:
+            return _error_page(request, 400, _plain(e))
+        n = result.get("deleted")
+        query = f"?done={action.done}" + (f"&n={n}" if n is not None else "")
+        return RedirectResponse(f"/{query}#{action.anchor}", status_code=303)
+
+    return handler
+
+
+def _api_write(action: Action):  # type: ignore[no-untyped-def]
+    async def handler(request: Request) -> Response:
+        uid = security.signed_in_user(request)
+        if uid is None:
+            return _json_error(401, "not signed in")
+        if not security.csrf_ok(request, request.headers.get(security.CSRF_HEADER)):
+            return _json_error(403, "missing or wrong CSRF token (X-CSRF-Token)")
+        try:
+            raw = await _json_body(request, action)
+            result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
+        except (LookupError, PermissionError):
+            return _json_error(404, NOT_FOUND)
+        except controls.NoteTooLong as e:
+            return _json_error(422, _note_refusal(e))
+        except (ValidationError, ValueError) as e:
+            return _json_error(400, _plain(e))
+        return JSONResponse({"ok": True, **result})
+
+    return handler
+
+
+async def _json_body(request: Request, action: Action) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    if "application/json" not in request.headers.get("content-type", ""):
+        raise ValueError("send the body as JSON (Content-Type: application/json)")
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the body is not JSON: {e.msg}") from e
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    return body
+
+
+def _note_refusal(e: controls.NoteTooLong) -> str:
+    return (
+        f"Not saved: the note is {e.length} characters; the limit is {e.limit}. "
+        "Your saved note is unchanged."
+    )
+
+
+def _plain(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        return f"{where}: {first['msg']}"
+    return str(e)
+
+
+def _json_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"ok": False, "error": message}, status_code=status)
+
+
+# --- the API's reads ---------------------------------------------------------------------------
+
+
+async def api_session(request: Request) -> Response:
+    uid = security.signed_in_user(request)
+    if uid is None:
+        return _json_error(401, "not signed in")
+    return JSONResponse({"user_id": uid, "csrf_token": security.csrf_token(request)})
+
+
+async def api_page(request: Request) -> Response:
+    uid = security.signed_in_user(request)
+    if uid is None:
+        return _json_error(401, "not signed in")
+    try:
+        return JSONResponse(await run_in_threadpool(page_data, uid))
+    except LookupError:
+        return _json_error(404, NOT_FOUND)
+
+
+async def api_notices(request: Request) -> Response:
+    uid = security.signed_in_user(request)
+    if uid is None:
+        return _json_error(401, "not signed in")
+    try:
+        after = rail.after_id(request)
+    except ValueError as e:
+        return _json_error(400, str(e))
+    found = await run_in_threadpool(controls.rail, uid, after)
+    return JSONResponse({"notices": [asdict(n) for n in found]})
+
+
+# --- the app ---------------------------------------------------------------------------------
+
+
+def create_app(
+    *,
+    secret_key: str,
+    login_links: security.LoginLinks | None = None,
+    redis_url: str | None = None,
+    allowed_hosts: list[str] | None = None,
+) -> Starlette:
+    """The app. `redis_url` is where toasts are announced (None: the rail polls the store)."""
+    routes: list[Route | Mount] = [
+        Route("/", page),
+        Route("/login", login),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/clear", confirm_clear, methods=["GET"]),
+        Route("/api/session", api_session),
+        Route("/api/page", api_page),
+        Route("/api/notices", api_notices),
+        Route("/api/notices/stream", rail.stream),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    for action in ACTIONS:
+        routes.append(Route(action.path, _html_write(action), methods=["POST"]))
+        routes.append(Route("/api" + action.path, _api_write(action), methods=["POST"]))
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(security.SecurityHeaders),
+            Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS),
+            Middleware(
+                SessionMiddleware,
+                secret_key=secret_key,
+                session_cookie=security.SESSION_COOKIE,
+                max_age=security.SESSION_MAX_AGE_S,
+                same_site="strict",
+                https_only=False,  # loopback http; put TLS in front before exposing it
+            ),
+        ],
+    )
+    app.state.login_links = login_links or security.LoginLinks()
+    app.state.redis_url = redis_url
+    return app

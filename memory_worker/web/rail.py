@@ -1,0 +1,106 @@
+"""The rail, live: new toasts as Server-Sent Events, without a reload.
+
+The stream serves only the signed-in user's toasts, read from the store through
+`controls.rail` (which filters by user). The user's Redis channel (`toast_bus`) is a
+nudge to read now; without Redis, or between nudges, the store is read every POLL_S — pub/sub
+may drop a message, the store never does. A channel message names ids only and is never
+trusted for what to show: a message naming another user's notice shows nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from memory_worker import controls, toast_bus
+from memory_worker.web import security
+
+log = logging.getLogger(__name__)
+
+POLL_S = 5.0  # the store is read at least this often (and at once on a channel nudge)
+RETRY_MS = 3000  # the browser's reconnect delay (EventSource)
+USER_PARAMS = ("user", "user_id", "uid")  # the user is the session's, never the URL's
+
+
+def after_id(request: Request) -> int:
+    """The last toast the client has: ?after=N, or the EventSource's Last-Event-ID."""
+    raw = request.query_params.get("after") or request.headers.get("last-event-id") or "0"
+    if not raw.isdigit():
+        raise ValueError("after / Last-Event-ID must be a notice id (a whole number)")
+    return int(raw)
+
+
+async def stream(request: Request) -> Response:
+    uid = security.signed_in_user(request)
+    if uid is None:
+        return JSONResponse({"ok": False, "error": "not signed in"}, status_code=401)
+    if any(p in request.query_params for p in USER_PARAMS):
+        msg = "the stream is the signed-in user's; it takes no user id"
+        return JSONResponse({"ok": False, "error": msg}, status_code=400)
+    try:
+        after = after_id(request)
+    except ValueError as e:
+        return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
+    events = _events(uid, after, request.app.state.redis_url)
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"x-accel-buffering": "no"}
+    )
+
+
+async def _events(user_id: int, after: int, redis_url: str | None) -> AsyncIterator[str]:
+    nudges = await _subscribe(user_id, redis_url)
+    try:
+        yield f"retry: {RETRY_MS}\n\n"
+        while True:
+            new = await run_in_threadpool(controls.rail, user_id, after)
+            for n in reversed(new):  # oldest first, so the client's cursor only moves forward
+                yield f"event: toast\nid: {n.id}\ndata: {json.dumps(asdict(n))}\n\n"
+                after = max(after, n.id)
+            if not await _wait_for_nudge(nudges):
+                yield ": still here\n\n"  # a comment keeps proxies from closing an idle stream
+    finally:
+        if nudges is not None:
+            await _close(nudges)
+
+
+async def _subscribe(user_id: int, redis_url: str | None):  # type: ignore[no-untyped-def]
+    if redis_url is None:
+        return None
+    try:
+        client = aioredis.Redis.from_url(redis_url)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(toast_bus.channel(user_id))
+        return pubsub
+    except (RedisError, OSError) as e:
+        log.warning("rail: no Redis channel (%s); reading the store every %ss", e, POLL_S)
+        return None
+
+
+async def _wait_for_nudge(pubsub) -> bool:  # type: ignore[no-untyped-def]
+    """True when a channel message came within POLL_S (what it says is not trusted)."""
+    if pubsub is None:
+        await asyncio.sleep(POLL_S)
+        return False
+    try:
+        msg = await pubsub.get_message(timeout=POLL_S)
+    except (RedisError, OSError):
+        await asyncio.sleep(POLL_S)
+        return False
+    return msg is not None
+
+
+async def _close(pubsub) -> None:  # type: ignore[no-untyped-def]
+    try:
+        await pubsub.aclose()
+        await pubsub.connection_pool.disconnect()  # the client made for this stream alone
+    except (RedisError, OSError):
+        pass

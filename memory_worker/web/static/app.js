@@ -1,0 +1,83 @@
+// The page's live parts, on top of plain forms that work without it:
+// the note's character count, and the rail's new toasts as they arrive (Server-Sent Events).
+"use strict";
+
+function csrfToken() {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  return meta ? meta.content : "";
+}
+
+function liveCount() {
+  const text = document.getElementById("note-text");
+  const out = document.getElementById("note-count");
+  if (!text || !out) return;
+  const limit = Number(text.dataset.limit);
+  const update = () => {
+    const n = text.value.trim().length;
+    const over = n > limit;
+    out.textContent = `${n} / ${limit}` + (over ? ` (${n - limit} too many)` : "");
+    out.classList.toggle("over", over);
+  };
+  text.addEventListener("input", update);
+  update();
+}
+
+function toastItem(n) {
+  const li = document.createElement("li");
+  li.className = "toast fresh";
+  li.id = `toast-${n.id}`;
+  const text = document.createElement("p");
+  text.textContent = n.text.replace(/ · undo$/, "");
+  const when = document.createElement("p");
+  when.className = "meta";
+  when.textContent = "just now";
+  const form = document.createElement("form");
+  form.method = "post";
+  form.action = `/notices/${n.id}/undo`;
+  form.className = "inline";
+  const csrf = document.createElement("input");
+  csrf.type = "hidden";
+  csrf.name = "csrf";
+  csrf.value = csrfToken();
+  const button = document.createElement("button");
+  button.type = "submit";
+  button.className = "small";
+  button.textContent = "Undo";
+  button.setAttribute("aria-label", `Undo: ${text.textContent}`);
+  form.append(csrf, button);
+  li.append(text, when, form);
+  return li;
+}
+
+async function refreshMemories() {
+  // New lines arrived with the toast: swap in the server's rendering of the section.
+  const res = await fetch("/", { credentials: "same-origin" });
+  if (!res.ok) return;
+  const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+  const fresh = doc.getElementById("memories");
+  const here = document.getElementById("memories");
+  if (fresh && here && !here.contains(document.activeElement)) here.replaceWith(fresh);
+}
+
+function liveRail() {
+  const rail = document.getElementById("rail");
+  const list = document.getElementById("rail-list");
+  const live = document.getElementById("rail-live");
+  if (!rail || !list || !window.EventSource) return;
+  const source = new EventSource(`/api/notices/stream?after=${rail.dataset.after || 0}`);
+  source.addEventListener("toast", (ev) => {
+    const n = JSON.parse(ev.data);
+    if (document.getElementById(`toast-${n.id}`)) return;
+    document.getElementById("rail-empty")?.remove();
+    list.prepend(toastItem(n));
+    live.textContent = `New: ${n.text.replace(/ · undo$/, "")}`;
+    refreshMemories();
+  });
+  rail.dataset.live = "1"; // the tests wait on this: the stream is open
+  source.addEventListener("open", () => { rail.dataset.connected = "1"; });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  liveCount();
+  liveRail();
+});

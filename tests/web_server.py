@@ -1,0 +1,100 @@
+"""`memory-worker serve` as a real subprocess on a free loopback port, for the web tests.
+
+It gets this process's settings as environment variables (the test's SQLite file, the test's
+Redis), prints its one-time sign-in link, and is ready when its port accepts a connection.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memory_worker.settings import Settings
+
+START_TIMEOUT_S = 30.0  # a cold start imports Starlette, SQLAlchemy, Jinja2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen
+    base_url: str
+    login_url: str | None
+    output: list[str] = field(default_factory=list)
+
+
+def _command() -> list[str]:
+    script = Path(sys.executable).with_name("memory-worker")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "memory_worker.cli"]
+
+
+@contextmanager
+def serve(settings: Settings, *args: str) -> Iterator[Served]:
+    """Run `memory-worker serve --port P *args` until the block ends; stop it after."""
+    port = free_port()
+    env = {**os.environ, **settings.as_env()}
+    proc = subprocess.Popen(
+        [*_command(), "serve", "--port", str(port), *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        login = _wait_ready(proc, port, lines, output, wants_login="--user" in args)
+        yield Served(proc, f"http://127.0.0.1:{port}", login, output)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_ready(
+    proc: subprocess.Popen, port: int, lines: queue.Queue[str], output: list[str], wants_login: bool
+) -> str | None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    login = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"serve exited {proc.returncode}: {''.join(output)}")
+        try:
+            line = lines.get(timeout=0.1)
+            if "/login?token=" in line:
+                login = line.split(": ", 1)[1].strip()
+            continue
+        except queue.Empty:
+            pass
+        if wants_login and login is None:
+            continue
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return login
+    raise AssertionError(f"serve not ready in {START_TIMEOUT_S}s: {''.join(output)}")
