@@ -17,8 +17,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/memory-worker demo
 
+CHROMIUM := /usr/bin/chromium
+
 test: $(STAMP)
 	$(BIN)/ruff check --quiet .
+	@test -x $(CHROMIUM) || echo "note: no $(CHROMIUM): the browser tests are skipped (apt-get install -y chromium runs them)"
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
@@ -26,4 +29,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/read_path.py
 
 clean:
-	rm -rf $(VENV) .memory_worker memory_worker.db .pytest_cache
+	rm -rf $(VENV) .memory_worker memory_worker.db .pytest_cache artefacts

@@ -181,6 +181,12 @@ def run() -> None:
         console.rule("the read path · room open")
         show_block("Warren's block, next private chat with Dan", "dm-dan", {DAN})
         show_block("Warren's block, group room with Dan and Cara", "lunch", {DAN, CARA})
+        console.rule("the human's side")
+        console.print(
+            "Dan's page (what Warren remembers, the toasts with undo, the note, the switches):\n"
+            f"  MW_DATABASE_URL=sqlite:///{DEMO_DIR}/demo.db .venv/bin/memory-worker serve "
+            f"--user {DAN}\nthen open the one-time sign-in link it prints."
+        )
     finally:
         local_worker.stop(worker)
         embedded.stop(s.state_dir)

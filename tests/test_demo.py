@@ -37,4 +37,5 @@ def test_the_demo_runs_both_spells_through_a_real_worker_and_shows_the_blocks(
     assert "group room with Dan and Cara" in text
     group_block = text.split("group room with Dan and Cara")[1]
     assert "Nolan's Odyssey" in group_block and "u:42" not in group_block
+    assert "memory-worker serve --user 42" in text  # the page, for the human side
     assert not (tmp_path / ".memory_worker" / "demo" / "redis" / "redis.json").exists()
