@@ -11,13 +11,12 @@ from __future__ import annotations
 import ipaddress
 import sys
 
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from memory_worker import embedded, store
 from memory_worker import settings as settings_mod
-from memory_worker import tables as t
 from memory_worker.settings import EMBEDDED
+from memory_worker.storage import users
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only: this page shows what personas remember
 DEFAULT_PORT = 8420
@@ -44,11 +43,9 @@ def check_store(user_id: int | None) -> None:
     """Fail at start, naming what to do, when the store is missing or the user unknown."""
     try:
         with store.engine().connect() as conn:
-            conn.execute(select(t.users.c.id).limit(1)).first()
+            users.user_names(conn, [0])  # the users table answers
             if user_id is not None:
-                found = conn.execute(select(t.users.c.id).where(t.users.c.id == user_id)).first()
-                if found is None:
-                    raise LookupError(f"unknown user {user_id}: no such row in `users`")
+                users.require_user(conn, user_id)
     except SQLAlchemyError as e:
         raise LookupError(
             f"no store at MW_DATABASE_URL ({settings_mod.current().database_url}): "
