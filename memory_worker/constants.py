@@ -16,6 +16,8 @@ MEMORY_NOTE_MAX_CHARS = 400  # seed §1/§5: the same size Character.ai chose
 # --- the write path (seed §2, §7) ------------------------------------------------------
 IMPORTANCE_THRESHOLD = 3  # seed §7: "importance threshold ≥ 3 at extraction"
 DAILY_CAP_PER_HUMAN = 12  # seed §7: "a daily cap of new rows per persona per human (say 12)"
+DAILY_CAP_WORLD = 12  # DESIGN.md "A world row … is capped": its own cap, a human's size
+LINE_MAX_CHARS = 2_000  # issue 7: one oversize line is cut to this for the prompt (id kept)
 NEIGHBOURS_TOP_K = 5  # seed §7: "the router sees top-5 neighbours"
 NEIGHBOUR_MIN_COSINE = 0.6  # seed §7: "by cosine ≥ 0.6" (Graphiti's min score)
 EMBEDDING_DIMS = 768  # DESIGN.md: gemini-embedding-001 at 768 dims, stored int8
@@ -63,6 +65,8 @@ STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, t
 # --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
 REDIS_RATE_KEY = "mw:rate:{name}:{second}"  # a global per-second window shared by all workers
 RATE_WINDOW_TTL_S = 5  # rate windows expire on their own
+REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # issue 7: one spell per persona and room
+INFLIGHT_TTL_S = 1800  # outlives a chain's retries (≤ 5 × 300 s), far below the visibility timeout
 
 # --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
 SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule

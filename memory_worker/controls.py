@@ -1,9 +1,15 @@
 """The human's controls (seed §5): see it, undo it, write it, switch it off.
 
 Every function here acts *as* one user and touches only what is about that user: rows whose
-subject is them, or the persona's promises and loops whose counterpart is them. Undo and delete
-are the only physical deletes in the system, and only the human's. Each mutating call runs in
-one transaction; the page is plain dataclasses the app renders.
+subject is them, the persona's promises and loops whose counterpart is them, and world rows that
+cite their lines (they came from their words). Undo and delete are the only physical deletes in
+the system, and only the human's; a delete reaches every copy — the toasts that quoted a deleted
+row are reworded without it. Each mutating call runs in one transaction; the page is plain
+dataclasses the app renders.
+
+Inputs are checked before anything is read: a wrong type is a `TypeError` that names the
+argument. "No such row" and "not yours" are one error, `NotFound`, with one wording, so a
+caller cannot probe which ids exist.
 """
 
 from __future__ import annotations
@@ -16,13 +22,22 @@ from sqlalchemy import Connection
 
 from memory_worker import store
 from memory_worker.block import span
-from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
-from memory_worker.rows import Row, concerns, human_id, human_ref
+from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
+from memory_worker.rows import Row, concerned, human_id, human_ref
 from memory_worker.storage import memories, notices, rooms, users
+from memory_worker.write import notify
+
+ID_MAX = 2**63 - 1  # the largest id a database integer holds
 
 
-class NotYours(PermissionError):
-    """The user asked to touch a notice or row that is not about them."""
+class NotFound(LookupError):
+    """No such notice or row *for this user*: missing and not theirs answer the same."""
+
+    def __init__(self, what: str, item_id: object, user_id: int):
+        super().__init__(f"no {what} {item_id} for user {user_id}")
+
+
+NotYours = NotFound  # the old name: "not yours" is no longer told apart from "missing"
 
 
 class NoteTooLong(ValueError):
@@ -37,17 +52,34 @@ class NoteTooLong(ValueError):
 # --- undo and delete ------------------------------------------------------------------------
 
 
+def check_id(value: object, name: str) -> int:
+    """An id argument as an int; TypeError (naming the argument) for anything else.
+
+    bool is refused although it is an int: `True` is not an id.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def _in_range(value: int) -> bool:
+    """An id a database could hold: out of range answers "not found", never an overflow."""
+    return 1 <= value <= ID_MAX
+
+
 def undo_notice(user_id: int, notice_id: int) -> int:
     """The toast's undo: delete the rows it lists that concern the user. Returns how many.
 
     A second undo finds the notice already undone and does nothing, so a double tap is safe.
     """
+    check_id(user_id, "user_id")
+    check_id(notice_id, "notice_id")
+    if not (_in_range(user_id) and _in_range(notice_id)):
+        raise NotFound("notice", notice_id, user_id)
     with store.transaction() as conn:
         found = notices.get(conn, notice_id)
-        if found is None:
-            raise LookupError(f"unknown notice {notice_id}")
-        if found.user_id != user_id:
-            raise NotYours(f"notice {notice_id} belongs to another user")
+        if found is None or found.user_id != user_id:
+            raise NotFound("notice", notice_id, user_id)
         if found.undone:
             return 0
         listed = memories.rows_by_id(conn, found.row_ids).values()
@@ -58,18 +90,25 @@ def undo_notice(user_id: int, notice_id: int) -> int:
 
 
 def delete_row(user_id: int, row_id: int) -> None:
-    """Delete one row about the user; a row it had closed (an UPDATE) is reopened."""
+    """Delete one row that concerns the user; a row it had closed (an UPDATE) is reopened."""
+    check_id(user_id, "user_id")
+    check_id(row_id, "row_id")
+    if not (_in_range(user_id) and _in_range(row_id)):
+        raise NotFound("memory row", row_id, user_id)
     with store.transaction() as conn:
         rows = list(memories.rows_by_id(conn, [row_id]).values())
-        if not rows:
-            raise LookupError(f"unknown memory row {row_id}")
-        if not concerns_user(rows[0], user_id):
-            raise NotYours(f"memory row {row_id} is not about user {user_id}")
+        if not rows or not concerns_user(rows[0], user_id):
+            raise NotFound("memory row", row_id, user_id)
         _delete_rows(conn, user_id, [row_id])
 
 
 def clear_all(user_id: int, persona: str | None = None) -> int:
-    """Delete every row about the user (only `persona`'s when given). Returns the count."""
+    """Delete every row that concerns the user (only `persona`'s when given). Returns the count."""
+    check_id(user_id, "user_id")
+    if persona is not None and not isinstance(persona, str):
+        raise TypeError(f"persona must be a str or None, not {type(persona).__name__}")
+    if not _in_range(user_id):
+        return 0
     with store.transaction() as conn:
         rows = memories.rows_about(conn, user_id, persona)
         ids = [r.id for r in rows if concerns_user(r, user_id)]
@@ -78,23 +117,54 @@ def clear_all(user_id: int, persona: str | None = None) -> int:
 
 
 def _delete_rows(conn: Connection, user_id: int, ids: list[int]) -> None:
-    """Delete `ids` and reopen what they closed: undoing an UPDATE restores what it replaced.
+    """Delete `ids`, reopen what they closed, and reword the toasts that quoted them.
 
-    Only rows that concern the same user are reopened; the router's neighbours share the
-    subject, so in practice that is every row an UPDATE closed.
+    Undoing an UPDATE restores what it replaced. Only rows that concern the same user are
+    reopened; the router's neighbours share the subject, so in practice that is every row an
+    UPDATE closed.
     """
     if not ids:
         return
     closed = memories.rows_closed_by(conn, ids)
     memories.reopen(conn, [r.id for r in closed if concerns_user(r, user_id) and r.id not in ids])
+    places = {(r.persona, r.room_id) for r in memories.rows_by_id(conn, ids).values()}
     memories.delete_rows(conn, ids)
+    _redact_toasts(conn, places, set(ids))
+
+
+def _redact_toasts(conn: Connection, places: set[tuple[str, str]], gone: set[int]) -> None:
+    """Every toast that quoted a deleted row, reworded without it (a delete reaches every copy).
+
+    A toast covers the rows of one spell, so it carries their persona and room: only those
+    notices are read.
+    """
+    for persona, room_id in sorted(places):
+        persona_name = users.persona_name(conn, persona)
+        for notice in notices.of_place(conn, persona, room_id):
+            removed = [i for i in notice.row_ids if i in gone]
+            if not removed:
+                continue
+            left = [i for i in notice.row_ids if i not in gone]
+            kept = memories.rows_by_id(conn, left)
+            texts = [kept[i].text for i in left if i in kept]
+            names = users.user_names(conn, sorted(notify.mentioned(texts)))
+            text = notify.redacted(
+                persona_name, [notify.named(x, names) for x in texts], len(removed)
+            )
+            notices.reword(conn, notice.id, text, left)
 
 
 # --- the note and the switches --------------------------------------------------------------
 
 
 def clean_note(text: str | None) -> str | None:
-    """Pure: the note as stored. Stripped; empty means no note; over the limit is refused."""
+    """Pure: the note as stored. Stripped; empty means no note; over the limit is refused.
+
+    Only a str (or None, to clear it) is a note: `0`, bytes or a list is a TypeError, never
+    stored as "b'...'" nor silently taken as "no note".
+    """
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"the memory note must be a str or None, not {type(text).__name__}")
     note = (text or "").strip()
     if len(note) > MEMORY_NOTE_MAX_CHARS:
         raise NoteTooLong(len(note))
@@ -103,23 +173,28 @@ def clean_note(text: str | None) -> str | None:
 
 def set_note(user_id: int, text: str | None) -> None:
     """The field "what personas should remember about you", injected verbatim: kept short."""
+    check_id(user_id, "user_id")
     note = clean_note(text)
     with store.transaction() as conn:
-        users.require_user(conn, user_id)
+        _require_user(conn, user_id)
         users.set_note(conn, user_id, note)
 
 
 def set_memory_on(user_id: int, on: bool) -> None:
     """The account switch "Personas remember me"; off stops reads and writes about the user."""
+    check_id(user_id, "user_id")
+    if not isinstance(on, bool):
+        raise TypeError(f"on must be a bool, not {type(on).__name__}")
     with store.transaction() as conn:
-        users.require_user(conn, user_id)
+        _require_user(conn, user_id)
         users.set_memory_on(conn, user_id, on)
 
 
 def mute(user_id: int, persona: str) -> None:
     """The switch "this persona forgets me": no reads or writes; existing rows stay."""
+    _check_user_and_persona(user_id, persona)
     with store.transaction() as conn:
-        users.require_user(conn, user_id)
+        _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
             raise LookupError(f"unknown persona {persona!r}")
         if persona not in users.muted_by(conn, user_id):
@@ -128,6 +203,9 @@ def mute(user_id: int, persona: str) -> None:
 
 def unmute(user_id: int, persona: str) -> None:
     """Undo `mute`; unmuting what was never muted does nothing."""
+    _check_user_and_persona(user_id, persona)
+    if not _in_range(user_id):
+        return
     with store.transaction() as conn:
         users.remove_mute(conn, user_id, persona)
 
@@ -172,7 +250,9 @@ class ManagePage:
 
 def manage_page(user_id: int) -> ManagePage:
     """Everything the human's page shows: only rows that concern this user."""
+    check_id(user_id, "user_id")
     with store.engine().connect() as conn:
+        _require_user(conn, user_id)
         note, memory_on = users.switches(conn, user_id)
         rows = memories.rows_about(conn, user_id)
         names = users.all_persona_names(conn)
@@ -192,7 +272,7 @@ def group_by_persona(
     sections = []
     for slug in sorted(by_persona):
         mine = sorted(by_persona[slug], key=lambda r: r.id, reverse=True)
-        meter = sum(len(r.text) for r in mine if r.valid_to is None)
+        meter = sum(len(r.text) for r in mine if r.valid_to is None and r.subject != SUBJECT_WORLD)
         lines = [page_line(r) for r in mine]
         sections.append(PersonaSection(slug, names.get(slug, slug), lines, meter))
     return sections
@@ -219,8 +299,22 @@ def page_line(r: Row) -> PageLine:
 
 
 def concerns_user(row: Row, user_id: int) -> bool:
-    """Pure: the row's subject is the user, or it is a self item with them as counterpart."""
-    return concerns(row.subject, row.counterpart) == user_id
+    """Pure: the row is about the user, is the persona's promise or loop with them, or is a
+    world row that cites their lines (`rows.concerned`)."""
+    return user_id in concerned(row.subject, row.counterpart, row.sources)
+
+
+def _check_user_and_persona(user_id: object, persona: object) -> None:
+    check_id(user_id, "user_id")
+    if not isinstance(persona, str):
+        raise TypeError(f"persona must be a str, not {type(persona).__name__}")
+
+
+def _require_user(conn: Connection, user_id: int) -> None:
+    """LookupError for an unknown user — and for an id no database could hold."""
+    if not _in_range(user_id):
+        raise LookupError(f"unknown user {user_id}")
+    users.require_user(conn, user_id)
 
 
 # --- the rail, the evidence, the rooms (what `memory-worker serve` shows besides the page) --

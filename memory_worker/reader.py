@@ -134,9 +134,15 @@ def _build(
     eng = store.engine(url)
     with eng.connect() as conn:  # one read transaction: every query sees the same snapshot
         room = load_room(conn, room_id)
-        slugs = list(personas) if personas is not None else members(conn, room_id)[0]
+        member_personas, member_humans = members(conn, room_id)
+        slugs = list(personas) if personas is not None else member_personas
+        present = present & frozenset(member_humans)  # a non-member is not present here
         if room.incognito:
             return {p: Block.empty(p) for p in slugs}
+        strangers = {p: Block.empty(p) for p in slugs if p not in member_personas}
+        slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
+        if not slugs:
+            return strangers
         humans, memory_on = _load_humans(conn, present)
         consent = Consent(memory_on=memory_on, mutes=users.mutes(conn, present, slugs))
         scopes = {p: scope_for(p, present, room, consent, proven_scope=proven_scope) for p in slugs}
@@ -152,6 +158,7 @@ def _build(
         )
         for p in slugs
     }
+    blocks.update(strangers)
     if touch:
         ids = sorted({i for b in blocks.values() for i in b.row_ids})
         touched = [p for p, b in blocks.items() if b.row_ids]

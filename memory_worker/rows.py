@@ -7,10 +7,11 @@ DESIGN.md): messages carry ids and candidates, never transcripts.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from memory_worker.constants import HUMAN_PREFIX, SUBJECT_SELF
+from memory_worker.constants import HUMAN_PREFIX, SUBJECT_SELF, SUBJECT_WORLD
 
 
 def now_iso() -> str:
@@ -38,6 +39,15 @@ def concerns(subject: str, counterpart: str | None) -> int | None:
     if subject == SUBJECT_SELF:
         return human_id(counterpart or "")
     return human_id(subject)
+
+
+def concerned(subject: str, counterpart: str | None, sources: Iterable[int] = ()) -> list[int]:
+    """Every human a row concerns: whom it is about (`concerns`), or for a world row, whose
+    lines it cites (`sources`) — they get its toast, see it on their page and may delete it."""
+    if subject == SUBJECT_WORLD:
+        return sorted(set(sources))
+    uid = concerns(subject, counterpart)
+    return [] if uid is None else [uid]
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,7 @@ class Row:
     recall_count: int = 0
     embedding: bytes | None = None
     confidence: bool = False
+    sources: tuple[int, ...] = ()  # world rows: the humans whose lines it cites (not a column)
 
     @classmethod
     def from_mapping(cls, m) -> Row:  # type: ignore[no-untyped-def]
@@ -169,6 +180,7 @@ class Spell:
     decisions: list[dict] = field(default_factory=list)  # Decision.to_json()
     seen_open_rows: str | None = None  # fingerprint of the open rows the router saw
     reroutes: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # candidates dropped, by guard code
     skipped: str | None = None
     parked: str | None = None
     tokens_in: int = 0

@@ -9,8 +9,10 @@ Migrations in `schema/versions/` must build exactly this (a test compares them).
 from __future__ import annotations
 
 from sqlalchemy import (
+    CheckConstraint,
     Column,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -76,7 +78,9 @@ lines = Table(
 notices = Table(
     "notices",
     metadata,
-    Column("id", Integer, primary_key=True),
+    # Ids never repeat (AUTOINCREMENT / identity, schema/versions/0003): a stale undo can
+    # never reach a newer notice or row.
+    Column("id", Integer, Identity(), primary_key=True),
     Column("user_id", Integer, nullable=False),
     Column("persona", Text, nullable=False),
     Column("room_id", Text, nullable=False),
@@ -88,6 +92,7 @@ notices = Table(
     Column("undone", Integer, nullable=False, server_default="0"),
     UniqueConstraint("spell_key", "user_id", name="uq_notices_spell_user"),
     Index("ix_notices_user_id", "user_id"),
+    sqlite_autoincrement=True,
 )
 
 # --- the seed's §1 ----------------------------------------------------------------------
@@ -95,7 +100,7 @@ notices = Table(
 persona_memory = Table(
     "persona_memory",
     metadata,
-    Column("id", Integer, primary_key=True),
+    Column("id", Integer, Identity(), primary_key=True),  # never reused (0003)
     Column("persona", Text, nullable=False),
     Column("subject", Text, nullable=False),  # 'u:42' | 'self' | 'world'
     Column("counterpart", Text, nullable=True),  # self items: whom the promise/loop is with
@@ -114,6 +119,18 @@ persona_memory = Table(
     Column("embedding", LargeBinary, nullable=True),  # int8 vector
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
     Index("ix_persona_memory_subject", "subject"),
+    sqlite_autoincrement=True,
+)
+
+memory_sources = Table(
+    "memory_sources",
+    metadata,
+    # The humans whose lines a `world` row cites: it is on their page and theirs to delete
+    # (DESIGN.md "A world row … the humans whose lines it cites can see and delete it").
+    Column("row_id", Integer, ForeignKey("persona_memory.id", ondelete="CASCADE"), nullable=False),
+    Column("user_id", Integer, nullable=False),
+    PrimaryKeyConstraint("row_id", "user_id"),
+    Index("ix_memory_sources_user_id", "user_id"),
 )
 
 persona_memory_versions = Table(
@@ -143,6 +160,10 @@ cursors = Table(
     Column("last_line_id", Integer, nullable=False),  # every line ≤ this has been read
     Column("updated", Text, nullable=False),
     PrimaryKeyConstraint("persona", "room_id"),
+    # SQLite would store "abc" in an INTEGER column; a text cursor stops the sweep for good.
+    CheckConstraint("typeof(last_line_id) = 'integer'", name="ck_cursors_integer").ddl_if(
+        dialect="sqlite"
+    ),
 )
 
 spells = Table(
@@ -158,6 +179,11 @@ spells = Table(
     Column("tokens_in", Integer, nullable=False, server_default="0"),
     Column("tokens_out", Integer, nullable=False, server_default="0"),
     Column("created", Text, nullable=False),
+    # JSON: candidates dropped by guard code ({"schema": 1, "cap": 3}) — counts, never text.
+    Column("dropped", Text, nullable=False, server_default="{}"),
     PrimaryKeyConstraint("persona", "room_id", "last_line_id"),
     Index("ix_spells_status", "status"),
+    CheckConstraint("typeof(last_line_id) = 'integer'", name="ck_spells_integer").ddl_if(
+        dialect="sqlite"
+    ),
 )

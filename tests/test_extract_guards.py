@@ -12,8 +12,8 @@ from memory_worker.write.extract import (
     build_prompt,
     clean_valid_from,
     guard,
-    is_one_sentence,
 )
+from memory_worker.write.guards import is_one_sentence
 
 LINES = [
     Line(1, "r1", "u:42", "I bought a flat in Xuhui last July.", "2026-08-01T10:00:00+00:00"),
@@ -65,7 +65,7 @@ def test_a_fact_about_a_human_who_does_not_let_the_persona_remember_is_dropped()
 
 def test_what_one_person_says_about_another_is_not_a_fact_about_them() -> None:
     kept, rejected = run(cand(text="u:42 is interviewing at Tencent.", evidence=[3]))
-    assert kept == [] and "spoken by u:42" in rejected[0].reason
+    assert kept == [] and "another human's line" in rejected[0].reason
 
 
 def test_evidence_outside_the_slice_is_rejected() -> None:
@@ -136,12 +136,12 @@ def test_the_daily_cap_keeps_the_most_important_twelve() -> None:
 
 
 def test_the_daily_cap_counts_rows_already_written_today() -> None:
-    kept, _ = run(cand(), already={42: DAILY_CAP_PER_HUMAN - 1})
+    kept, _ = run(cand(), already={"u:42": DAILY_CAP_PER_HUMAN - 1})
     assert len(kept) == 1
     kept, _ = run(
         cand(),
         cand(text="u:42 likes tea.", kind="preference"),
-        already={42: DAILY_CAP_PER_HUMAN - 1},
+        already={"u:42": DAILY_CAP_PER_HUMAN - 1},
     )
     assert len(kept) == 1
 

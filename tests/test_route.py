@@ -3,9 +3,11 @@ answer's numbers resolved — never trusting one that was not shown."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from memory_worker.models.base import MalformedAnswer
+import pytest
+from pydantic import ValidationError
+
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.rows import Candidate
 from memory_worker.vectors import quantise, to_b64
@@ -72,12 +74,13 @@ def answer(*decisions: tuple[int, str, str | None]) -> RouteAnswer:
 def test_numbers_resolve_to_row_ids() -> None:
     cands = [cand("a"), cand("b"), cand("c"), cand("d")]
     per = [[40], [41], [], []]
-    got = resolve(
+    got, dropped = resolve(
         answer((0, "UPDATE", "0"), (1, "close", "1"), (2, "ADD", None), (3, "NONE", None)),
         cands,
         per,
         number(per),
     )
+    assert dropped == 0
     assert [(d.event, d.old_row_id) for d in got] == [
         ("UPDATE", 40),
         ("CLOSE", 41),
@@ -89,7 +92,7 @@ def test_numbers_resolve_to_row_ids() -> None:
 def test_an_unknown_number_is_never_trusted() -> None:
     cands = [cand("a"), cand("b"), cand("c")]
     per = [[40], [41], []]
-    got = resolve(
+    got, _ = resolve(
         # "1" exists in the spell but was not shown for candidate 0; "7" was never shown.
         answer((0, "UPDATE", "1"), (1, "CLOSE", "7"), (2, "UPDATE", "40")),
         cands,
@@ -103,12 +106,30 @@ def test_an_unknown_number_is_never_trusted() -> None:
     "decisions",
     [
         [(0, "ADD", None)],  # one missing
-        [(0, "ADD", None), (0, "NONE", None)],  # one repeated
-        [(0, "ADD", None), (5, "ADD", None)],  # an unknown candidate
+        [(0, "ADD", None), (0, "NONE", None), (1, "ADD", None)],  # one repeated
+        [(1, "ADD", None), (5, "ADD", None)],  # an unknown candidate
         [(0, "DELETE", "0"), (1, "ADD", None)],  # there is no DELETE
     ],
 )
-def test_an_answer_without_one_valid_decision_per_candidate_is_malformed(decisions) -> None:  # type: ignore[no-untyped-def]
+def test_a_candidate_without_one_valid_decision_is_dropped_and_its_siblings_go_on(
+    decisions,
+) -> None:  # type: ignore[no-untyped-def]
+    """Hole 5, the router's half: one bad decision costs its candidate, not the spell."""
     cands = [cand("a"), cand("b")]
-    with pytest.raises(MalformedAnswer):
-        resolve(answer(*decisions), cands, [[40], []], number([[40], []]))
+    raw = {"decisions": [{"candidate": c, "event": e, "old_id": o} for c, e, o in decisions]}
+    got, dropped = resolve(
+        RouteAnswer.model_validate_json(json.dumps(raw)), cands, [[40], []], number([[40], []])
+    )
+    assert dropped >= 1
+    assert got[0].event == "NONE" or got[1].event == "NONE"
+    assert any(d.event == "ADD" for d in got)
+
+
+def test_the_router_schema_itself_allows_only_the_four_events() -> None:
+    schema = json.dumps(RouteAnswer.model_json_schema())
+    assert '"enum": ["ADD", "UPDATE", "CLOSE", "NONE"]' in schema
+
+
+def test_an_answer_that_is_not_the_json_asked_for_is_malformed() -> None:
+    with pytest.raises(ValidationError):
+        RouteAnswer.model_validate_json('{"decisions": "all of them"}')

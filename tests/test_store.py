@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 
 from memory_worker import store
@@ -27,7 +28,8 @@ def test_the_migrations_build_exactly_the_tables_in_code(db: Engine) -> None:
 def test_init_db_twice_changes_nothing(db: Engine) -> None:
     store.init_db(str(db.url))
     with db.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    assert version == ScriptDirectory.from_config(store.alembic_config()).get_current_head()
 
 
 def test_sqlite_runs_in_wal_with_a_busy_timeout_and_foreign_keys(db: Engine) -> None:
@@ -117,3 +119,51 @@ def test_a_transaction_that_reads_then_writes_is_not_beaten_to_the_lock(db: Engi
     assert outcome == ["waited"]
     with db.connect() as conn:
         assert conn.execute(text("SELECT name FROM users")).scalar() == "Ours"
+
+
+def test_ids_of_deleted_rows_and_notices_are_never_given_again(db: Engine) -> None:
+    """Hole 6: a stale toast's undo must never reach a newer row that took a deleted id."""
+    from memory_worker import tables as t
+
+    row = dict(
+        persona="warren",
+        subject="u:1",
+        witnessed="[1]",
+        room_id="r",
+        kind="fact",
+        text="x",
+        importance=5,
+        evidence="[1]",
+        created="2026-08-18",
+    )
+    note = dict(
+        user_id=1,
+        persona="warren",
+        room_id="r",
+        kind="memory_toast",
+        text="x",
+        row_ids="[]",
+        created="2026-08-18",
+    )
+    with db.begin() as conn:
+        first = conn.execute(t.persona_memory.insert().values(**row)).inserted_primary_key[0]
+        conn.execute(t.persona_memory.delete())
+        again = conn.execute(t.persona_memory.insert().values(**row)).inserted_primary_key[0]
+        n1 = conn.execute(t.notices.insert().values(**note, spell_key="a")).inserted_primary_key[0]
+        conn.execute(t.notices.delete())
+        n2 = conn.execute(t.notices.insert().values(**note, spell_key="b")).inserted_primary_key[0]
+    assert again > first and n2 > n1
+
+
+def test_a_cursor_that_is_not_an_integer_is_refused_by_the_schema(db: Engine) -> None:
+    """Hole 9: SQLite would keep "abc" in an INTEGER column; the CHECK refuses it."""
+    from sqlalchemy.exc import DBAPIError
+
+    from memory_worker import tables as t
+
+    with pytest.raises(DBAPIError), db.begin() as conn:
+        conn.execute(
+            t.cursors.insert().values(
+                persona="warren", room_id="r", last_line_id="abc", updated="2026-08-18"
+            )
+        )

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import ColumnElement, Connection, and_, delete, func, insert, or_, select, update
 
 from memory_worker import tables as t
-from memory_worker.constants import SUBJECT_SELF
+from memory_worker.constants import SUBJECT_SELF, SUBJECT_WORLD
 from memory_worker.rows import Candidate, Row, human_ref
 
 pm = t.persona_memory.c
@@ -28,45 +28,82 @@ class OpenRow:
     subject: str
     text: str
     embedding: bytes | None
+    counterpart: str | None = None
 
 
 # --- the write path -------------------------------------------------------------------------
 
 
-def open_rows(conn: Connection, persona: str, subjects: Iterable[str]) -> list[OpenRow]:
-    """The persona's open rows about these subjects, by id (the router's neighbour pool)."""
+def _audience(present: Iterable[int]) -> ColumnElement[bool]:
+    """What the audience rule allows the write path's model calls for a present set (DESIGN.md
+    "The model sees only what the audience allows"): rows about present humans, the persona's
+    promises and loops with them, world rows. Never a row about an absent human."""
+    refs = [human_ref(u) for u in sorted(set(present))]
+    return or_(
+        pm.subject.in_([SUBJECT_WORLD, *refs]),
+        and_(pm.subject == SUBJECT_SELF, pm.counterpart.in_(refs)),
+    )
+
+
+def open_rows(
+    conn: Connection, persona: str, present: Iterable[int], subjects: Iterable[str]
+) -> list[OpenRow]:
+    """The router's neighbour pool: the persona's open rows about these subjects that the
+    audience allows for the present set, by id."""
     wanted = sorted(set(subjects))
     if not wanted:
         return []
     q = (
-        select(pm.id, pm.subject, pm.text, pm.embedding)
-        .where(pm.persona == persona, pm.valid_to.is_(None), pm.subject.in_(wanted))
+        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart)
+        .where(
+            pm.persona == persona,
+            pm.valid_to.is_(None),
+            pm.subject.in_(wanted),
+            _audience(present),
+        )
         .order_by(pm.id)
     )
     return [OpenRow(*r) for r in conn.execute(q)]
 
 
-def known_texts(conn: Connection, persona: str, subjects: Sequence[str], limit: int) -> list[str]:
-    """The texts of the persona's open rows about these subjects, most important first."""
+def known_texts(conn: Connection, persona: str, present: Iterable[int], limit: int) -> list[str]:
+    """The texts of the persona's open rows the audience allows, most important first."""
     q = (
         select(pm.text)
-        .where(pm.persona == persona, pm.valid_to.is_(None), pm.subject.in_(list(subjects)))
+        .where(pm.persona == persona, pm.valid_to.is_(None), _audience(present))
         .order_by(pm.importance.desc(), pm.id.desc())
         .limit(limit)
     )
     return [str(x) for x in conn.execute(q).scalars()]
 
 
-def written_since(
-    conn: Connection, persona: str, subjects: Sequence[str], since: str
-) -> dict[str, int]:
-    """Rows the persona wrote about each subject with `created >= since` (the daily cap)."""
+def written_since(conn: Connection, persona: str, since: str) -> list[tuple[str, str | None, int]]:
+    """(subject, counterpart, count) of the rows the persona wrote with `created >= since`
+    (the daily caps: `guards.counts_by_cap` turns them into counts per cap)."""
     q = (
-        select(pm.subject, func.count())
-        .where(pm.persona == persona, pm.subject.in_(list(subjects)), pm.created >= since)
-        .group_by(pm.subject)
+        select(pm.subject, pm.counterpart, func.count())
+        .where(pm.persona == persona, pm.created >= since)
+        .group_by(pm.subject, pm.counterpart)
     )
-    return {str(subject): int(count) for subject, count in conn.execute(q)}
+    return [(str(s), c, int(n)) for s, c, n in conn.execute(q)]
+
+
+def add_sources(conn: Connection, row_id: int, humans: Iterable[int]) -> None:
+    """The humans whose lines a world row cites: they see it on their page and may delete it."""
+    for uid in sorted(set(humans)):
+        conn.execute(insert(t.memory_sources).values(row_id=row_id, user_id=uid))
+
+
+def sources_of(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
+    """row id → the humans whose lines it cites (world rows; others have none)."""
+    if not ids:
+        return {}
+    ms = t.memory_sources.c
+    out: dict[int, list[int]] = {}
+    q = select(ms.row_id, ms.user_id).where(ms.row_id.in_(list(ids))).order_by(ms.user_id)
+    for row_id, uid in conn.execute(q):
+        out.setdefault(int(row_id), []).append(int(uid))
+    return out
 
 
 def insert_row(
@@ -117,8 +154,11 @@ def close(conn: Connection, row_id: int, valid_to: str, closed_by: int | None) -
 
 
 def _rows(conn: Connection, where: ColumnElement[bool]) -> list[Row]:
+    """Whole rows, world rows with their `sources` filled."""
     found = conn.execute(select(t.persona_memory).where(where).order_by(pm.id)).mappings()
-    return [Row.from_mapping(m) for m in found]
+    rows = [Row.from_mapping(m) for m in found]
+    sources = sources_of(conn, [r.id for r in rows if r.subject == SUBJECT_WORLD])
+    return [replace(r, sources=tuple(sources[r.id])) if r.id in sources else r for r in rows]
 
 
 def rows_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
@@ -129,9 +169,15 @@ def rows_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
 
 
 def about_user(user_id: int) -> ColumnElement[bool]:
-    """SQL for `rows.concerns(subject, counterpart) == user_id` (callers re-check in Python)."""
+    """SQL for `rows.concerns_user(row, user_id)` (callers re-check in Python): the user's
+    rows, the persona's promises to them, world rows that cite their lines."""
     ref = human_ref(user_id)
-    return or_(pm.subject == ref, and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref))
+    cites = select(t.memory_sources.c.row_id).where(t.memory_sources.c.user_id == user_id)
+    return or_(
+        pm.subject == ref,
+        and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref),
+        and_(pm.subject == SUBJECT_WORLD, pm.id.in_(cites)),
+    )
 
 
 def rows_about(conn: Connection, user_id: int, persona: str | None = None) -> list[Row]:

@@ -99,3 +99,15 @@ def of_user(conn: Connection, user_id: int, after_id: int = 0, limit: int = 20) 
         .limit(limit)
     )
     return [_notice(r) for r in conn.execute(q)]
+
+
+def of_place(conn: Connection, persona: str, room_id: str) -> list[Notice]:
+    """The notices one persona posted for spells in one room (a deleted row's toasts)."""
+    q = select(t.notices).where(n.persona == persona, n.room_id == room_id).order_by(n.id)
+    return [_notice(r) for r in conn.execute(q)]
+
+
+def reword(conn: Connection, notice_id: int, text: str, row_ids: list[int]) -> None:
+    """A toast after some of its rows were deleted: new wording, only the rows still there."""
+    values = dict(text=text, row_ids=json.dumps(row_ids))
+    conn.execute(update(t.notices).where(n.id == notice_id).values(**values))

@@ -146,6 +146,29 @@ def last_line_id(conn: Connection, room_id: str) -> int:
     return int(conn.execute(q).scalar() or 0)
 
 
+def speakers(conn: Connection, room_id: str, ids: Iterable[int]) -> dict[int, str]:
+    """line id → speaker, for these lines of the room."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    q = select(ln.id, ln.speaker).where(ln.room_id == room_id, ln.id.in_(wanted))
+    return {int(i): str(who) for i, who in conn.execute(q)}
+
+
+def line_sizes(
+    conn: Connection, room_id: str, after: int, limit: int
+) -> list[tuple[int, str, int]]:
+    """(id, speaker, characters of text) of up to `limit` lines after line `after`, oldest
+    first: what a spell's window is cut from, without reading the texts."""
+    q = (
+        select(ln.id, ln.speaker, func.length(ln.text))
+        .where(ln.room_id == room_id, ln.id > after)
+        .order_by(ln.id)
+        .limit(limit)
+    )
+    return [(int(i), str(who), int(n or 0)) for i, who, n in conn.execute(q)]
+
+
 def lines_between(conn: Connection, room_id: str, after: int, last: int) -> list[Line]:
     """The room's lines with `after < id <= last`, oldest first (a spell's slice)."""
     found = conn.execute(

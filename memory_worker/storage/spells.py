@@ -79,6 +79,7 @@ def record(
         row_ids=json.dumps(row_ids),
         tokens_in=spell.tokens_in,
         tokens_out=spell.tokens_out,
+        dropped=json.dumps(spell.dropped, sort_keys=True),
         created=now,
     )
     if conn.execute(update(t.spells).where(*key).values(**values)).rowcount == 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import Connection, Row, delete, insert, select, update
+from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
 
 from memory_worker import tables as t
 
@@ -132,3 +132,19 @@ def eligible_humans(conn: Connection, persona: str, humans: Sequence[int]) -> li
     on = memory_on(conn, humans)
     muted = {uid for uid, _ in mutes(conn, humans, [persona])}
     return sorted(h for h in humans if on.get(h, False) and h not in muted)
+
+
+def names_in(conn: Connection, texts: Sequence[str]) -> list[str]:
+    """Display names of humans the store knows that may appear in `texts` (a world row's check).
+
+    Asks for the texts' word runs (`guards.word_ngrams`), and for names that begin with one of
+    their words ("Dan" for "Dan Smith"): one query, however many people the store knows.
+    """
+    from memory_worker.write.guards import word_ngrams
+
+    grams = sorted(set().union(*(word_ngrams(x) for x in texts))) if texts else []
+    if not grams:
+        return []
+    first_word = [func.lower(u.name).like(f"{g} %") for g in grams if " " not in g]
+    q = select(u.name).where(or_(func.lower(u.name).in_(grams), *first_word))
+    return [str(x) for x in conn.execute(q).scalars()]

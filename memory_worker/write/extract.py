@@ -1,9 +1,11 @@
 """Extraction (model call A, seed §2.1): the prompt, the answer's schema, and the guards.
 
 The model proposes; code disposes. Every guard of the seed is here, applied to each candidate
-before anything is embedded or written: subject ∈ present ∪ {self, world}; evidence ⊆ the
-slice; a fact about u:X cites a line u:X spoke; kind in the six; one sentence ≤ 200 chars;
-importance 1–10 and ≥ 3; at most 12 new rows per persona per human per day.
+before anything is embedded or written: each candidate is validated on its own (one bad field
+drops that candidate, not the spell); subject ∈ present ∪ {self, world}; evidence ⊆ the slice
+and the subject's own (`guards.evidence_problem`); a world row names no human; kind in the six;
+one sentence ≤ 200 chars; importance 1–10 and ≥ 3; the daily caps, `self` rows counting
+towards their counterpart and `world` rows towards their own.
 """
 
 from __future__ import annotations
@@ -13,21 +15,24 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from string import Template
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 from sqlalchemy import Connection
 
 from memory_worker.constants import (
-    DAILY_CAP_PER_HUMAN,
     IMPORTANCE_MAX,
     IMPORTANCE_THRESHOLD,
     KINDS,
+    LINE_MAX_CHARS,
     SUBJECT_SELF,
     SUBJECT_WORLD,
     TEXT_MAX_CHARS,
 )
 from memory_worker.rows import Candidate, Line, Room, human_id, human_ref
 from memory_worker.storage import memories
+from memory_worker.write import guards
+from memory_worker.write.guards import is_one_sentence
 
 HERE = Path(__file__).resolve().parent
 SYSTEM = Template((HERE / "extract_system.txt").read_text())
@@ -48,15 +53,43 @@ class CandidateOut(BaseModel):
 
 
 class ExtractAnswer(BaseModel):
+    """The whole answer. Candidates are validated one by one: an ill-typed one is dropped and
+    counted in `ill_formed`, its siblings go on. Only an answer that is not this JSON at all
+    (no `candidates` list) fails, and is re-asked."""
+
     candidates: list[CandidateOut]
+    _ill_formed: int = PrivateAttr(0)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _each_candidate_on_its_own(cls, data: Any, handler: Any) -> ExtractAnswer:
+        bad = 0
+        if isinstance(data, dict) and isinstance(data.get("candidates"), list):
+            good = []
+            for c in data["candidates"]:
+                try:
+                    good.append(CandidateOut.model_validate(c))
+                except ValidationError:
+                    bad += 1
+            data = {**data, "candidates": good}
+        answer = handler(data)
+        answer._ill_formed = bad
+        return answer
+
+    @property
+    def ill_formed(self) -> int:
+        return self._ill_formed
 
 
 @dataclass(frozen=True)
 class Rejection:
-    """A candidate the guards dropped, and why (logged; asserted by tests)."""
+    """A candidate the guards dropped: a short `code` (logged, counted in the spell's record)
+    and a `reason` for tests and debugging. Neither the text nor the reason is ever logged:
+    both may carry what someone said."""
 
     text: str
     reason: str
+    code: str = "guard"
 
 
 def build_prompt(
@@ -70,7 +103,7 @@ def build_prompt(
     """(system, prompt) for the extraction call. `present` maps user id → display name."""
     situation = "a private chat" if room.is_private_chat() else "a group room"
     who = "\n".join(f"- {human_ref(u)} ({name})" for u, name in sorted(present.items()))
-    transcript = "\n".join(f"[{ln.id}] {ln.speaker}: {_one_line(ln.text)}" for ln in lines)
+    transcript = "\n".join(f"[{ln.id}] {ln.speaker}: {prompt_line(ln.text)}" for ln in lines)
     system = SYSTEM.substitute(persona_name=persona_name)
     prompt = PROMPT.substitute(
         persona_name=persona_name,
@@ -83,41 +116,34 @@ def build_prompt(
     return system, prompt
 
 
-def _one_line(text: str) -> str:
-    # A line's text cannot fake another line id or close the transcript tag.
-    return re.sub(r"\s+", " ", text).replace("</transcript>", "</ transcript>")
+CUT_MARK = " […]"
+
+
+def prompt_line(text: str) -> str:
+    """A line as the prompt shows it: on one line, inert, and at most LINE_MAX_CHARS long.
+
+    A line's text cannot fake another line id or close the transcript tag; an oversize line is
+    cut (its id stays whole, so evidence still points at it).
+    """
+    one = re.sub(r"\s+", " ", text).replace("</transcript>", "</ transcript>")
+    if len(one) > LINE_MAX_CHARS:
+        one = one[: LINE_MAX_CHARS - len(CUT_MARK)] + CUT_MARK
+    return one
 
 
 def known_rows(conn: Connection, persona: str, present: list[int]) -> list[str]:
-    """The persona's open rows about the people present (and self/world): what it knows."""
-    subjects = [SUBJECT_SELF, SUBJECT_WORLD, *(human_ref(u) for u in present)]
-    return memories.known_texts(conn, persona, subjects, KNOWN_MAX_ROWS)
+    """What the persona knows that a block for the present set could hold (DESIGN.md "The
+    model sees only what the audience allows"): rows about present humans, its promises and
+    loops with them, world rows. Never a row about an absent human, never a promise to one."""
+    return memories.known_texts(conn, persona, present, KNOWN_MAX_ROWS)
 
 
-def rows_today(conn: Connection, persona: str, present: list[int], today: str) -> dict[int, int]:
-    """New rows per human written by this persona today (the daily cap's count)."""
-    got = memories.written_since(conn, persona, [human_ref(u) for u in present], today)
-    return {human_id(s) or 0: n for s, n in got.items()}
+def rows_today(conn: Connection, persona: str, today: str) -> dict[str, int]:
+    """New rows written by this persona today, per cap key (`guards.cap_key`)."""
+    return guards.counts_by_cap(memories.written_since(conn, persona, today))
 
 
-# A sentence ends at . ! or ? followed by space and a capital, unless after a known abbreviation.
-_ABBREVIATIONS = {
-    *("mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "prof", "mt", "ft", "no", "approx"),
-    *("jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec"),
-}
-_SENTENCE_BREAK = re.compile(r"(\w+)?([.!?])\s+[\"'(]?[A-Z0-9]")
 _VALID_FROM = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
-
-
-def is_one_sentence(text: str) -> bool:
-    if "\n" in text:
-        return False
-    for m in _SENTENCE_BREAK.finditer(text):
-        word = (m.group(1) or "").lower()
-        if m.group(2) == "." and (word in _ABBREVIATIONS or len(word) == 1):
-            continue
-        return False
-    return True
 
 
 def clean_valid_from(value: str | None) -> str | None:
@@ -139,22 +165,27 @@ def guard(
     persona: str,
     present: list[int],
     lines: list[Line],
-    already_today: dict[int, int],
+    already_today: dict[str, int],
+    known_names: list[str] | tuple[str, ...] = (),
 ) -> tuple[list[Candidate], list[Rejection]]:
-    """Apply every guard; return the candidates that pass and why the others did not."""
-    spoke: dict[int, set[str]] = {ln.id: {ln.speaker} for ln in lines}
+    """Apply every guard; return the candidates that pass and why the others did not.
+
+    `already_today` counts today's rows per cap key (`guards.cap_key`); `known_names` are the
+    display names a world row must not carry (at least those of the room's humans).
+    """
+    speaker_of = {ln.id: ln.speaker for ln in lines}
     allowed_subjects = {SUBJECT_SELF, SUBJECT_WORLD, *(human_ref(u) for u in present)}
     kept: list[Candidate] = []
-    rejected: list[Rejection] = []
+    rejected = [Rejection("", "failed the candidate schema", "schema")] * answer.ill_formed
     seen_texts: set[tuple[str, str]] = set()
     for c in answer.candidates:
         text = c.text.strip()
-        reason = _reject_reason(c, text, allowed_subjects, spoke, present)
+        found = _reject_reason(c, text, allowed_subjects, speaker_of, present, persona, known_names)
         key = (c.subject.strip(), text.lower())
-        if reason is None and key in seen_texts:
-            reason = "a duplicate within the spell"
-        if reason:
-            rejected.append(Rejection(c.text, reason))
+        if found is None and key in seen_texts:
+            found = ("duplicate", "a duplicate within the spell")
+        if found:
+            rejected.append(Rejection(c.text, found[1], found[0]))
             continue
         seen_texts.add(key)
         kept.append(
@@ -168,8 +199,8 @@ def guard(
                 counterpart=_counterpart(c),
             )
         )
-    capped, over = cap_per_human(kept, already_today)
-    rejected += [Rejection(c.text, "over the daily cap for this human") for c in over]
+    capped, over = cap(kept, already_today)
+    rejected += [Rejection(c.text, "over the daily cap", "cap") for c in over]
     return capped, rejected
 
 
@@ -183,47 +214,43 @@ def _reject_reason(
     c: CandidateOut,
     text: str,
     allowed_subjects: set[str],
-    spoke: dict[int, set[str]],
+    speaker_of: dict[int, str],
     present: list[int],
-) -> str | None:
+    persona: str,
+    known_names: list[str] | tuple[str, ...],
+) -> tuple[str, str] | None:
+    """(code, reason) for the first guard the candidate fails, or None."""
     subject = c.subject.strip()
     if subject not in allowed_subjects:
-        return f"subject {subject!r} is not present (or does not let this persona remember)"
+        return "subject", f"subject {subject!r} is not present (or does not allow memory)"
     if c.kind.strip() not in KINDS:
-        return f"kind {c.kind!r} is not one of the six"
+        return "kind", f"kind {c.kind!r} is not one of the six"
     if not text or len(text) > TEXT_MAX_CHARS:
-        return f"text is empty or longer than {TEXT_MAX_CHARS} chars"
+        return "text", f"text is empty or longer than {TEXT_MAX_CHARS} chars"
     if not is_one_sentence(text):
-        return "text is not one sentence"
+        return "text", "text is not one sentence"
     if not IMPORTANCE_THRESHOLD <= c.importance <= IMPORTANCE_MAX:
-        return f"importance {c.importance} is outside {IMPORTANCE_THRESHOLD}..{IMPORTANCE_MAX}"
-    if not c.evidence or not set(c.evidence) <= spoke.keys():
-        return "evidence cites lines outside this spell"
-    if subject.startswith("u:") and not any(subject in spoke[i] for i in c.evidence):
-        return f"no evidence line was spoken by {subject}"
+        bounds = f"{IMPORTANCE_THRESHOLD}..{IMPORTANCE_MAX}"
+        return "importance", f"importance {c.importance} is outside {bounds}"
+    counterpart = _counterpart(c)
     if subject == SUBJECT_SELF:
-        cp = human_id((c.counterpart or "").strip())
-        if cp is None or cp not in present:
-            return f"a self item needs a present counterpart, not {c.counterpart!r}"
-    if subject == SUBJECT_WORLD and c.kind.strip() in ("promise", "open_loop", "relationship"):
-        return f"a world fact cannot be a {c.kind}"
+        if counterpart is None or human_id(counterpart) not in present:
+            return "subject", f"a self item needs a present counterpart, not {c.counterpart!r}"
+    problem = guards.evidence_problem(subject, counterpart, persona, c.evidence, speaker_of)
+    if problem:
+        return "evidence", problem
+    if subject == SUBJECT_WORLD:
+        if c.kind.strip() in ("promise", "open_loop", "relationship"):
+            return "world", f"a world fact cannot be a {c.kind}"
+        if guards.names_a_human(text, known_names):
+            return "world", "a world row names a human"
     return None
 
 
-def cap_per_human(
-    candidates: list[Candidate], already_today: dict[int, int]
+def cap(
+    candidates: list[Candidate], already_today: dict[str, int]
 ) -> tuple[list[Candidate], list[Candidate]]:
-    """Keep at most DAILY_CAP_PER_HUMAN new rows per human today, the most important first."""
-    room_left = {u: DAILY_CAP_PER_HUMAN - n for u, n in already_today.items()}
-    order = sorted(range(len(candidates)), key=lambda i: (-candidates[i].importance, i))
-    over: set[int] = set()
-    for i in order:
-        uid = human_id(candidates[i].subject)
-        if uid is None:
-            continue
-        left = room_left.get(uid, DAILY_CAP_PER_HUMAN)
-        if left <= 0:
-            over.add(i)
-        room_left[uid] = left - 1
+    """(kept, over): every kind within its daily cap, the most important first."""
+    over = guards.over_caps(candidates, already_today)
     kept = [c for i, c in enumerate(candidates) if i not in over]
     return kept, [c for i, c in enumerate(candidates) if i in over]

@@ -1,8 +1,9 @@
 """The toast (seed §5): one notice per persona per human per spell, naming the rows it covers.
 
-"Warren noted: Dan owns a flat in Xuhui · undo". A human is told about the rows about them and
-about the persona's promises and loops with them. Keyed by (spell, user): a second run inserts
-nothing. Undo lives in `memory_worker.controls`.
+"Warren noted: Dan owns a flat in Xuhui · undo". A human is told about the rows about them,
+about the persona's promises and loops with them, and about world rows that cite their lines.
+Keyed by (spell, user): a second run inserts nothing. Undo lives in `memory_worker.controls`;
+when rows are deleted, the toasts that quoted them are reworded without them (`redacted`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memory_worker.rows import Row, concerns
+from memory_worker.rows import Row, concerned
 
 TOAST_MAX_CHARS = 280  # a rail notice, not a page: longer toasts end in "(+N more)"
-_HUMAN_REF = re.compile(r"\bu:(\d+)\b")
+HUMAN_REF = re.compile(r"\bu:(\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,11 @@ class Toast:
 
 
 def toasts(persona_name: str, rows: Iterable[Row], names: dict[int, str]) -> list[Toast]:
-    """Pure: group new rows by the human they concern and word one toast each."""
+    """Pure: group new rows by the humans they concern (`rows.concerned`: a world row's
+    humans are those whose lines it cites) and word one toast each."""
     by_user: dict[int, list[Row]] = {}
     for r in rows:
-        uid = concerns(r.subject, r.counterpart)
-        if uid is not None:
+        for uid in concerned(r.subject, r.counterpart, r.sources):
             by_user.setdefault(uid, []).append(r)
     out = []
     for uid in sorted(by_user):
@@ -40,14 +41,23 @@ def toasts(persona_name: str, rows: Iterable[Row], names: dict[int, str]) -> lis
     return out
 
 
+def redacted(persona_name: str, remaining: list[str], removed: int) -> str:
+    """Pure: a toast after some of its rows were deleted — the rest as before, and how many
+    were removed, never what they said."""
+    gone = "a memory was removed" if removed == 1 else f"{removed} memories were removed"
+    if not remaining:
+        return f"{persona_name} noted something; {gone}."
+    return f"{_word(persona_name, remaining)} ({gone})"
+
+
 def named(text: str, names: dict[int, str]) -> str:
     """Row texts name people by id (survives a rename); a toast names them as people do."""
-    return _HUMAN_REF.sub(lambda m: names.get(int(m.group(1)), m.group(0)), text).rstrip(".")
+    return HUMAN_REF.sub(lambda m: names.get(int(m.group(1)), m.group(0)), text).rstrip(".")
 
 
 def mentioned(texts: Iterable[str]) -> set[int]:
     """The human ids row texts name (`u:42`), to look their names up for `named`."""
-    return {int(i) for text in texts for i in _HUMAN_REF.findall(text)}
+    return {int(i) for text in texts for i in HUMAN_REF.findall(text)}
 
 
 def _word(persona_name: str, texts: list[str]) -> str:

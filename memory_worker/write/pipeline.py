@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from memory_worker import clock, store
 from memory_worker.models.base import ChatModel, Embedder
-from memory_worker.rows import Candidate, Spell, concerns
+from memory_worker.rows import Candidate, Spell, concerned
 from memory_worker.storage import memories, notices, rooms, users
 from memory_worker.write import commit, embed, extract, notify, route
 from memory_worker.write import spell as spells
@@ -40,20 +40,27 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
             return spell
         lines = spells.load_slice(conn, spell)
         names = users.user_names(conn, spell.present)
+        room_names = list(users.user_names(conn, spell.witnessed).values())
         persona_name = users.persona_name(conn, spell.persona)
         known = extract.known_rows(conn, spell.persona, spell.present)
-        already = extract.rows_today(conn, spell.persona, spell.present, clock.today())
+        already = extract.rows_today(conn, spell.persona, clock.today())
     system, prompt = extract.build_prompt(persona_name, room, lines, names, known, clock.today())
     result = ask_json(model, system, prompt, extract.ExtractAnswer, "extract")
+    world_texts = [c.text for c in result.parsed.candidates if c.subject.strip() == "world"]
+    with store.engine().connect() as conn:
+        known_names = room_names + users.names_in(conn, world_texts)
     kept, rejected = extract.guard(
         result.parsed,
         persona=spell.persona,
         present=spell.present,
         lines=lines,
         already_today=already,
+        known_names=known_names,
     )
     for r in rejected:
-        log.info("spell %s: dropped candidate (%s): %r", spell.key, r.reason, r.text)
+        spell.dropped[r.code] = spell.dropped.get(r.code, 0) + 1
+    if rejected:
+        log.info("spell %s: dropped %s", spell.key, dict(sorted(spell.dropped.items())))
     spell.candidates = [c.to_json() for c in kept]
     spell.tokens_in += result.usage.tokens_in
     spell.tokens_out += result.usage.tokens_out
@@ -76,13 +83,17 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
         return spell
     cands = [Candidate.from_json(c) for c in spell.candidates]
     with store.engine().connect() as conn:
-        rows = memories.open_rows(conn, spell.persona, {c.subject for c in cands})
+        rows = memories.open_rows(conn, spell.persona, spell.present, {c.subject for c in cands})
         persona_name = users.persona_name(conn, spell.persona)
     per_candidate = route.neighbours(cands, rows)
     numbers = route.number(per_candidate)
     system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)
     result = ask_json(model, system, prompt, route.RouteAnswer, "route")
-    decisions = route.resolve(result.parsed, cands, per_candidate, numbers)
+    decisions, dropped = route.resolve(result.parsed, cands, per_candidate, numbers)
+    spell.dropped.pop("route", None)  # a re-route counts afresh
+    if dropped:
+        spell.dropped["route"] = dropped
+        log.info("spell %s: %d candidates without a usable decision", spell.key, dropped)
     spell.decisions = [d.to_json() for d in decisions]
     spell.seen_open_rows = route.fingerprint(rows)
     spell.tokens_in += result.usage.tokens_in
@@ -104,7 +115,7 @@ def run_notify(spell: Spell, row_ids: list[int]) -> list[notify.Toast]:
     posted = []
     with store.transaction() as conn:
         rows = list(memories.rows_by_id(conn, row_ids).values())
-        humans = sorted({u for r in rows if (u := concerns(r.subject, r.counterpart)) is not None})
+        humans = sorted({u for r in rows for u in concerned(r.subject, r.counterpart, r.sources)})
         names = users.user_names(conn, humans)
         persona_name = users.persona_name(conn, spell.persona)
         for toast in notify.toasts(persona_name, rows, names):

@@ -3,7 +3,11 @@
 Neighbours are the persona's open rows about the same subject, top 5 by cosine ≥ 0.6 — a dot
 product over one persona's rows, no vector database. The model sees them as numbers ("0",
 "1", …), never raw ids (mem0's guard against an invented id), and a number it was not shown
-for that candidate is never trusted. One call covers every candidate of the spell.
+for that candidate is never trusted. The pool is what the audience allows for the spell's
+present set (DESIGN.md): rows about present humans, the persona's promises and loops with them,
+world rows — so the router can never see, let alone change, a row about someone absent. One
+call covers every candidate of the spell; a decision that fails its schema drops its candidate
+only.
 """
 
 from __future__ import annotations
@@ -12,11 +16,11 @@ import hashlib
 import json
 from pathlib import Path
 from string import Template
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator, PrivateAttr, ValidationError, model_validator
 
-from memory_worker.constants import EVENTS, NEIGHBOUR_MIN_COSINE, NEIGHBOURS_TOP_K
-from memory_worker.models.base import MalformedAnswer
+from memory_worker.constants import NEIGHBOUR_MIN_COSINE, NEIGHBOURS_TOP_K, SUBJECT_SELF
 from memory_worker.rows import Candidate, Decision
 from memory_worker.storage.memories import OpenRow
 from memory_worker.vectors import from_b64, top_k
@@ -26,14 +30,55 @@ SYSTEM = Template((HERE / "route_system.txt").read_text())
 PROMPT = Template((HERE / "route_prompt.txt").read_text())
 
 
+def _upper(value: object) -> object:
+    return value.strip().upper() if isinstance(value, str) else value
+
+
+# The four operations, in the schema itself (seed §2.2: there is no DELETE).
+Event = Annotated[Literal["ADD", "UPDATE", "CLOSE", "NONE"], BeforeValidator(_upper)]
+
+
 class DecisionOut(BaseModel):
     candidate: int
-    event: str
+    event: Event
     old_id: str | None = None
 
 
 class RouteAnswer(BaseModel):
+    """The router's answer. Decisions are validated one by one: an ill-typed one is dropped
+    and counted in `ill_formed` (its candidate then gets no change); only an answer that is not
+    this JSON at all is re-asked."""
+
     decisions: list[DecisionOut]
+    _ill_formed: int = PrivateAttr(0)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _each_decision_on_its_own(cls, data: Any, handler: Any) -> RouteAnswer:
+        bad = 0
+        if isinstance(data, dict) and isinstance(data.get("decisions"), list):
+            good = []
+            for d in data["decisions"]:
+                try:
+                    good.append(DecisionOut.model_validate(d))
+                except ValidationError:
+                    bad += 1
+            data = {**data, "decisions": good}
+        answer = handler(data)
+        answer._ill_formed = bad
+        return answer
+
+    @property
+    def ill_formed(self) -> int:
+        return self._ill_formed
+
+
+def same_concern(row: OpenRow, c: Candidate) -> bool:
+    """A neighbour is about what the candidate is about: the same subject, and for a `self`
+    row the same counterpart (a promise to Dan is never a neighbour of a promise to Cara)."""
+    if row.subject != c.subject:
+        return False
+    return row.subject != SUBJECT_SELF or row.counterpart == c.counterpart
 
 
 def fingerprint(rows: list[OpenRow]) -> str:
@@ -42,10 +87,10 @@ def fingerprint(rows: list[OpenRow]) -> str:
 
 
 def neighbours(candidates: list[Candidate], rows: list[OpenRow]) -> list[list[int]]:
-    """Per candidate, the row ids of its top-5 neighbours (same subject, cosine ≥ 0.6)."""
+    """Per candidate, the row ids of its top-5 neighbours (`same_concern`, cosine ≥ 0.6)."""
     out: list[list[int]] = []
     for c in candidates:
-        pool = [r for r in rows if r.subject == c.subject and r.embedding is not None]
+        pool = [r for r in rows if same_concern(r, c) and r.embedding is not None]
         if c.embedding is None or not pool:
             out.append([])
             continue
@@ -101,31 +146,36 @@ def resolve(
     candidates: list[Candidate],
     per_candidate: list[list[int]],
     numbers: dict[str, int],
-) -> list[Decision]:
-    """Turn the model's numbered decisions into decisions on real row ids.
+) -> tuple[list[Decision], int]:
+    """Turn the model's numbered decisions into decisions on real row ids; also how many
+    candidates were left without a usable decision.
 
-    An answer without exactly one valid decision per candidate is malformed (re-asked, then
-    parked). A number not shown for that candidate is never trusted: UPDATE falls back to
-    ADD (the candidate passed every guard; the commit's duplicate check still applies) and
-    CLOSE to NONE (we cannot close what we did not show).
+    A candidate with no decision, or with more than one, gets NONE (dropped, counted); a
+    decision for an unknown candidate is ignored (counted). A number not shown for that
+    candidate is never trusted: UPDATE falls back to ADD (the candidate passed every guard;
+    the commit's duplicate check still applies) and CLOSE to NONE (we cannot close what we
+    did not show).
     """
-    by_candidate: dict[int, DecisionOut] = {}
+    by_candidate: dict[int, list[DecisionOut]] = {}
+    dropped = answer.ill_formed
     for d in answer.decisions:
-        if d.candidate in by_candidate or not 0 <= d.candidate < len(candidates):
-            raise MalformedAnswer(f"decision for unknown or repeated candidate {d.candidate}")
-        if d.event.upper() not in EVENTS:
-            raise MalformedAnswer(f"event {d.event!r} is not one of {EVENTS}")
-        by_candidate[d.candidate] = d
-    if len(by_candidate) != len(candidates):
-        raise MalformedAnswer(f"{len(by_candidate)} decisions for {len(candidates)} candidates")
+        if 0 <= d.candidate < len(candidates):
+            by_candidate.setdefault(d.candidate, []).append(d)
+        else:
+            dropped += 1
     out: list[Decision] = []
     for i in range(len(candidates)):
-        d = by_candidate[i]
-        event = d.event.upper()
+        given = by_candidate.get(i, [])
+        if len(given) != 1:
+            dropped += 1
+            out.append(Decision(i, "NONE", None))
+            continue
+        d = given[0]
+        event: str = d.event
         old = numbers.get((d.old_id or "").strip())
         trusted = old is not None and old in per_candidate[i]
         if event in ("UPDATE", "CLOSE") and not trusted:
             event = "ADD" if event == "UPDATE" else "NONE"
             old = None
         out.append(Decision(i, event, old if event in ("UPDATE", "CLOSE") else None))
-    return out
+    return out, dropped

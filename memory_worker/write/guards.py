@@ -1,0 +1,206 @@
+"""The write path's guards: pure functions that decide what a candidate may become.
+
+The model proposes; code disposes (seed §4, §7; DESIGN.md "Contracts"). Each rule here is one
+function over plain data, so extraction, the commit and the tests apply the very same rule:
+
+- one sentence means one sentence, whatever follows the full stop;
+- evidence is the subject's own: every line cited by a row about u:X is u:X's or a persona's,
+  at least one is u:X's; a `self` row cites the persona's or the counterpart's lines;
+- a `world` row is about the world: it names no human (no `u:` id, no known display name);
+- caps cover every kind: a `self` row counts towards its counterpart, `world` has its own.
+
+Nothing here reads the database or logs: callers load the data and say what was dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from memory_worker.constants import (
+    DAILY_CAP_PER_HUMAN,
+    DAILY_CAP_WORLD,
+    HUMAN_PREFIX,
+    SUBJECT_SELF,
+    SUBJECT_WORLD,
+)
+from memory_worker.rows import human_id, human_ref
+
+# --- one sentence -------------------------------------------------------------------------
+
+_ABBREVIATIONS = {
+    *("mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "prof", "mt", "ft", "no", "approx"),
+    *("jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec"),
+    *("etc", "inc", "ltd", "co", "corp", "e.g", "i.e"),
+}
+# A terminator, any closing quotes/brackets, then either whitespace and anything at all (an id,
+# lower case, a quote: the model's common failure), or directly a `u:` id ("jazz.u:7 hates…").
+_SENTENCE_BREAK = re.compile(r"(\w+)?([.!?]+)[\"'”’)\]]*(?=\s+(\S)|(u):\d)")
+
+
+def is_one_sentence(text: str) -> bool:
+    """True when `text` is a single sentence: no line break, no terminator followed by more.
+
+    A full stop after a known abbreviation ("Dr.", "Jul.") or a single letter (an initial)
+    does not end the sentence; an ellipsis followed by lower case does not either.
+    """
+    if "\n" in text or "\r" in text:
+        return False
+    for m in _SENTENCE_BREAK.finditer(text):
+        word = (m.group(1) or "").lower()
+        stop = m.group(2)
+        following = m.group(3) or m.group(4)
+        if stop == "." and (word in _ABBREVIATIONS or len(word) == 1):
+            continue
+        if stop == "..." and following.islower():
+            continue
+        return False
+    return True
+
+
+# --- evidence -----------------------------------------------------------------------------
+
+
+def is_persona_speaker(speaker: str) -> bool:
+    """Transcript speakers are 'u:42' for humans and a slug for personas."""
+    return not speaker.startswith(HUMAN_PREFIX)
+
+
+def evidence_problem(
+    subject: str,
+    counterpart: str | None,
+    persona: str,
+    evidence: Sequence[int],
+    speaker_of: Mapping[int, str],
+) -> str | None:
+    """Why these cited lines cannot support a row about `subject`, or None when they can.
+
+    `speaker_of` maps each line id of the spell to its speaker. The rule (DESIGN.md "Evidence is
+    the subject's own"): a row about u:X cites only u:X's lines or a persona's, and at least
+    one of u:X's — another human's words about X are never evidence about X. A `self` row
+    cites only this persona's lines or its counterpart's. A `world` row cites lines of the spell.
+    """
+    if not evidence:
+        return "cites no line"
+    if any(i not in speaker_of for i in evidence):
+        return "cites lines outside this spell"
+    speakers = [speaker_of[i] for i in evidence]
+    if subject == SUBJECT_SELF:
+        allowed = {persona, counterpart or ""}
+        if any(s not in allowed for s in speakers):
+            return "a self row cites a line that is neither the persona's nor the counterpart's"
+        return None
+    if subject == SUBJECT_WORLD:
+        return None
+    if any(s != subject and not is_persona_speaker(s) for s in speakers):
+        return f"cites another human's line about {subject}"
+    if subject not in speakers:
+        return f"no evidence line was spoken by {subject}"
+    return None
+
+
+def cited_humans(evidence: Iterable[int], speaker_of: Mapping[int, str]) -> list[int]:
+    """The humans whose lines a row cites, sorted: who sees and may delete a world row."""
+    ids = {human_id(speaker_of[i]) for i in evidence if i in speaker_of}
+    return sorted(u for u in ids if u is not None)
+
+
+# --- a world row is about the world ----------------------------------------------------------
+
+_HUMAN_ID = re.compile(r"\bu\s*:\s*\d+", re.IGNORECASE)
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*['’]?")
+
+
+def _words(text: str) -> list[str]:
+    """Lower-case words, possessives folded: "Dan's" and "Dans'" are "dan"/"dans"."""
+    out = []
+    for w in _WORD.findall(text or ""):
+        w = w.lower().replace("’", "'")
+        out.append(w.removesuffix("'s").rstrip("'"))
+    return [w for w in out if w]
+
+
+def name_forms(names: Iterable[str]) -> set[str]:
+    """The forms a display name can appear in: the whole name and each word of it.
+
+    "Dan Smith" → {"dan smith", "dan", "smith"}. Erring wide costs a world fact, never a person.
+    """
+    forms: set[str] = set()
+    for name in names:
+        words = _words(name)
+        if words:
+            forms.add(" ".join(words))
+            forms.update(w for w in words if len(w) >= 2)
+    return forms
+
+
+def word_ngrams(text: str, n_max: int = 3) -> set[str]:
+    """Runs of 1..n_max words of `text`, in `name_forms`' spelling: what a name lookup asks for."""
+    words = _words(text)
+    grams: set[str] = set()
+    for n in range(1, n_max + 1):
+        grams.update(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+    return grams
+
+
+def names_a_human(text: str, known_names: Iterable[str]) -> bool:
+    """True when `text` names a human: a `u:` id, or a display name the store knows."""
+    if _HUMAN_ID.search(text):
+        return True
+    return bool(name_forms(known_names) & word_ngrams(text))
+
+
+# --- caps ---------------------------------------------------------------------------------
+
+
+def cap_key(subject: str, counterpart: str | None) -> str | None:
+    """Which daily cap a row counts towards: the human it concerns ('u:42'), or 'world'.
+
+    A `self` row (a promise, an open loop) counts towards its counterpart: twenty promises to
+    Dan are twenty rows about Dan's day with the persona.
+    """
+    if subject == SUBJECT_WORLD:
+        return SUBJECT_WORLD
+    uid = human_id(counterpart or "") if subject == SUBJECT_SELF else human_id(subject)
+    return human_ref(uid) if uid is not None else None
+
+
+def cap_limit(key: str) -> int:
+    return DAILY_CAP_WORLD if key == SUBJECT_WORLD else DAILY_CAP_PER_HUMAN
+
+
+def counts_by_cap(pairs: Iterable[tuple[str, str | None, int]]) -> dict[str, int]:
+    """(subject, counterpart, count) rows written today → count per cap key."""
+    out: dict[str, int] = {}
+    for subject, counterpart, n in pairs:
+        key = cap_key(subject, counterpart)
+        if key is not None:
+            out[key] = out.get(key, 0) + int(n)
+    return out
+
+
+class Capped(Protocol):
+    @property
+    def subject(self) -> str: ...
+    @property
+    def counterpart(self) -> str | None: ...
+    @property
+    def importance(self) -> int: ...
+
+
+def over_caps(candidates: Sequence[Capped], already_today: Mapping[str, int]) -> set[int]:
+    """Indexes of the candidates past their cap today, keeping the most important first."""
+    left: dict[str, int] = {}
+    order = sorted(range(len(candidates)), key=lambda i: (-candidates[i].importance, i))
+    over: set[int] = set()
+    for i in order:
+        key = cap_key(candidates[i].subject, candidates[i].counterpart)
+        if key is None:
+            over.add(i)  # counts towards no one's cap: not a row we can write
+            continue
+        remaining = left.get(key, cap_limit(key) - already_today.get(key, 0))
+        if remaining <= 0:
+            over.add(i)
+        left[key] = remaining - 1
+    return over
