@@ -41,6 +41,10 @@ class Settings:
     model_calls_per_second: float = 10.0
     # First retry backoff for model faults (doubles per retry, jittered); tests shorten it.
     retry_backoff_base_s: float = 2.0
+    # A spell mines at most this many lines and prompt characters (a backlog drains window by
+    # window, oldest first): sized well under the flash model's context (seed §6: 3–6k tokens).
+    spell_max_lines: int = 200
+    spell_max_chars: int = 24_000
     # Fix "today" for reproducible runs (the demo's cassette keys on the prompt, which holds it).
     today: str | None = None
     # Signs the web page's session cookie (≥ 32 chars). Unset: a random one per `serve`.
@@ -69,6 +73,8 @@ class Settings:
                 e.get("MW_MODEL_CALLS_PER_SECOND") or d.model_calls_per_second
             ),
             retry_backoff_base_s=float(e.get("MW_RETRY_BACKOFF_BASE_S") or d.retry_backoff_base_s),
+            spell_max_lines=int(e.get("MW_SPELL_MAX_LINES") or d.spell_max_lines),
+            spell_max_chars=int(e.get("MW_SPELL_MAX_CHARS") or d.spell_max_chars),
             today=e.get("MW_TODAY") or None,
             web_secret=e.get("MW_WEB_SECRET") or None,
         )
@@ -90,6 +96,8 @@ class Settings:
             "MW_MODEL_TIMEOUT_MS": str(self.model_timeout_ms),
             "MW_MODEL_CALLS_PER_SECOND": str(self.model_calls_per_second),
             "MW_RETRY_BACKOFF_BASE_S": str(self.retry_backoff_base_s),
+            "MW_SPELL_MAX_LINES": str(self.spell_max_lines),
+            "MW_SPELL_MAX_CHARS": str(self.spell_max_chars),
         }
         optional = {
             "GEMINI_API_KEY": self.gemini_api_key,

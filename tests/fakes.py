@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Callable
 
-from memory_worker.models.base import ChatResult, MalformedAnswer, T, Usage
+from memory_worker.models.base import ChatResult, MalformedAnswer, PromptTooLarge, T, Usage
 
 ENDINGS = ("sold", "no longer", "quit", "stopped", "ended")
 
@@ -48,16 +48,23 @@ def transcript_ids(prompt: str) -> list[int]:
 
 
 class ScriptedChat:
-    """An in-process ChatModel: `answers[purpose]` is a dict, a str, or a callable of the prompt."""
+    """An in-process ChatModel: `answers[purpose]` is a dict, a str, or a callable of the prompt.
 
-    def __init__(self, answers: dict[str, object]):
+    Every call is recorded as (purpose, system, prompt). With `max_prompt_chars`, a longer
+    prompt is refused as the real API refuses one past its context (`PromptTooLarge`).
+    """
+
+    def __init__(self, answers: dict[str, object], max_prompt_chars: int | None = None):
         self.answers = answers
+        self.max_prompt_chars = max_prompt_chars
         self.calls: list[tuple[str, str, str]] = []
 
     def chat_json(
         self, system: str, prompt: str, schema: type[T], *, purpose: str
     ) -> ChatResult[T]:
         self.calls.append((purpose, system, prompt))
+        if self.max_prompt_chars is not None and len(system) + len(prompt) > self.max_prompt_chars:
+            raise PromptTooLarge(f"{purpose}: the input exceeds the maximum number of tokens")
         answer = self.answers[purpose]
         if isinstance(answer, Callable):  # type: ignore[arg-type]
             answer = answer(prompt)  # type: ignore[operator]

@@ -178,6 +178,9 @@ class GeminiStub:
     chat_responder: ChatResponder = default_chat_responder
     embed_responder: EmbedResponder = default_embed_responder
     require_api_key: bool = True
+    # Like the real API's context window: a chat prompt longer than this many characters is
+    # refused with Gemini's own 400 ("exceeds the maximum number of tokens"). None: no limit.
+    max_prompt_chars: int | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     _faults: deque[Fault] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -303,6 +306,7 @@ class GeminiStub:
             self._faults.clear()
         self.chat_responder = default_chat_responder
         self.embed_responder = default_embed_responder
+        self.max_prompt_chars = None
 
     # --- answering (called from handler threads) ----------------------------------------------
 
@@ -328,6 +332,14 @@ class GeminiStub:
         if fault is not None and fault.status != 200:
             extra = {"Retry-After": fault.retry_after_header} if fault.retry_after_header else {}
             return fault.status, extra, error_body(fault.status, fault.message, fault.retry_delay)
+        if kind == "chat" and self.max_prompt_chars is not None:
+            size = len(prompt_text(body)) + len(system_text(body))
+            if size > self.max_prompt_chars:
+                said = (
+                    f"The input token count ({token_estimate('x' * size)}) exceeds the maximum "
+                    f"number of tokens allowed ({token_estimate('x' * self.max_prompt_chars)})."
+                )
+                return 400, {}, error_body(400, said)
         try:
             if kind == "chat":
                 return 200, {}, self._chat(body, model, fault)

@@ -11,14 +11,15 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from memory_worker import app_side, controls, reader
+from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.constants import DAILY_CAP_PER_HUMAN, DAILY_CAP_WORLD
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.vectors import quantise
 from memory_worker.write.guards import is_one_sentence
-from tests.fakes import ScriptedChat, candidate, sensible_route
+from tests.fakes import ScriptedChat, candidate, sensible_route, transcript_ids
 from tests.scenes import CARA, DAN, people
-from tests.write_helpers import notices, prompts, rows, run_spell, spell_records
+from tests.write_helpers import drain, notices, prompts, rows, run_spell, spell_records
 
 pytestmark = pytest.mark.store
 
@@ -319,3 +320,77 @@ def test_build_block_is_empty_for_a_persona_not_in_the_room_and_ignores_present_
     block = reader.build_block("warren", {DAN, CARA}, "dm-dan", touch=False)
     assert "marathons" not in block.text and "Xuhui" in block.text
     assert reader.build_block("nolan", {DAN}, "dm-dan", touch=False).text == ""
+
+
+# --- 7. a backlog drains --------------------------------------------------------------------------
+
+
+def backlog(db: Engine, n: int, huge_at: int | None = None, room: str = "dm-dan") -> list[int]:
+    """`n` lines of Dan's in his private chat (one of 100,000 chars at `huge_at`)."""
+    dm(db, room=room)
+    with db.begin() as conn:
+        conn.execute(
+            insert(t.lines),
+            [
+                dict(
+                    room_id=room,
+                    speaker=f"u:{DAN}",
+                    text=("flat " * 20_000 if i == huge_at else f"Line {i}: I tried dish {i}."),
+                    created="2026-08-18T10:00:00+00:00",
+                )
+                for i in range(n)
+            ],
+        )
+        return list(
+            conn.execute(
+                select(t.lines.c.id).where(t.lines.c.room_id == room).order_by(t.lines.c.id)
+            ).scalars()
+        )
+
+
+def one_fact_per_window(prompt: str) -> dict:
+    first = transcript_ids(prompt)[0]
+    return {"candidates": [candidate("u:42", "fact", f"u:42 tried dish {first}.", 4, [first])]}
+
+
+def test_hole7_a_10000_line_backlog_drains_in_bounded_windows_and_a_huge_line_is_cut(
+    world,
+) -> None:  # type: ignore[no-untyped-def]
+    settings = settings_mod.current()
+    ids = backlog(world, 10_000, huge_at=5_000)
+    model = ScriptedChat(
+        {"extract": one_fact_per_window, "route": sensible_route}, max_prompt_chars=60_000
+    )
+    runs = drain("warren", "dm-dan", model)
+    assert {r.status for r in runs} == {"committed"}
+    assert spell_records(world)[-1]["last_line_id"] == ids[-1]
+    extract_prompts = prompts(model, "extract")
+    assert len(extract_prompts) == len(runs) >= 10_000 // settings.spell_max_lines
+    assert max(len(p) for p in extract_prompts) < settings.spell_max_chars + 5_000
+    seen = [i for p in extract_prompts for i in transcript_ids(p)]
+    assert seen == ids  # every line mined once, oldest first
+    (cut,) = [p for p in extract_prompts if f"[{ids[5_000]}] u:42: flat" in p]
+    assert "flat " * 1_000 not in cut and "[…]" in cut
+
+
+def test_hole7_a_window_the_model_rejects_as_too_large_is_split_until_it_fits(world) -> None:  # type: ignore[no-untyped-def]
+    ids = backlog(world, 600)
+    model = ScriptedChat(
+        {"extract": one_fact_per_window, "route": sensible_route}, max_prompt_chars=6_000
+    )
+    runs = drain("warren", "dm-dan", model)
+    assert {r.status for r in runs} == {"committed"}
+    assert spell_records(world)[-1]["last_line_id"] == ids[-1]
+    fits = [p for what, sys, p in model.calls if what == "extract" and len(sys + p) <= 6_000]
+    assert len(fits) < len(prompts(model, "extract"))  # some windows were refused, then split
+    assert [i for p in fits for i in transcript_ids(p)] == ids
+
+
+def test_hole7_a_single_line_the_model_refuses_even_cut_is_passed_not_stuck(world) -> None:  # type: ignore[no-untyped-def]
+    ids = backlog(world, 3, huge_at=1)
+    model = ScriptedChat(
+        {"extract": one_fact_per_window, "route": sensible_route}, max_prompt_chars=4_000
+    )
+    runs = drain("warren", "dm-dan", model)
+    assert [r.status for r in runs] == ["committed", "skipped", "committed"]
+    assert spell_records(world)[-1]["last_line_id"] == ids[-1]

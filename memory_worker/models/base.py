@@ -41,6 +41,10 @@ class PermanentModelError(ModelError):
     """A 4xx other than 429, a missing key, a replay miss: retrying will not help."""
 
 
+class PromptTooLarge(PermanentModelError):
+    """The model refused the prompt as too long for its context: ask again with less."""
+
+
 @dataclass(frozen=True)
 class Usage:
     tokens_in: int = 0

@@ -37,6 +37,7 @@ from memory_worker.models.base import (
     MalformedAnswer,
     ModelError,
     PermanentModelError,
+    PromptTooLarge,
     T,
     TransientModelError,
     Usage,
@@ -49,6 +50,9 @@ EMBED_BATCH_MAX = 100
 EMBED_TASK_TYPE = "SEMANTIC_SIMILARITY"
 # Statuses worth retrying: rate limited, request timeout, server side.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Gemini's 400 for an over-long prompt: "The input token count (N) exceeds the maximum number
+# of tokens allowed (M)." A 413 says the same at the HTTP layer.
+_TOO_LARGE = re.compile(r"exceeds the maximum number of tokens|too large|too long", re.I)
 # How much of a bad answer goes into an error message (the whole thing rides on `.raw`).
 _SHOWN_CHARS = 300
 
@@ -175,6 +179,8 @@ def _api_error(err: genai_errors.APIError, what: str) -> ModelError:
     said = f"{what}: HTTP {code} {err.status or ''}: {err.message or err.details}".strip()
     if code in TRANSIENT_STATUSES:
         return TransientModelError(said, retry_after=retry_after(err), status=code)
+    if code == 413 or (code == 400 and _TOO_LARGE.search(str(err.message or ""))):
+        return PromptTooLarge(said)
     if code in (401, 403) or "API key" in str(err.message or ""):
         said += " (check GEMINI_API_KEY)"
     return PermanentModelError(said)

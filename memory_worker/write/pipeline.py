@@ -11,7 +11,7 @@ import logging
 from dataclasses import replace
 
 from memory_worker import clock, store
-from memory_worker.models.base import ChatModel, Embedder
+from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
 from memory_worker.rows import Candidate, Spell, concerned
 from memory_worker.storage import memories, notices, rooms, users
 from memory_worker.write import commit, embed, extract, notify, route
@@ -44,8 +44,20 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
         persona_name = users.persona_name(conn, spell.persona)
         known = extract.known_rows(conn, spell.persona, spell.present)
         already = extract.rows_today(conn, spell.persona, clock.today())
-    system, prompt = extract.build_prompt(persona_name, room, lines, names, known, clock.today())
-    result = ask_json(model, system, prompt, extract.ExtractAnswer, "extract")
+    while True:
+        system, prompt = extract.build_prompt(
+            persona_name, room, lines, names, known, clock.today()
+        )
+        try:
+            result = ask_json(model, system, prompt, extract.ExtractAnswer, "extract")
+            break
+        except PromptTooLarge:
+            if len(lines) == 1:  # even cut, one line is too much: pass it, never get stuck
+                spell.skipped = "one line too large for the model"
+                return spell
+            lines = lines[: len(lines) // 2]  # the model said too large: the older half first
+            spell.last_line_id = lines[-1].id
+            log.info("spell %s: window too large for the model; split", spell.key)
     world_texts = [c.text for c in result.parsed.candidates if c.subject.strip() == "world"]
     with store.engine().connect() as conn:
         known_names = room_names + users.names_in(conn, world_texts)

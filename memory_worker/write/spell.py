@@ -3,14 +3,48 @@
 The skip rules are code, checked before any model call (DESIGN.md "The write path"): an
 incognito room writes nothing; a room with a kit mounted (role-play) is skipped; humans with
 `memory_on = 0` or who muted this persona are dropped from the present set the model sees.
+
+A spell is bounded (DESIGN.md "Spells are bounded"): it takes the oldest lines after the cursor
+up to `spell_max_lines` lines and `spell_max_chars` prompt characters. A backlog is mined window
+by window, each its own spell that moves the cursor when it commits: a room can be behind,
+never stuck.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Connection
 
+from memory_worker import settings as settings_mod
+from memory_worker.constants import LINE_MAX_CHARS
 from memory_worker.rows import Line, Spell
 from memory_worker.storage import rooms, spells, users
+
+
+def line_chars(line_id: int, speaker: str, text_chars: int) -> int:
+    """What one line costs in the prompt: "[id] speaker: text" with the text cut as shown."""
+    return len(f"[{line_id}] {speaker}: \n") + min(text_chars, LINE_MAX_CHARS)
+
+
+def window_end(sizes: Sequence[tuple[int, int]], max_lines: int, max_chars: int) -> int:
+    """The last line id of the window over `sizes` — (line id, prompt chars), oldest first:
+    at most `max_lines` lines and `max_chars` characters, and always at least one line."""
+    total, end = 0, sizes[0][0]
+    for n, (line_id, chars) in enumerate(sizes[:max_lines]):
+        if n and total + chars > max_chars:
+            break
+        total += chars
+        end = line_id
+    return end
+
+
+def next_window(conn: Connection, room_id: str, after: int) -> int:
+    """The last line id of the next spell's window after line `after` (0: no new lines)."""
+    s = settings_mod.current()
+    found = rooms.line_sizes(conn, room_id, after, s.spell_max_lines)
+    sizes = [(i, line_chars(i, who, n)) for i, who, n in found]
+    return window_end(sizes, s.spell_max_lines, s.spell_max_chars) if sizes else 0
 
 
 def begin_spell(conn: Connection, persona: str, room_id: str) -> Spell | None:
@@ -22,7 +56,7 @@ def begin_spell(conn: Connection, persona: str, room_id: str) -> Spell | None:
     """
     room = rooms.load_room(conn, room_id)
     after = spells.cursor(conn, persona, room_id)
-    last = rooms.last_line_id(conn, room_id)
+    last = next_window(conn, room_id, after)
     if last <= after:
         return None
     _, humans = rooms.members(conn, room_id)
