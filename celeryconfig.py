@@ -16,6 +16,7 @@ from memory_worker.constants import (
     QUEUES,
     SWEEP_HOUR_UTC,
     VISIBILITY_TIMEOUT_S,
+    WORKER_SOFT_SHUTDOWN_S,
 )
 
 # Messages are JSON, never pickle.
@@ -36,6 +37,13 @@ result_backend = None
 # Redis redelivers an unacked message after this; every countdown stays far below it.
 broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
 broker_connection_retry_on_startup = True
+broker_connection_max_retries = None  # a broker that went away is waited for, not given up on
+
+# A stop hands unfinished work back quickly: with REMAP_SIGTERM=SIGQUIT (the Procfile sets it)
+# SIGTERM starts a soft shutdown — running tasks get WORKER_SOFT_SHUTDOWN_S, then the worker
+# cancels them and their messages go back to the queue (acks_late), as do held ETA retries.
+worker_soft_shutdown_timeout = WORKER_SOFT_SHUTDOWN_S
+worker_enable_soft_shutdown_on_idle = True
 
 # Queues by the resource they wait on.
 task_queues = [Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES]

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import beat_init, celeryd_init, worker_init, worker_process_init
 
-from memory_worker import broker, store
+from memory_worker import broker, startup, store
 
 app = Celery("memory_worker", include=["memory_worker.tasks.pipeline", "memory_worker.tasks.rooms"])
 app.config_from_object("celeryconfig")
@@ -28,3 +28,18 @@ def _resolve_broker(sender: Celery, **_: Any) -> None:
 @worker_process_init.connect
 def _fresh_engines_after_fork(**_: object) -> None:
     store.forget_inherited()
+
+
+@celeryd_init.connect
+def _check_config(**_: object) -> None:
+    startup.check_worker_can_start()  # `celery worker` only: a bad config stops it here
+
+
+@beat_init.connect
+def _check_beat_config(**_: object) -> None:
+    startup.check_beat_can_start()
+
+
+@worker_init.connect
+def _serve_metrics(**_: object) -> None:
+    startup.serve_metrics()

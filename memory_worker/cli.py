@@ -1,6 +1,8 @@
 """`memory-worker …`: the operator's and developer's commands.
 
 init-db                     apply the migrations under schema/
+check                       settings, store, broker, provider, rate limits: exit 1 on a problem
+run                         the Procfile's processes, supervised, with a clean stop
 demo                        the main job on the embedded default (make demo)
 block --persona P --present 42 [43 …] --room R
                             print the block a persona gets at room open, with its meter
@@ -19,15 +21,33 @@ import json
 import sys
 from pathlib import Path
 
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
 from memory_worker import settings as settings_mod
 from memory_worker import store
-from memory_worker.web import serve
+from memory_worker.settings import ConfigError, redact
 
 
 def _init_db(_: argparse.Namespace) -> int:
     store.init_db()
-    print(f"migrated {settings_mod.current().database_url}")
+    print(f"migrated {redact(settings_mod.current().database_url)}")
     return 0
+
+
+def _check(_: argparse.Namespace) -> int:
+    from memory_worker import check
+
+    findings = check.run(settings_mod.current())
+    for f in findings:
+        print(f"{'ok  ' if f.ok else 'FAIL'}  {f.what:<12} {f.detail}")
+    return 0 if all(f.ok for f in findings) else 1
+
+
+def _run(a: argparse.Namespace) -> int:
+    from memory_worker import runner
+
+    timeout = runner.STOP_TIMEOUT_S if a.stop_timeout is None else a.stop_timeout
+    return runner.run(Path(a.procfile), only=a.only, stop_timeout=timeout)
 
 
 def _demo(_: argparse.Namespace) -> int:
@@ -86,6 +106,16 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memory-worker", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("init-db", help="apply the migrations").set_defaults(run=_init_db)
+    sub.add_parser("check", help="check the deployment: exit 1 on a problem").set_defaults(
+        run=_check
+    )
+    r = sub.add_parser("run", help="run the Procfile's processes, supervised")
+    r.add_argument("--procfile", default="Procfile")
+    r.add_argument(
+        "--stop-timeout", type=float, default=None, help="seconds a stop waits before it kills"
+    )
+    r.add_argument("only", nargs="*", help="process names to run (default: all)")
+    r.set_defaults(run=_run)
     sub.add_parser("demo", help="run the demo on the embedded default").set_defaults(run=_demo)
     b = sub.add_parser("block", help="print a persona's block for a room")
     b.add_argument("--persona", required=True)
@@ -111,10 +141,28 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        settings_mod.current()  # bad settings fail here, naming the variable
         return int(args.run(args))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except LookupError as e:  # an unknown room, persona or file: say it plainly
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except (OperationalError, ProgrammingError) as e:
+        if not _missing_table(e):
+            raise
+        url = redact(settings_mod.current().database_url)
+        print(
+            f"error: the store {url} is not initialised: run `memory-worker init-db`",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _missing_table(e: Exception) -> bool:
+    said = str(getattr(e, "orig", e)).lower()
+    return "no such table" in said or ("relation" in said and "does not exist" in said)
 
 
 if __name__ == "__main__":

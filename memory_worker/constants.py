@@ -56,15 +56,17 @@ QUEUE_EVENTS = "events"  # room events and fan-out, the sweep
 QUEUES = (QUEUE_MODEL, QUEUE_EMBED, QUEUE_COMMIT, QUEUE_NOTIFY, QUEUE_EVENTS)
 
 # --- retries and the broker (DESIGN.md "Traps") ------------------------------------------
-VISIBILITY_TIMEOUT_S = 3600  # kombu's Redis default; every countdown stays well under it
+# An unacked message goes back on the queue after this long: longer than the longest task (a
+# model call's timeout, the quota wait, a commit), so a running task is not handed out twice.
+VISIBILITY_TIMEOUT_S = 600
+WORKER_SOFT_SHUTDOWN_S = 10.0  # on SIGTERM, tasks get this long; then they go back to the queue
 MODEL_MAX_RETRIES = 5  # 429/5xx/timeouts: then the spell is parked
 DB_MAX_RETRIES = 5  # ours: "database is locked" past the busy timeout, then the task fails
-RETRY_BACKOFF_MAX_S = 300.0  # far below VISIBILITY_TIMEOUT_S
+RETRY_BACKOFF_MAX_S = 120.0  # a retry's countdown (held unacked): below VISIBILITY_TIMEOUT_S
 STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, then park
 
 # --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
-REDIS_RATE_KEY = "mw:rate:{name}:{second}"  # a global per-second window shared by all workers
-RATE_WINDOW_TTL_S = 5  # rate windows expire on their own
+REDIS_RATE_KEY = "mw:rate:{name}:{part}"  # the global model quota's sliding windows and pause
 REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # issue 7: one spell per persona and room
 INFLIGHT_TTL_S = 1800  # outlives a chain's retries (≤ 5 × 300 s), far below the visibility timeout
 

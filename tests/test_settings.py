@@ -1,11 +1,13 @@
-"""Settings come from the environment, with documented defaults, and survive the trip to a
-worker process."""
+"""Settings come from the environment, are checked when read (naming the variable), and
+survive the trip to a worker process."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from memory_worker.settings import EMBEDDED, Settings
+import pytest
+
+from memory_worker.settings import EMBEDDED, ConfigError, Settings, redact
 
 
 def test_defaults_are_the_embedded_broker_a_local_sqlite_file_and_the_replay_model() -> None:
@@ -17,7 +19,70 @@ def test_defaults_are_the_embedded_broker_a_local_sqlite_file_and_the_replay_mod
 
 def test_redis_url_and_database_url_are_read() -> None:
     s = Settings.from_env({"REDIS_URL": "redis://h:1/2", "DATABASE_URL": "postgresql://x/y"})
-    assert s.broker_url == "redis://h:1/2" and s.database_url == "postgresql://x/y"
+    assert s.broker_url == "redis://h:1/2" and s.database_url == "postgresql+psycopg://x/y"
+
+
+def test_a_heroku_style_postgres_url_is_accepted() -> None:
+    s = Settings.from_env({"DATABASE_URL": "postgres://u:p@db.example:5432/mem"})
+    assert s.database_url == "postgresql+psycopg://u:p@db.example:5432/mem"
+
+
+def test_an_empty_variable_means_unset() -> None:
+    assert Settings.from_env({"MW_PROVIDER": "", "MW_TODAY": " "}) == Settings.from_env({})
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"MW_PROVIDER": "unknown"}, "MW_PROVIDER"),
+        ({"MW_MODEL_RPM": "nan"}, "MW_MODEL_RPM"),
+        ({"MW_MODEL_RPM": "0"}, "MW_MODEL_RPM"),
+        ({"MW_MODEL_TPM": "inf"}, "MW_MODEL_TPM"),
+        ({"MW_MODEL_TIMEOUT_MS": "0"}, "MW_MODEL_TIMEOUT_MS"),
+        ({"MW_MODEL_TIMEOUT_MS": "-5"}, "MW_MODEL_TIMEOUT_MS"),
+        ({"MW_MODEL_TIMEOUT_MS": "soon"}, "MW_MODEL_TIMEOUT_MS"),
+        ({"MW_RETRY_BACKOFF_BASE_S": "nan"}, "MW_RETRY_BACKOFF_BASE_S"),
+        ({"MW_SWEEP_LAG_S": "-1"}, "MW_SWEEP_LAG_S"),
+        ({"MW_METRICS_PORT": "70000"}, "MW_METRICS_PORT"),
+        ({"REDIS_URL": "http://localhost:6379"}, "REDIS_URL"),
+        ({"MW_DATABASE_URL": "mysql://x/y"}, "MW_DATABASE_URL"),
+        ({"MW_TODAY": "2026-13-01"}, "MW_TODAY"),
+    ],
+)
+def test_a_bad_value_fails_at_once_naming_the_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=f"^invalid configuration:\n  {named}: "):
+        Settings.from_env(env)
+
+
+def test_a_bad_database_url_is_reported_without_its_password() -> None:
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env({"DATABASE_URL": "mysql://admin:hunter2@db/x"})
+    assert "hunter2" not in str(err.value) and "admin:***@db" in str(err.value)
+
+
+def test_the_provider_and_what_it_needs_are_checked() -> None:
+    assert "GEMINI_API_KEY" in Settings.from_env({"MW_PROVIDER": "gemini"}).provider_problems()[0]
+    assert (
+        Settings.from_env({"MW_PROVIDER": "gemini", "GEMINI_API_KEY": "k"}).provider_problems()
+        == []
+    )
+    assert "MW_CASSETTE" in Settings.from_env({}).provider_problems()[0]
+    missing = Settings.from_env({"MW_CASSETTE": "/nonexistent/c.json"}).provider_problems()
+    assert "no such file" in missing[0]
+
+
+def test_passwords_and_the_key_never_show_in_the_summary_or_the_repr() -> None:
+    s = Settings.from_env(
+        {
+            "REDIS_URL": "redis://:s3cret@h:6379/0",
+            "DATABASE_URL": "postgresql://me:pw123@h/db",
+            "GEMINI_API_KEY": "AIzaKEY",
+        }
+    )
+    shown = repr(s) + str(s.summary())
+    assert "s3cret" not in shown and "pw123" not in shown and "AIzaKEY" not in shown
+    assert s.summary()["MW_BROKER_URL"] == "redis://:***@h:6379/0"
+    assert redact("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
 
 def test_settings_survive_the_environment_of_a_child_process() -> None:
@@ -30,5 +95,11 @@ def test_settings_survive_the_environment_of_a_child_process() -> None:
         cassette=Path("c.json"),
         today="2026-08-18",
         retry_backoff_base_s=0.5,
+        model_requests_per_minute=7.5,
     )
     assert Settings.from_env(s.as_env()) == s
+
+
+def test_a_copy_with_changes_is_checked_too() -> None:
+    with pytest.raises(ValueError, match="greater than 0"):
+        Settings.from_env({}).with_(model_timeout_ms=0)

@@ -97,8 +97,9 @@ def _gemini_client(settings: Settings) -> Any:
 def _build_chat(settings: Settings) -> ChatModel:
     if _provider(settings) == "gemini":
         from memory_worker.models.gemini import GeminiChat
+        from memory_worker.models.limited import LimitedChat
 
-        return GeminiChat(settings, client=_gemini_client(settings))
+        return LimitedChat(GeminiChat(settings, client=_gemini_client(settings)), settings)
     from memory_worker.models.replay import ReplayChat
 
     return ReplayChat(settings)
@@ -122,9 +123,10 @@ def named_embedder(name: str, settings: Settings | None = None) -> Embedder:
     """A fresh embedder by name (benchmarks compare them; the write path uses `embedder()`)."""
     if name == "gemini":
         from memory_worker.models.gemini import GeminiEmbedder
+        from memory_worker.models.limited import LimitedEmbedder
 
         s = settings if settings is not None else settings_mod.current()
-        return GeminiEmbedder(s, client=_gemini_client(s))
+        return LimitedEmbedder(GeminiEmbedder(s, client=_gemini_client(s)), s)
     if name == "hashing":
         from memory_worker.models.hashing import HashingEmbedder
 

@@ -1,8 +1,9 @@
 """The policy every model step shares, as a Celery Task base class (`base=ModelStep`).
 
-One place for what a model call may go through: the global rate limit (one slot per call,
-shared by all workers through Redis), retries with jittered backoff that honour the server's
-retry-after, and parking — a spell whose model kept failing or answered malformed twice is
+One place for what a model step may go through: retries with jittered backoff that honour the
+server's retry-after (a call the global quota could not place soon, `ratelimit.RateLimited`,
+comes back the same way — the quota itself is taken by `memory_worker.models` as each call is
+sent, re-asks included), and parking — a spell whose model kept failing or answered malformed twice is
 handed on with `parked` set, so the commit records it where an operator sees it and leaves the
 cursor alone. A chain never dies half-way with nothing said. Token counts ride on the Spell:
 each step adds its call's usage (`memory_worker.write.pipeline`).
@@ -23,7 +24,7 @@ from typing import Any
 
 from celery import Task
 
-from memory_worker import broker, ratelimit
+from memory_worker import metrics
 from memory_worker import settings as settings_mod
 from memory_worker.constants import MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
 from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
@@ -41,15 +42,10 @@ def backoff(retries: int, retry_after: float | None) -> float:
 
 
 class ModelStep(Task):  # type: ignore[misc]  # celery ships no type information
-    """A chain step that calls a model: rate limit, retry, park."""
+    """A chain step that calls a model: retry, park."""
 
     abstract = True
     max_retries = MODEL_MAX_RETRIES
-
-    def acquire_model_slot(self) -> None:
-        """Wait for a slot under the global model-call rate limit (RateLimited past a wait)."""
-        per_second = settings_mod.current().model_calls_per_second
-        ratelimit.acquire(broker.client(self.app.conf.broker_url), "model", per_second)
 
     def run_step(self, message: dict[str, Any], step: Callable[[Spell], Spell]) -> dict[str, Any]:
         """Run `step` on the message's spell under the policy; always returns a spell message
@@ -58,15 +54,15 @@ class ModelStep(Task):  # type: ignore[misc]  # celery ships no type information
         if spell.done:
             return spell.to_json()
         try:
-            self.acquire_model_slot()
             return step(spell).to_json()
-        except (TransientModelError, ratelimit.RateLimited) as e:
+        except TransientModelError as e:  # ratelimit.RateLimited too: the worker slot is freed
             retries = int(self.request.retries)
             if retries >= self.max_retries:
                 spell.parked = f"model unavailable after {retries} retries: {e}"
                 return spell.to_json()
             retry_after = getattr(e, "retry_after", None)
-            log.warning("spell %s: %s; retrying", spell.key, e)
+            log.warning("spell %s: %s; retrying", spell.key, type(e).__name__)
+            metrics.RETRIES.labels(self.name).inc()
             raise self.retry(countdown=backoff(retries, retry_after), exc=e) from e
         except MalformedAnswer as e:
             spell.parked = f"malformed model answer (asked twice): {e}"

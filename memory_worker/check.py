@@ -1,0 +1,123 @@
+"""`memory-worker check`: what a deployer needs to know before trusting a deployment.
+
+Each check says what it found in one line — the settings, the store (reachable, migrated to
+the newest revision), the broker (reachable), the model provider (ready: a key, a cassette),
+the rate limits in force — and the command exits non-zero when any of them is a problem.
+URLs are shown with their passwords redacted; the API key only as "set".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memory_worker.settings import EMBEDDED, Settings, redact
+
+INIT_HINT = "run `memory-worker init-db`"
+
+
+@dataclass(frozen=True)
+class Finding:
+    what: str
+    ok: bool
+    detail: str
+
+
+class StoreNotReady(RuntimeError):
+    """The store is reachable but not initialised or not migrated to the newest revision."""
+
+
+def store_revision(url: str) -> tuple[str | None, str]:
+    """(the store's revision or None when never initialised, the newest revision we ship)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from memory_worker import store
+
+    head = ScriptDirectory.from_config(store.alembic_config(url)).get_current_head()
+    with store.engine(url).connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    return current, str(head)
+
+
+def require_migrated(url: str) -> None:
+    """Raise StoreNotReady, saying what to run, unless the store is at the newest revision."""
+    current, head = store_revision(url)
+    if current is None:
+        raise StoreNotReady(f"the store {redact(url)} is not initialised: {INIT_HINT}")
+    if current != head:
+        raise StoreNotReady(
+            f"the store {redact(url)} is at revision {current}, the code needs {head}: {INIT_HINT}"
+        )
+
+
+def _store(s: Settings) -> Finding:
+    try:
+        require_migrated(s.database_url)
+    except StoreNotReady as e:
+        return Finding("store", False, str(e))
+    except Exception as e:  # unreachable, bad credentials, missing driver
+        return Finding("store", False, f"{redact(s.database_url)}: {_short(e)}")
+    return Finding("store", True, f"{redact(s.database_url)} (migrated)")
+
+
+def _broker(s: Settings) -> Finding:
+    import redis
+
+    from memory_worker import embedded
+
+    if s.broker_url == EMBEDDED:
+        url = embedded.running_url(s.state_dir)
+        if url is None:
+            started_by = f"the first process starts it under {s.state_dir}"
+            return Finding("broker", True, f"embedded, not running ({started_by})")
+        return Finding("broker", True, f"embedded, {redact(url)}")
+    try:
+        redis.Redis.from_url(s.broker_url, socket_timeout=2, socket_connect_timeout=2).ping()
+    except (redis.RedisError, OSError) as e:
+        return Finding("broker", False, f"{redact(s.broker_url)}: {_short(e)}")
+    return Finding("broker", True, redact(s.broker_url))
+
+
+def _provider(s: Settings) -> Finding:
+    problems = s.provider_problems()
+    if not problems and s.provider == "replay" and s.cassette is not None:
+        from memory_worker.models.base import ModelError
+        from memory_worker.models.replay import load_cassette
+
+        try:
+            n = len(load_cassette(s.cassette))
+        except ModelError as e:
+            problems = [str(e)]
+        else:
+            return Finding("provider", True, f"replay, {n} scripted answers in {s.cassette}")
+    if problems:
+        return Finding("provider", False, "; ".join(problems))
+    where = s.gemini_base_url or "the Gemini API"
+    return Finding(
+        "provider", True, f"gemini ({s.chat_model}, {s.embed_model}) at {where}, key set"
+    )
+
+
+def _limits(s: Settings) -> Finding:
+    from memory_worker.ratelimit import Quota
+
+    q = Quota.per_minute(s.model_requests_per_minute, s.model_tokens_per_minute)
+    return Finding(
+        "rate limits",
+        True,
+        f"{s.model_requests_per_minute:g} requests/min ({q.requests} per {q.window_s:g}s "
+        f"sliding), {s.model_tokens_per_minute:g} tokens/min, shared by all workers",
+    )
+
+
+def _short(e: BaseException) -> str:
+    return redact(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")[:300]
+
+
+CHECKS: tuple[Callable[[Settings], Finding], ...] = (_store, _broker, _provider, _limits)
+
+
+def run(s: Settings) -> list[Finding]:
+    """Every check, in order (the settings themselves were checked when they were read)."""
+    return [check(s) for check in CHECKS]

@@ -1,0 +1,95 @@
+"""Prometheus metrics and a health endpoint, on loopback (prometheus-client).
+
+Every worker process with `MW_METRICS_PORT` set serves `/metrics` and `/healthz` on
+127.0.0.1:<port> (one port per process: the Procfile gives each line its own). The metrics
+carry counts, seconds and queue names — never ids of people, never memory text.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import REGISTRY, Counter, Histogram, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+SPELLS = Counter("mw_spells", "Spells finished, by outcome", ["outcome"])
+MODEL_CALLS = Counter(
+    "mw_model_calls", "Model calls sent, by purpose and result", ["purpose", "result"]
+)
+MODEL_TOKENS = Counter("mw_model_tokens", "Model tokens, by direction (in/out)", ["direction"])
+RETRIES = Counter("mw_task_retries", "Task retries scheduled, by task", ["task"])
+RATE_WAIT = Histogram(
+    "mw_rate_limit_wait_seconds",
+    "Time a model call waited for the global quota",
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+)
+RATE_DEFERRED = Counter("mw_rate_limit_deferred", "Model calls handed back to the queue")
+COMMIT_SECONDS = Histogram("mw_commit_seconds", "Time of one spell's commit transaction")
+SPELL_SECONDS = Histogram(
+    "mw_spell_seconds",
+    "Time from a spell's start to its commit",
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600),
+)
+OPEN_SECONDS = Histogram(
+    "mw_room_open_seconds",
+    "Time to build the blocks at a room open",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+
+
+class QueueDepth(Collector):
+    """`mw_queue_depth{queue}`: messages waiting in each queue, read from Redis at scrape time."""
+
+    def __init__(self, depths: Callable[[], dict[str, int]]):
+        self.depths = depths
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("mw_queue_depth", "Messages waiting per queue", labels=["queue"])
+        try:
+            for queue, n in self.depths().items():
+                g.add_metric([queue], n)
+        except Exception as err:  # a scrape must not fail because the broker is down
+            log.warning("queue depth unavailable: %s", type(err).__name__)
+        yield g
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+def app(health: Callable[[], dict[str, str]]):  # type: ignore[no-untyped-def]
+    """The WSGI app: /metrics (Prometheus), /healthz (200 when every check says ok, else 503)."""
+    metrics = make_wsgi_app(REGISTRY)
+
+    def serve(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/healthz":
+            checks = health()
+            ok = all(v == "ok" for v in checks.values())
+            body = "\n".join(f"{k}: {v}" for k, v in checks.items()).encode() + b"\n"
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable",
+                [("Content-Type", "text/plain; charset=utf-8")],
+            )
+            return [body]
+        return metrics(environ, start_response)
+
+    return serve
+
+
+def serve(port: int, health: Callable[[], dict[str, str]]) -> WSGIServer:
+    """Serve /metrics and /healthz on 127.0.0.1:`port` from a daemon thread."""
+    server = make_server("127.0.0.1", port, app(health), _Server, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

@@ -1,0 +1,198 @@
+"""`memory-worker run`: the Procfile's processes, supervised, with a clean stop.
+
+Why not a generic Procfile runner: honcho stops every process when one exits (a Flower
+without credentials would take the workers down) and kills after 5 s, stranding any model
+call in flight. Here:
+
+* the state folder exists before anything starts, and the settings are checked first;
+* each process runs in its own process group; one that exits is started again with a
+  backoff (tenacity's), the others carry on — and one that keeps dying at start is reported
+  and left down (Flower without `FLOWER_USER`/`FLOWER_PASSWORD`);
+* with the embedded broker, the supervisor starts it and starts it again on the same address
+  if it dies (`embedded.ensure_running`), so the workers' reconnect loops find it;
+* SIGTERM/SIGINT stop everything: SIGTERM to every group (Celery's warm shutdown, then its
+  soft-shutdown timeout hands unfinished tasks back to the queue), SIGKILL after
+  `STOP_TIMEOUT_S`, which is longer than the soft-shutdown timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tenacity import wait_exponential
+
+from memory_worker import embedded
+from memory_worker import settings as settings_mod
+from memory_worker.constants import WORKER_SOFT_SHUTDOWN_S
+from memory_worker.settings import EMBEDDED
+
+STOP_TIMEOUT_S = WORKER_SOFT_SHUTDOWN_S + 20  # soft shutdown, then the requeue, then cold exit
+CRASH_LOOP_S = 10.0  # a process that dies this soon after starting...
+CRASH_LOOP_MAX = 5  # ...this many times in a row is left down
+_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
+_restart_wait = wait_exponential(multiplier=0.5, max=30)
+
+
+@dataclass
+class Process:
+    name: str
+    command: str
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    quick_deaths: int = 0
+    given_up: bool = False
+    next_start: float = 0.0
+    log_threads: list[threading.Thread] = field(default_factory=list)
+
+
+def parse_procfile(path: Path) -> list[Process]:
+    out = []
+    for raw in path.read_text().splitlines():
+        m = _LINE.match(raw.strip())
+        if m and not raw.lstrip().startswith("#"):
+            out.append(Process(m.group(1), m.group(2)))
+    return out
+
+
+def _write(text: str) -> None:
+    """To our stdout; a closed terminal or pipe must never stop the supervisor mid-stop."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _pump(name: str, stream, width: int) -> None:  # type: ignore[no-untyped-def]
+    for line in iter(stream.readline, b""):
+        _write(f"{name:<{width}} | {line.decode('utf-8', 'replace')}")
+
+
+class Supervisor:
+    def __init__(self, processes: list[Process], stop_timeout: float = STOP_TIMEOUT_S):
+        self.processes = processes
+        self.stop_timeout = stop_timeout
+        self.width = max((len(p.name) for p in processes), default=4)
+        self.stopping = threading.Event()
+        # `celery` from the same environment as this supervisor, activated or not.
+        bin_dir = str(Path(sys.executable).parent)
+        self.env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def say(self, text: str) -> None:
+        _write(f"{'run':<{self.width}} | {text}\n")
+
+    def start(self, p: Process) -> None:
+        p.proc = subprocess.Popen(
+            ["/bin/sh", "-c", p.command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own group: a stop reaches its children too
+            env=self.env,
+        )
+        p.started = time.monotonic()
+        t = threading.Thread(target=_pump, args=(p.name, p.proc.stdout, self.width), daemon=True)
+        t.start()
+        p.log_threads = [t]
+        self.say(f"started {p.name} (pid {p.proc.pid})")
+
+    def tend(self, p: Process) -> None:
+        """Start again a process that exited, with a backoff; give up on a crash loop."""
+        if p.given_up or p.proc is None or p.proc.poll() is None:
+            return
+        code = p.proc.returncode
+        now = time.monotonic()
+        if p.next_start == 0.0:
+            lived = now - p.started
+            p.quick_deaths = p.quick_deaths + 1 if lived < CRASH_LOOP_S else 0
+            if p.quick_deaths >= CRASH_LOOP_MAX:
+                p.given_up = True
+                self.say(f"{p.name} exited {code} {p.quick_deaths} times at start: left down")
+                return
+            delay = _restart_wait(_State(p.quick_deaths + 1))
+            p.next_start = now + delay
+            self.say(f"{p.name} exited {code}; starting it again in {delay:.1f}s")
+        if now >= p.next_start:
+            p.next_start = 0.0
+            self.start(p)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        running = [p for p in self.processes if p.proc and p.proc.poll() is None]
+        for p in running:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
+        for p in running:
+            assert p.proc is not None
+            # The whole group, not only the shell: a worker may still be handing tasks back.
+            while _group_alive(p) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _group_alive(p):
+                self.say(f"{p.name} did not stop within {self.stop_timeout:g}s: killed")
+                _signal_group(p, signal.SIGKILL)
+            p.proc.wait()
+        for p in self.processes:
+            for t in p.log_threads:
+                t.join(timeout=1)
+        self.say("stopped")
+
+
+@dataclass
+class _State:  # what tenacity's wait strategies read
+    attempt_number: int
+
+
+def _group_alive(p: Process) -> bool:
+    assert p.proc is not None
+    p.proc.poll()  # reap the shell if it is done, so it does not count as alive
+    try:
+        os.killpg(p.proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _signal_group(p: Process, sig: int) -> None:
+    assert p.proc is not None
+    try:
+        os.killpg(p.proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def run(procfile: Path, only: list[str] | None = None, stop_timeout: float = STOP_TIMEOUT_S) -> int:
+    """Run the Procfile's processes (or `only` those) until SIGTERM/SIGINT. Returns 0."""
+    s = settings_mod.current()
+    s.state_dir.mkdir(parents=True, exist_ok=True)
+    processes = [p for p in parse_procfile(procfile) if not only or p.name in only]
+    if not processes:
+        print(f"error: no processes to run in {procfile}", file=sys.stderr)
+        return 2
+    started_broker = s.broker_url == EMBEDDED and embedded.running_url(s.state_dir) is None
+    if s.broker_url == EMBEDDED:
+        embedded.ensure_running(s.state_dir)
+    sup = Supervisor(processes, stop_timeout)
+    stop_now = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop_now.set())
+    for p in processes:
+        sup.start(p)
+    try:
+        while not stop_now.wait(0.5):
+            if s.broker_url == EMBEDDED:
+                embedded.ensure_running(s.state_dir)  # same port and password: clients reconnect
+            for p in processes:
+                sup.tend(p)
+    finally:
+        sup.stop()
+        if started_broker:
+            embedded.stop(s.state_dir, forget=False)  # ours: stopped; its address is kept
+    return 0

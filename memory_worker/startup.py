@@ -1,0 +1,93 @@
+"""What a worker or beat process does as it starts: check the config, serve metrics.
+
+Connected to Celery's signals by `memory_worker.celery_app`. A bad setting, a provider that
+lacks what it needs (a key, a cassette) or a store that was never initialised stops the
+process at once with the variable or the command named — not every spell an hour later.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import text
+
+from memory_worker import settings as settings_mod
+from memory_worker.constants import QUEUES
+from memory_worker.settings import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class CannotStart(SystemExit):
+    """The process must not start; the message says why and what to set or run."""
+
+
+def check_worker_can_start() -> None:
+    """Settings valid, the provider ready, the store migrated — or CannotStart."""
+    from memory_worker import check
+
+    try:
+        s = settings_mod.current()
+    except ConfigError as e:
+        raise CannotStart(f"memory-worker: {e}") from None
+    problems = s.provider_problems()
+    if problems:
+        raise CannotStart("memory-worker: cannot start: " + "; ".join(problems))
+    try:
+        check.require_migrated(s.database_url)
+    except check.StoreNotReady as e:
+        raise CannotStart(f"memory-worker: cannot start: {e}") from None
+    except Exception as e:  # unreachable now: the tasks retry; say it and carry on
+        log.error("the store is not reachable at start: %s", type(e).__name__)
+
+
+def check_beat_can_start() -> None:
+    try:
+        settings_mod.current()
+    except ConfigError as e:
+        raise CannotStart(f"memory-worker: {e}") from None
+
+
+def queue_depths() -> dict[str, int]:
+    from memory_worker import broker
+
+    client = broker.client(broker.url())
+    return {q: int(client.llen(q)) for q in QUEUES}
+
+
+def health() -> dict[str, str]:
+    """The checks behind /healthz: the broker answers PING, the store answers SELECT 1."""
+    from memory_worker import broker, store
+
+    out = {}
+    try:
+        broker.client(broker.url()).ping()
+        out["broker"] = "ok"
+    except Exception as e:
+        out["broker"] = f"down ({type(e).__name__})"
+    try:
+        with store.engine().connect() as conn:
+            conn.execute(text("SELECT 1"))
+        out["store"] = "ok"
+    except Exception as e:
+        out["store"] = f"down ({type(e).__name__})"
+    return out
+
+
+_served = False
+
+
+def serve_metrics() -> None:
+    """Serve /metrics and /healthz on 127.0.0.1:MW_METRICS_PORT, once per process (0: off)."""
+    global _served
+    port = settings_mod.current().metrics_port
+    if _served or not port:
+        return
+    from prometheus_client import REGISTRY
+
+    from memory_worker import metrics
+
+    REGISTRY.register(metrics.QueueDepth(queue_depths))
+    metrics.serve(port, health)
+    _served = True
+    log.info("metrics and /healthz on 127.0.0.1:%d", port)

@@ -1,0 +1,183 @@
+"""The operator's side: `memory-worker check` on good and bad configs, config that fails at
+start naming the variable, passwords never printed, alembic on the configured URL, and the
+supervisor that runs the Procfile."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+from tenacity import Retrying, stop_after_delay, wait_fixed
+
+from memory_worker import demo, store
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "memory_worker.cli"]
+
+
+def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    return subprocess.run(
+        [*CLI, *args], env={**clean, **env}, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def good_env(tmp_path: Path, redis_url: str) -> dict[str, str]:
+    url = f"sqlite:///{tmp_path / 'ok.db'}"
+    store.init_db(url)
+    return {"MW_DATABASE_URL": url, "REDIS_URL": redis_url, "MW_CASSETTE": str(demo.CASSETTE)}
+
+
+def test_check_passes_on_a_good_config_and_shows_no_password(
+    good_env: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
+    out = run_cli(["check"], good_env, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for what in ("store", "broker", "provider", "rate limits"):
+        assert f"ok    {what}" in out.stdout
+    password = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs.get("password")
+    if password:
+        assert password not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            {"MW_DATABASE_URL": "sqlite:///{tmp}/never.db"},
+            "not initialised: run `memory-worker init-db`",
+        ),
+        ({"MW_PROVIDER": "gemini"}, "MW_PROVIDER=gemini needs GEMINI_API_KEY"),
+        ({"MW_CASSETTE": "{tmp}/missing.json"}, "MW_CASSETTE: no such file"),
+        ({"REDIS_URL": "redis://:pw-in-url@127.0.0.1:1/0"}, "redis://:***@127.0.0.1:1/0"),
+    ],
+)
+def test_check_fails_on_each_problem_and_says_what_to_do(
+    good_env: dict[str, str], tmp_path: Path, change: dict[str, str], says: str
+) -> None:
+    env = {**good_env, **{k: v.format(tmp=tmp_path) for k, v in change.items()}}
+    out = run_cli(["check"], env, tmp_path)
+    assert out.returncode == 1, out.stdout
+    assert says in out.stdout
+    assert "pw-in-url" not in out.stdout + out.stderr
+
+
+def test_a_bad_variable_stops_every_command_naming_it(
+    good_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = run_cli(["parked"], {**good_env, "MW_MODEL_TIMEOUT_MS": "0"}, tmp_path)
+    assert out.returncode == 2
+    assert "MW_MODEL_TIMEOUT_MS: Input should be greater than 0" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_store_never_initialised_says_run_init_db_not_a_traceback(
+    good_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**good_env, "MW_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}"}
+    out = run_cli(["parked"], env, tmp_path)
+    assert out.returncode == 2
+    assert "not initialised: run `memory-worker init-db`" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_init_db_never_prints_the_database_password(tmp_path: Path) -> None:
+    env = {"DATABASE_URL": "postgres://postgres:hunter2secret@127.0.0.1:1/test"}
+    out = run_cli(["init-db"], env, tmp_path)
+    assert out.returncode != 0
+    assert "hunter2secret" not in out.stdout + out.stderr
+
+
+def test_a_worker_with_a_bad_config_refuses_to_start_naming_what_is_missing(
+    good_env: dict[str, str], tmp_path: Path
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    env = {**clean, **good_env, "MW_PROVIDER": "gemini"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "memory_worker.celery_app",
+        "worker",
+        "--pool",
+        "solo",
+    ]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "MW_PROVIDER=gemini needs GEMINI_API_KEY" in out.stdout + out.stderr
+
+
+def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: Path) -> None:
+    target = tmp_path / "configured.db"
+    env = {**os.environ, "MW_DATABASE_URL": f"sqlite:///{target}"}
+    alembic = Path(sys.executable).parent / "alembic"
+    subprocess.run(
+        [str(alembic), "-c", str(REPO / "schema" / "alembic.ini"), "upgrade", "head"],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert target.exists() and not (tmp_path / "memory_worker.db").exists()
+    from memory_worker import check
+
+    check.require_migrated(f"sqlite:///{target}")
+
+
+# --- the supervisor ---------------------------------------------------------------------------
+
+
+def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_stops_cleanly(
+    tmp_path: Path,
+) -> None:
+    procfile = tmp_path / "Procfile"
+    marks = tmp_path / "starts"
+    procfile.write_text(
+        f"# comment\nsteady: echo x >> {marks}; sleep 1; exit 0\nbroken: exit 3\n"
+        "stubborn: trap '' TERM; sleep 117\n"
+    )
+    env = {
+        **os.environ,
+        "MW_STATE_DIR": str(tmp_path / "state"),
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    proc = subprocess.Popen(
+        [*CLI, "run", "--procfile", str(procfile), "--stop-timeout", "2"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2), reraise=True):
+            with attempt:
+                assert len(marks.read_text().split()) >= 3  # steady was started again, twice
+                assert "run      | broken exited 3 5 times at start: left down\n" in lines
+        assert (tmp_path / "state").is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        reader.join()
+    assert proc.returncode == 0, lines
+    assert "run      | stubborn did not stop within 2s: killed\n" in lines  # ignored SIGTERM
+    leftover = subprocess.run(["pgrep", "-f", "sleep 117"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""

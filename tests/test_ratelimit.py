@@ -1,0 +1,151 @@
+"""The global model quota, on a real Redis and at the stub: requests and tokens per minute,
+fractional rates, a 429's pause, and every call (re-asks included) taking its slot."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from memory_worker import events, ratelimit
+from memory_worker import settings as settings_mod
+from memory_worker.ratelimit import Quota
+from tests.fakes import gemini_responder
+from tests.scenes import extract_answer, people, private_chat
+from tests.worker import Pipeline
+
+
+def most_in_any_window(times: list[float], window: float) -> int:
+    """The largest number of `times` inside any half-open sliding window of `window` seconds."""
+    times = sorted(times)
+    best, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+@pytest.fixture
+def client(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+def name() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"  # a quota of its own: the host Redis is shared
+
+
+@pytest.mark.parametrize(
+    ("rpm", "requests", "window"),
+    [(300, 5, 1.0), (600, 10, 1.0), (90, 3, 2.0), (30, 1, 2.0), (10, 1, 6.0), (0.5, 1, 120.0)],
+)
+def test_a_rate_per_minute_becomes_whole_calls_in_the_shortest_window(
+    rpm: float, requests: int, window: float
+) -> None:
+    q = Quota.per_minute(rpm, 1000)
+    assert (q.requests, q.window_s) == (requests, window)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf")])
+def test_a_quota_refuses_rates_that_are_not_positive_and_finite(bad: float) -> None:
+    with pytest.raises(ValueError):
+        Quota.per_minute(bad, 1000)
+
+
+def test_many_threads_never_get_more_than_the_quota_in_any_sliding_second(
+    client: redis.Redis,
+) -> None:
+    quota, n, times = Quota.per_minute(300, 10**9), name(), []
+    lock = threading.Lock()
+    stop = time.monotonic() + 2.5
+
+    def hammer() -> None:
+        while time.monotonic() < stop:
+            ratelimit.acquire(client, n, quota, max_wait=10)
+            with lock:
+                times.append(time.monotonic())
+
+    threads = [threading.Thread(target=hammer) for _ in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    # 0.1 s of slack for the time between Redis granting a slot and the thread noting it.
+    assert most_in_any_window(times, 0.9) <= 5
+    assert len(times) >= 10  # and it does let calls through: ~5 a second
+
+
+def test_a_fractional_rate_waits_the_whole_interval(client: redis.Redis) -> None:
+    n = name()
+    quota = Quota.per_minute(30, 10**9)  # one call every two seconds
+    assert ratelimit.acquire(client, n, quota, max_wait=0) < 0.1
+    with pytest.raises(ratelimit.RateLimited) as err:
+        ratelimit.acquire(client, n, quota, max_wait=0)
+    assert 1.8 < (err.value.retry_after or 0) <= 2.0
+
+
+def test_tokens_per_minute_are_counted_and_a_big_call_still_goes_alone(
+    client: redis.Redis,
+) -> None:
+    quota = Quota.per_minute(6000, 100)
+    n = name()
+    ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
+    with pytest.raises(ratelimit.RateLimited) as err:
+        ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
+    assert 55 < (err.value.retry_after or 0) <= 60  # the first call's tokens leave in a minute
+    ratelimit.acquire(client, name(), quota, tokens=500, max_wait=0)  # alone: allowed
+
+
+def test_a_pause_holds_every_caller_for_the_time_the_server_asked(client: redis.Redis) -> None:
+    n = name()
+    ratelimit.pause(client, n, 1.5)
+    with pytest.raises(ratelimit.RateLimited) as err:
+        ratelimit.acquire(client, n, Quota.per_minute(6000, 10**9), max_wait=0)
+    assert 1.3 < (err.value.retry_after or 0) <= 1.5
+
+
+# --- at the stub, through the real worker ----------------------------------------------------
+
+
+@pytest.mark.pipeline
+def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
+    pipeline: Pipeline,
+) -> None:
+    settings_mod.configure(settings_mod.current().with_(model_requests_per_minute=300))
+    from memory_worker import models
+
+    models.clear_cache()
+    people(pipeline.db)
+    rooms = [f"dm-{i}" for i in range(8)]
+    answers = {}
+    for room in rooms:
+        answers[room] = extract_answer(private_chat(pipeline.db, room))
+    by_line = {str(a["candidates"][0]["evidence"][0]): a for a in answers.values()}
+
+    def extract(prompt: str) -> dict:
+        return next(a for k, a in by_line.items() if f"[{k}] " in prompt)
+
+    pipeline.stub.chat_responder = gemini_responder(extract)
+    pipeline.stub.malformed_next("not json", times=2)  # two re-asks: they pay like any call
+    for room in rooms:
+        events.room_quiet(room)
+    for room in rooms:
+        assert pipeline.wait_for_spell("warren", room, 1, timeout=90)["status"] == "committed"
+    times = [r.at for r in pipeline.stub.requests]
+    assert len(times) == 8 * 3 + 2  # extract, embed, route per spell, and the re-asks
+    assert most_in_any_window(times, 0.9) <= 5
+
+
+@pytest.mark.pipeline
+def test_a_429s_retry_delay_is_honoured_before_the_next_call(pipeline: Pipeline) -> None:
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    pipeline.stub.fail_next(429, retry_delay="2s", kind="chat")
+    events.room_quiet("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", lines[-1])["status"] == "committed"
+    first, second = pipeline.stub.of_kind("chat")[:2]
+    assert second.at - first.at >= 2.0
