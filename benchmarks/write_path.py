@@ -159,7 +159,7 @@ def main() -> None:
         url = embedded.ensure_running(state)
         base = stub.settings(
             settings_mod.Settings(broker_url=url, state_dir=state),
-            model_calls_per_second=100_000,
+            model_requests_per_minute=6_000_000,
         )
         settings_mod.configure(base)
         from memory_worker.celery_app import app

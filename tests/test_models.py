@@ -258,11 +258,11 @@ def test_the_factories_choose_by_provider(stub: GeminiStub, tmp_path: Path) -> N
     assert models.embedder(live).dims == 768
 
 
-def test_an_unknown_provider_is_a_clear_value_error() -> None:
-    with pytest.raises(ValueError, match="'openai'.*replay, gemini"):
-        models.chat_model(Settings(provider="openai"))
-    with pytest.raises(ValueError, match="MW_PROVIDER"):
-        models.embedder(Settings(provider="openai"))
+def test_an_unknown_provider_is_refused_when_the_settings_are_read() -> None:
+    from memory_worker.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="MW_PROVIDER: Input should be 'replay' or 'gemini'"):
+        Settings.from_env({"MW_PROVIDER": "openai"})
 
 
 def test_providers_are_built_once_per_settings_and_again_after_a_fork(

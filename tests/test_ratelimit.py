@@ -135,7 +135,9 @@ def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
     for room in rooms:
         assert pipeline.wait_for_spell("warren", room, 1, timeout=90)["status"] == "committed"
     times = [r.at for r in pipeline.stub.requests]
-    assert len(times) == 8 * 3 + 2  # extract, embed, route per spell, and the re-asks
+    # extract, embed, route per spell, the re-asks, and any re-route of a spell whose open rows
+    # another spell of the same persona changed
+    assert len(times) >= 8 * 3 + 2
     assert most_in_any_window(times, 0.9) <= 5
 
 

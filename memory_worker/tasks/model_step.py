@@ -1,12 +1,12 @@
 """The policy every model step shares, as a Celery Task base class (`base=ModelStep`).
 
-One place for what a model step may go through: retries with jittered backoff that honour the
-server's retry-after (a call the global quota could not place soon, `ratelimit.RateLimited`,
-comes back the same way — the quota itself is taken by `memory_worker.models` as each call is
-sent, re-asks included), and parking — a spell whose model kept failing or answered malformed twice is
-handed on with `parked` set, so the commit records it where an operator sees it and leaves the
-cursor alone. A chain never dies half-way with nothing said. Token counts ride on the Spell:
-each step adds its call's usage (`memory_worker.write.pipeline`).
+One place for what a model step may go through: retries with jittered backoff that honour
+the server's retry-after (a call the global quota could not place soon comes back the same
+way, as `ratelimit.RateLimited`; the quota itself is taken by `memory_worker.models` as each
+call is sent, re-asks included), and parking — a spell whose model kept failing or answered
+malformed twice is handed on with `parked` set, so the commit records it where an operator
+sees it and leaves the cursor alone. A chain never dies half-way with nothing said. Token
+counts ride on the Spell: each step adds its call's usage (`memory_worker.write.pipeline`).
 
 A task body names only its step:
 
@@ -61,7 +61,7 @@ class ModelStep(Task):  # type: ignore[misc]  # celery ships no type information
                 spell.parked = f"model unavailable after {retries} retries: {e}"
                 return spell.to_json()
             retry_after = getattr(e, "retry_after", None)
-            log.warning("spell %s: %s; retrying", spell.key, type(e).__name__)
+            log.warning("spell %s: %s; retrying", spell.key, e)
             metrics.RETRIES.labels(self.name).inc()
             raise self.retry(countdown=backoff(retries, retry_after), exc=e) from e
         except MalformedAnswer as e:
