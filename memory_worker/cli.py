@@ -26,6 +26,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from memory_worker import settings as settings_mod
 from memory_worker import store
 from memory_worker.settings import ConfigError, redact
+from memory_worker.web import serve
 
 
 def _init_db(_: argparse.Namespace) -> int:
