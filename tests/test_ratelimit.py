@@ -129,7 +129,7 @@ def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
         return next(a for k, a in by_line.items() if f"[{k}] " in prompt)
 
     pipeline.stub.chat_responder = gemini_responder(extract)
-    pipeline.stub.malformed_next("not json", times=2)  # two re-asks: they pay like any call
+    pipeline.stub.malformed_next("not json")  # the re-ask it causes pays like any call
     for room in rooms:
         events.room_quiet(room)
     for room in rooms:
@@ -137,7 +137,7 @@ def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
     times = [r.at for r in pipeline.stub.requests]
     # extract, embed, route per spell, the re-asks, and any re-route of a spell whose open rows
     # another spell of the same persona changed
-    assert len(times) >= 8 * 3 + 2
+    assert len(times) >= 8 * 3 + 1
     assert most_in_any_window(times, 0.9) <= 5
 
 
