@@ -185,7 +185,8 @@ def run() -> None:
         console.print(
             "Dan's page (what Warren remembers, the toasts with undo, the note, the switches):\n"
             f"  MW_DATABASE_URL=sqlite:///{DEMO_DIR}/demo.db .venv/bin/memory-worker serve "
-            f"--user {DAN}\nthen open the one-time sign-in link it prints."
+            f"--user {DAN}\nthen open the one-time sign-in link it prints.",
+            soft_wrap=True,  # one line, to copy as it is
         )
     finally:
         local_worker.stop(worker)

@@ -10,13 +10,19 @@ function csrfToken() {
 function liveCount() {
   const text = document.getElementById("note-text");
   const out = document.getElementById("note-count");
+  const status = document.getElementById("note-over"); // read out only when crossing the limit
   if (!text || !out) return;
   const limit = Number(text.dataset.limit);
+  let wasOver = false;
   const update = () => {
     const n = text.value.trim().length;
     const over = n > limit;
     out.textContent = `${n} / ${limit}` + (over ? ` (${n - limit} too many)` : "");
     out.classList.toggle("over", over);
+    if (status && over !== wasOver) {
+      status.textContent = over ? `Over the ${limit}-character limit` : "Within the limit";
+    }
+    wasOver = over;
   };
   text.addEventListener("input", update);
   update();
