@@ -128,11 +128,26 @@ def test_a_toast_arrives_without_a_reload_and_its_undo_deletes_the_rows(
     assert len(rows(pipeline.db)) == 2
 
     toast.get_by_role("button", name="Undo").click()
-    expect(page.locator(".flash")).to_contain_text("Undone: 2 lines deleted")
+    expect(toast).to_contain_text("Undone: 2 lines deleted")  # in place, still no reload
+    assert page.evaluate("window.__sameDocument === true")
     assert rows(pipeline.db) == []
     with pipeline.db.connect() as c:
         assert c.execute(select(t.notices.c.undone)).scalar() == 1
+    expect(page.locator("#memories")).not_to_contain_text("owns a flat")
+
+
+def test_undo_works_without_javascript_too(pipeline: Pipeline, dm, browser, served) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    spell(pipeline, dm[-1])
+    context = browser.new_context(viewport=DESKTOP, java_script_enabled=False)
+    page = context.new_page()
+    page.goto(served.login_url)
+    page.locator("#rail-list .toast").first.get_by_role("button", name="Undo").click()
+    expect(page.locator(".flash")).to_contain_text("Undone: 2 lines deleted")
     expect(page.locator("#rail-list .toast.undone")).to_contain_text("Undone")
+    assert rows(pipeline.db) == []
+    context.close()
 
 
 # --- the page ---------------------------------------------------------------------------------

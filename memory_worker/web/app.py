@@ -200,7 +200,7 @@ def _html_write(action: Action):  # type: ignore[no-untyped-def]
                 _render_page, request, uid, status=422, note_error=_note_refusal(e),
                 note_draft=form.get("note", ""),
             )  # fmt: skip
-        except (ValidationError, ValueError) as e:
+        except (ValidationError, ValueError, TypeError) as e:
             return _error_page(request, 400, _plain(e))
         n = result.get("deleted")
         query = f"?done={action.done}" + (f"&n={n}" if n is not None else "")
@@ -223,7 +223,7 @@ def _api_write(action: Action):  # type: ignore[no-untyped-def]
             return _json_error(404, NOT_FOUND)
         except controls.NoteTooLong as e:
             return _json_error(422, _note_refusal(e))
-        except (ValidationError, ValueError) as e:
+        except (ValidationError, ValueError, TypeError) as e:
             return _json_error(400, _plain(e))
         return JSONResponse({"ok": True, **result})
 

@@ -1,5 +1,5 @@
-// The page's live parts, on top of plain forms that work without it:
-// the note's character count, and the rail's new toasts as they arrive (Server-Sent Events).
+// The page's live parts, on top of plain forms that work without it: the note's character
+// count, the rail's new toasts as they arrive (Server-Sent Events), and undo in place.
 "use strict";
 
 function csrfToken() {
@@ -40,7 +40,7 @@ function toastItem(n) {
   const form = document.createElement("form");
   form.method = "post";
   form.action = `/notices/${n.id}/undo`;
-  form.className = "inline";
+  form.className = "inline undo";
   const csrf = document.createElement("input");
   csrf.type = "hidden";
   csrf.name = "csrf";
@@ -65,6 +65,31 @@ async function refreshMemories() {
   if (fresh && here && !here.contains(document.activeElement)) here.replaceWith(fresh);
 }
 
+async function undoInPlace(ev) {
+  // The same write as the form, through the API: the rail stays as it is, no reload.
+  const form = ev.target.closest("form.undo");
+  if (!form) return;
+  ev.preventDefault();
+  const res = await fetch(`/api${new URL(form.action).pathname}`, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "X-CSRF-Token": csrfToken() },
+  });
+  if (!res.ok) {
+    form.submit(); // let the server's page say what went wrong
+    return;
+  }
+  const { deleted } = await res.json();
+  const li = form.closest("li");
+  const said = document.createElement("p");
+  said.className = "meta";
+  said.textContent = `Undone: ${deleted} line${deleted === 1 ? "" : "s"} deleted`;
+  li.classList.add("undone");
+  form.replaceWith(said);
+  document.getElementById("rail-live").textContent = said.textContent;
+  refreshMemories();
+}
+
 function liveRail() {
   const rail = document.getElementById("rail");
   const list = document.getElementById("rail-list");
@@ -86,4 +111,5 @@ function liveRail() {
 document.addEventListener("DOMContentLoaded", () => {
   liveCount();
   liveRail();
+  document.getElementById("rail")?.addEventListener("submit", undoInPlace);
 });
