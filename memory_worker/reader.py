@@ -4,11 +4,13 @@ filter → rank → take → render → touch, straight from the store: SQLite (
 the same Core code) and numpy. It imports no Celery, Redis or model SDK, and calls no model:
 the room's topic vector was computed off the floor.
 
-Cost grows with the rows a persona may see here, not the rows it holds: the audience rule's
-subjects go into SQL (open rows of these personas, about 'world', 'self' or a present human who
-allows it), scoring runs on a few numeric columns in numpy, and only the winners are fetched
-whole. Before rendering, every winner passes `visible_memories` itself: the SQL narrows, the
-seed's predicate decides, and nothing after it adds a row.
+A room open is two statements (storage/read_path.py): one for the room, its members, the
+present humans' switches and mutes and the personas' versions; one for the winners' rows.
+Ranking runs on columns the read cache keeps per persona (read_cache.py), refetched only when
+the persona's version moved; the audience rule picks the rows of those columns this room may
+see (`visible_index`), and before rendering every winner passes `visible_memories` itself:
+the cache narrows, the seed's predicate decides, and nothing after it adds a row. The touch is
+promised, then applied by a background flush (touch.py): the caller never waits on a writer.
 """
 
 from __future__ import annotations
@@ -19,57 +21,42 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Engine,
-    Integer,
-    and_,
-    case,
-    cast,
-    func,
-    literal,
-    or_,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Connection, text
 
 from memory_worker import clock, store
-from memory_worker import tables as t
+from memory_worker import settings as settings_mod
 from memory_worker.audience import Consent, Scope, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
-from memory_worker.constants import (
-    HUMAN_PREFIX,
-    KINDS,
-    SUBJECT_SELF,
-    SUBJECT_WORLD,
-    V1_PROVEN_SCOPE,
-)
+from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.ranking import (
-    UNKNOWN_KIND,
     UNREADABLE_AGE_DAYS,
     WORLD_GROUP,
     Candidates,
     scores,
     take,
 )
-from memory_worker.read_cache import EMBEDDINGS_MAX_ROWS, Columns, Key, ReadCache, Version
+from memory_worker.read_cache import PersonaRows, ReadCache, Version
 from memory_worker.recall import recall
-from memory_worker.rows import Room, Row
-from memory_worker.storage import memories, users
-from memory_worker.storage.rooms import UnknownRoom, load_room, members
-from memory_worker.vectors import cosines, cosines_to, unit_rows
+from memory_worker.rows import Room, Row, human_id, human_ref
+from memory_worker.storage import read_path
+from memory_worker.storage.rooms import UnknownRoom
+from memory_worker.touch import Touch, Toucher
 
 log = logging.getLogger(__name__)
 
-# DESIGN.md read path step 5: a busy writer may delay a room opening by a few ms, no more.
-TOUCH_BUSY_TIMEOUT_MS = 5
-UNIX_EPOCH_JULIAN_DAY = 2440587.5  # SQLite's julianday('1970-01-01')
+NO_ONE = -2  # the group of a row no audience sees: a subject the rule does not know
 
 READ_CACHE = ReadCache()  # this process's ranking columns, checked against the store each open
 
-__all__ = ["Block", "UnknownRoom", "blocks_for_room", "build_block", "format_block", "recall"]
+__all__ = [
+    "Block",
+    "UnknownRoom",
+    "blocks_for_room",
+    "build_block",
+    "flush_touches",
+    "format_block",
+    "recall",
+]
 
 
 def build_block(
@@ -85,7 +72,8 @@ def build_block(
     """The memory block `persona` gets in `room_id` with these humans present.
 
     `now` (default: the store's clock) is the moment recency counts from and `last_recalled`
-    is set to. `touch=False` builds without reinforcing (previews, the CLI, tests).
+    is set to. `touch=False` builds without reinforcing (previews, the CLI, tests); with it,
+    the touch is promised (`block.touched`) and applied in the background (`flush_touches`).
     Raises `UnknownRoom` for a room the store has never seen.
     """
     return _build(
@@ -104,6 +92,11 @@ def blocks_for_room(
 ) -> dict[str, Block]:
     """The block of every persona member of the room, from one query over all their rows."""
     return _build(room_id, present, None, now=now, url=url, touch=touch, proven_scope=proven_scope)
+
+
+def flush_touches(timeout: float | None = None) -> bool:
+    """Wait until every touch promised so far is in the store. True when drained."""
+    return TOUCHES.flush(timeout)
 
 
 def format_block(block: Block) -> str:
@@ -129,43 +122,53 @@ def _build(
     touch: bool,
     proven_scope: bool,
 ) -> dict[str, Block]:
-    when = _as_datetime(now)
+    when = as_datetime(now)
     present = frozenset(int(u) for u in present)
-    eng = store.engine(url)
-    with eng.connect() as conn:  # one read transaction: every query sees the same snapshot
-        room = load_room(conn, room_id)
-        member_personas, member_humans = members(conn, room_id)
-        slugs = list(personas) if personas is not None else member_personas
-        present = present & frozenset(member_humans)  # a non-member is not present here
-        if room.incognito:
+    url = url or settings_mod.current().database_url
+    with store.engine(url).connect() as conn:  # SQLite: one snapshot for every read below
+        ctx = read_path.context(conn, room_id, present, personas or [])
+        if ctx is None:
+            raise UnknownRoom(room_id)
+        slugs = list(personas) if personas is not None else ctx.personas
+        present = present & ctx.members  # a non-member is not present here
+        if ctx.room.incognito:
             return {p: Block.empty(p) for p in slugs}
-        strangers = {p: Block.empty(p) for p in slugs if p not in member_personas}
+        strangers = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
         slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
         if not slugs:
             return strangers
-        humans, memory_on = _load_humans(conn, present)
-        consent = Consent(memory_on=memory_on, mutes=users.mutes(conn, present, slugs))
-        scopes = {p: scope_for(p, present, room, consent, proven_scope=proven_scope) for p in slugs}
-        candidates = _load_candidates(conn, scopes, when, room.topic_embedding, str(eng.url))
+        mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
+        consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
+        scopes = {
+            p: scope_for(p, present, ctx.room, consent, proven_scope=proven_scope) for p in slugs
+        }
+        candidates = load_candidates(
+            conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
+        )
         picks = {p: take(c, scores(c)) for p, c in candidates.items()}
         wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})
-        rows = memories.rows_by_id(conn, wanted)
-        names = users.persona_names(conn, slugs)
+        rows = read_path.winners(conn, wanted)
 
     blocks = {
         p: _render(
-            p, names[p], picks[p], rows, scopes[p], humans, present, room, consent, proven_scope
+            p,
+            ctx.names[p],
+            picks[p],
+            rows,
+            scopes[p],
+            ctx.humans,
+            present,
+            ctx.room,
+            consent,
+            proven_scope,
         )
         for p in slugs
     }
     blocks.update(strangers)
-    if touch:
-        ids = sorted({i for b in blocks.values() for i in b.row_ids})
-        touched = [p for p, b in blocks.items() if b.row_ids]
-        moves = _touch(eng, ids, touched, when) if ids else None
-        if moves is not None:
-            READ_CACHE.touched(str(eng.url), np.array(ids), _touch_day(when), moves)
-            blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
+    ids = tuple(sorted({i for b in blocks.values() for i in b.row_ids}))
+    if touch and ids:
+        promise_touch(url, ids, [p for p, b in blocks.items() if b.row_ids], when)
+        blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
     return blocks
 
 
@@ -195,172 +198,108 @@ def _render(
     return render(persona, persona_name, sections)
 
 
-# --- loading --------------------------------------------------------------------------------
+# --- ranking columns --------------------------------------------------------------------------
 
 
-def _load_humans(
-    conn: Connection, present: frozenset[int]
-) -> tuple[dict[int, Human], dict[int, bool]]:
-    """The present humans as the block names them, and their `memory_on` (one read of users)."""
-    found = users.present_users(conn, present)
-    humans = {r.id: Human(r.id, r.name, r.memory_note) for r in found}
-    return humans, {r.id: bool(r.memory_on) for r in found}
-
-
-def _visible_clause(scope: Scope) -> ColumnElement[bool] | None:
-    """The audience rule's subjects as SQL, for one persona (None: it may see nothing)."""
-    pm = t.persona_memory.c
+def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
+    """The positions in a persona's columns of the rows this scope admits (the audience rule
+    on whom each row concerns; `visible_memories` checks the winners again)."""
     if not scope.world:
-        return None
-    refs = scope.human_refs
-    subjects = [SUBJECT_WORLD, *refs, *([SUBJECT_SELF] if refs else [])]
-    clause = and_(pm.persona == scope.persona, pm.valid_to.is_(None), pm.subject.in_(subjects))
-    if refs:
-        clause = and_(clause, or_(pm.subject != SUBJECT_SELF, pm.counterpart.in_(refs)))
-    return clause
+        return np.zeros(0, dtype=np.int64)
+    mask = rows.groups == WORLD_GROUP
+    if scope.humans:
+        mask |= np.isin(rows.groups, np.fromiter(scope.humans, dtype=np.int64))
+    return np.flatnonzero(mask)
 
 
-def _group_expr() -> ColumnElement[int]:
-    """Whom a row is about, as an int: 42 for 'u:42' (a promise: its counterpart), or -1.
-
-    Only rows whose refs passed the audience clause reach it, and those are all 'u:<digits>'.
-    """
-    pm = t.persona_memory.c
-    ref = case((pm.subject == SUBJECT_SELF, pm.counterpart), else_=pm.subject)
-    human = cast(func.substr(ref, len(HUMAN_PREFIX) + 1), Integer)
-    return case((pm.subject == SUBJECT_WORLD, WORLD_GROUP), else_=human)
-
-
-# Built once: the columns every candidate query shares.
-_GROUP = _group_expr()
-_KIND_CODE = case(
-    {k: i for i, k in enumerate(KINDS)}, value=t.persona_memory.c.kind, else_=UNKNOWN_KIND
-)
-
-
-def _recalled_expr(conn: Connection) -> ColumnElement:
-    """When each row was last recalled (else created): SQLite gives Unix days, computed in C
-    by julianday(); elsewhere the stamp itself, parsed by `_days` (PostgreSQL's cast would
-    fail the whole read on one stamp it cannot read)."""
-    pm = t.persona_memory.c
-    touched = func.coalesce(pm.last_recalled, pm.created)
-    if not store.is_sqlite(conn):
-        return touched
-    return func.julianday(touched) - literal(UNIX_EPOCH_JULIAN_DAY)
-
-
-def _key(url: str, scope: Scope) -> Key:
-    return (url, scope.persona, scope.world, tuple(scope.human_refs))
-
-
-def _versions(
-    conn: Connection, personas: Iterable[str], *, lock: bool = False
-) -> dict[str, Version]:
-    """Each persona's write counter (0 before its first row): one primary-key read each.
-
-    `lock` (PostgreSQL) holds the counters until commit, so nobody writes between a read of
-    them and ours; SQLite's BEGIN IMMEDIATE already shuts every other writer out.
-    """
-    v = t.persona_memory_versions.c
-    query = select(v.persona, v.version).where(v.persona.in_(sorted(personas)))
-    if lock and not store.is_sqlite(conn):
-        query = query.with_for_update()
-    found = dict(conn.execute(query).all())
-    return {p: int(found.get(p, 0)) for p in personas}
-
-
-def _load_candidates(
+def load_candidates(
     conn: Connection,
     scopes: Mapping[str, Scope],
     when: datetime,
-    topic: bytes | None,
-    url: str,
+    vector: bytes | None,
+    url: str | None = None,
+    *,
+    versions: Mapping[str, Version] | None = None,
+    keep_cosines: bool = True,
 ) -> dict[str, Candidates]:
-    """Every persona's visible open rows as ranking columns: from the read cache when the
-    store's version of them has not moved, else from one query for all that moved."""
+    """Every persona's visible open rows as ranking columns, relevance measured against
+    `vector` (a room's topic; a message, for recall): from the read cache when the store's
+    version of them has not moved, else from one query for all that moved.
+
+    `versions` are the personas' counters if the caller has read them (a room open reads them
+    with its context); `keep_cosines=False` for a vector seen once (a message), whose cosines
+    would only push a room's topic out of the cache.
+    """
+    url = url or settings_mod.current().database_url
     now_day = when.timestamp() / 86400.0
-    empty = _candidates(_fetched([], 0), now_day, None)
-    clauses = {p: c for p, s in scopes.items() if (c := _visible_clause(s)) is not None}
-    out: dict[str, Candidates] = {p: empty for p in scopes}
-    if not clauses:
-        return out
-    versions = _versions(conn, clauses)
-    columns: dict[str, Columns] = {}
-    for p in clauses:
-        got = READ_CACHE.get(_key(url, scopes[p]), versions[p])
-        if got is not None and (topic is None or got.unit_vectors is not None or _too_big(got)):
-            columns[p] = got
-    stale = [p for p in clauses if p not in columns]
+    seen = [p for p, s in scopes.items() if s.world]
+    if versions is None:
+        versions = read_path.versions(conn, seen)
+    held = {p: got for p in seen if (got := READ_CACHE.get((url, p), versions[p])) is not None}
+    stale = [p for p in seen if p not in held]
     if stale:
-        fetched = _fetch_columns(conn, {p: clauses[p] for p in stale}, versions, topic)
-        for p, cols in fetched.items():
-            READ_CACHE.put(_key(url, scopes[p]), cols)
-        columns.update(fetched)
-    for p, cols in columns.items():
-        if topic is not None and cols.unit_vectors is None and len(cols.ids):
-            blobs = _embeddings(conn, clauses[p], cols.ids)  # too many to keep: read each time
-            out[p] = _candidates(cols, now_day, None, cosines(blobs, topic))
-        else:
-            out[p] = _candidates(cols, now_day, topic)
-    return out
-
-
-def _too_big(cols: Columns) -> bool:
-    return len(cols.ids) > EMBEDDINGS_MAX_ROWS
-
-
-def _fetch_columns(
-    conn: Connection,
-    clauses: Mapping[str, ColumnElement[bool]],
-    versions: Mapping[str, Version],
-    topic: bytes | None,
-) -> dict[str, Columns]:
-    """One query over the rows of every persona in `clauses`, split into Columns each."""
-    pm = t.persona_memory.c
-    order = list(clauses)
-    persona_code = case({p: i for i, p in enumerate(order)}, value=pm.persona)
-    want_vectors = topic is not None
-    columns = [
-        pm.id,
-        persona_code if len(order) > 1 else literal(0),
-        _GROUP,
-        _KIND_CODE,
-        pm.importance,
-        _recalled_expr(conn),
-        func.length(pm.text),
-    ]
-    if want_vectors:
-        columns.append(pm.embedding)
-    fetched = conn.execute(select(*columns).where(or_(*clauses.values()))).all()
-    by_persona: dict[int, list[tuple]] = {}
-    for r in fetched:
-        by_persona.setdefault(r[1], []).append(r)
+        for p, rows in _fetch(conn, stale, versions).items():
+            rows = READ_CACHE.carry_over((url, p), rows, _loader(conn, p, len(rows)))
+            READ_CACHE.put((url, p), rows)
+            held[p] = rows
     out = {}
-    for i, p in enumerate(order):
-        cols = _fetched(by_persona.get(i, []), versions[p])
-        if want_vectors and cols.ids.size and not _too_big(cols):
-            rows = sorted(by_persona[i], key=lambda r: r[0])
-            cols = replace(cols, unit_vectors=unit_rows([r[7] for r in rows], len(topic)))
-        out[p] = cols
+    for p, scope in scopes.items():
+        rows = held.get(p)
+        idx = visible_index(rows, scope) if rows is not None else np.zeros(0, dtype=np.int64)
+        rel = None
+        if rows is not None and vector is not None and idx.size:
+            load = _loader(conn, p, len(rows))
+            cos = READ_CACHE.relevance((url, p), rows, vector, load, keep=keep_cosines)
+            rel = cos[idx]
+        out[p] = _candidates(rows, idx, now_day, rel)
     return out
 
 
-def _fetched(rows: Sequence[tuple], version: Version) -> Columns:
-    """Columns, sorted by id, from fetched (id, persona, group, kind, importance, recalled,
-    chars[, embedding])."""
+def _loader(conn: Connection, persona: str, of_all: int):  # type: ignore[no-untyped-def]
+    return lambda ids: read_path.embeddings(conn, persona, ids, of_all)
+
+
+def _fetch(
+    conn: Connection, personas: Sequence[str], versions: Mapping[str, Version]
+) -> dict[str, PersonaRows]:
+    """One query over the open rows of every persona given, split into columns each."""
+    found = read_path.open_rows(conn, personas)
+    if len(personas) == 1:
+        return {personas[0]: _columns(found, versions[personas[0]])}
+    by_persona: dict[str, list[tuple]] = {p: [] for p in personas}
+    for r in found:
+        by_persona[r[1]].append(r)
+    return {p: _columns(rows, versions[p]) for p, rows in by_persona.items()}
+
+
+def _group(ref: str | None) -> int:
+    """Whom a row concerns, as an int: 42 for exactly 'u:42', else NO_ONE."""
+    uid = human_id(ref or "")
+    return uid if uid is not None and human_ref(uid) == ref else NO_ONE
+
+
+def _columns(rows: Sequence[tuple], version: Version) -> PersonaRows:
+    """PersonaRows, sorted by id, from fetched (id, persona, is_world, ref, kind, importance,
+    recalled, chars)."""
     if not rows:
         z, zi = np.zeros(0), np.zeros(0, dtype=np.int64)
-        return Columns(version, zi, zi, zi, z, z, zi)
-    # Transpose first: numpy probing 10,000 SQLAlchemy Row objects one by one is 50× slower.
-    cols = list(zip(*sorted(rows, key=lambda r: r[0]), strict=True))
-    return Columns(
+        return PersonaRows(version, zi, zi, zi, z, z, zi)
+    # Transpose first: numpy probing 100,000 SQLAlchemy Row objects one by one is 50× slower.
+    cols = list(zip(*rows, strict=True))
+    n = len(rows)
+    groups_of = {ref: _group(ref) for ref in set(cols[3])}
+    groups = np.fromiter(map(groups_of.__getitem__, cols[3]), dtype=np.int64, count=n)
+    groups[np.array(cols[2], dtype=bool)] = WORLD_GROUP
+    ids = np.array(cols[0], dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    return PersonaRows(
         version=version,
-        ids=np.array(cols[0], dtype=np.int64),
-        groups=np.array(cols[2], dtype=np.int64),
-        kinds=np.array(cols[3], dtype=np.int64),
-        importance=np.array(cols[4], dtype=np.float64),
-        recalled_day=_days(cols[5]),
-        chars=np.array(cols[6], dtype=np.int64),
+        ids=ids[order],
+        groups=groups[order],
+        kinds=np.array(cols[4], dtype=np.int64)[order],
+        importance=np.array(cols[5], dtype=np.float64)[order],
+        recalled_day=_days(cols[6])[order],
+        chars=np.array(cols[7], dtype=np.int64)[order],
     )
 
 
@@ -381,96 +320,73 @@ def unix_day(stamp: str | None) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() / 86400.0
 
 
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
 def _candidates(
-    cols: Columns, now_day: float, topic: bytes | None, rel: np.ndarray | None = None
+    rows: PersonaRows | None, idx: np.ndarray, now_day: float, rel: np.ndarray | None
 ) -> Candidates:
-    ages = np.nan_to_num(now_day - cols.recalled_day, nan=UNREADABLE_AGE_DAYS)
-    if rel is None:
-        rel = np.zeros(cols.ids.size)
-        if topic is not None and cols.unit_vectors is not None:
-            rel = cosines_to(cols.unit_vectors, topic)
+    if rows is None or not idx.size:
+        z = np.zeros(0)
+        return Candidates(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
+    ages = np.nan_to_num(now_day - rows.recalled_day[idx], nan=UNREADABLE_AGE_DAYS)
     return Candidates(
-        ids=cols.ids,
-        groups=cols.groups,
-        kinds=cols.kinds,
-        importance=cols.importance,
+        ids=rows.ids[idx],
+        groups=rows.groups[idx],
+        kinds=rows.kinds[idx],
+        importance=rows.importance[idx],
         age_days=np.maximum(ages, 0.0),
-        chars=cols.chars,
-        relevance=rel,
+        chars=rows.chars[idx],
+        relevance=rel if rel is not None else np.zeros(idx.size),
     )
 
 
-def _embeddings(
-    conn: Connection, clause: ColumnElement[bool], ids: np.ndarray
-) -> list[bytes | None]:
-    """The embeddings of a persona too big to cache, in the order of `ids`."""
-    pm = t.persona_memory.c
-    found = dict(conn.execute(select(pm.id, pm.embedding).where(clause)).all())
-    return [found.get(int(i)) for i in ids]
-
-
 # --- touch ----------------------------------------------------------------------------------
+
+
+def promise_touch(
+    url: str | None, ids: Sequence[int], personas: Sequence[str], when: datetime
+) -> None:
+    """Promise `last_recalled = when, recall_count += 1` for these rows (of these personas);
+    the background flush applies it (`flush_touches` waits for it)."""
+    url = url or settings_mod.current().database_url
+    stamp = _touch_stamp(when)
+    TOUCHES.promise(Touch(url, tuple(ids), tuple(personas), stamp, _unix_day(stamp)))
 
 
 def _touch_stamp(when: datetime) -> str:
     return when.astimezone(UTC).replace(microsecond=0).isoformat()
 
 
-def _touch_day(when: datetime) -> float:
+def _unix_day(stamp: str) -> float:
     """The Unix day a touch stamps, as a refetch would read it back."""
-    return datetime.fromisoformat(_touch_stamp(when)).timestamp() / 86400.0
+    return datetime.fromisoformat(stamp).timestamp() / 86400.0
 
 
-def _touch(
-    eng: Engine, ids: Sequence[int], personas: Sequence[str], when: datetime
-) -> dict[str, tuple[Version, Version]] | None:
-    """`last_recalled = now, recall_count += 1` for loaded rows; best effort, never raises.
+def _apply_touches(url: str, touches: Sequence[Touch]) -> None:
+    """One write transaction for every queued touch of one database, in order; then the read
+    cache takes the touches too, with each persona's version (before, after) read inside it.
 
-    A short transaction of its own, allowed to wait TOUCH_BUSY_TIMEOUT_MS for the write lock:
-    if a writer holds it, the touch is skipped (a memory that loaded stays as fresh as it was)
-    rather than the room opening late. Returns each persona's version (before, after) the
-    touch, read inside its transaction for the read cache; None when it was skipped.
+    It waits out a busy writer for the store's usual timeout: nobody is waiting on it.
     """
-    pm = t.persona_memory.c
-    try:
-        stamp = _touch_stamp(when)
-        touch = (
-            update(t.persona_memory)
-            .where(pm.id.in_(ids))
-            .values(last_recalled=stamp, recall_count=pm.recall_count + 1)
-        )
-        with eng.connect() as conn:
-            if store.is_sqlite(conn):
-                return _touch_sqlite(conn, touch, personas)
-            with conn.begin():
-                conn.execute(text(f"SET LOCAL lock_timeout = '{TOUCH_BUSY_TIMEOUT_MS}ms'"))
-                return _touched(conn, touch, personas)
-    except Exception as exc:  # noqa: BLE001 — a failed touch must never fail the read
-        log.info("touch skipped for %d rows: %s", len(ids), exc)
-        return None
-
-
-def _touched(conn: Connection, touch, personas: Sequence[str]):  # type: ignore[no-untyped-def]
-    before = _versions(conn, personas, lock=True)
-    conn.execute(touch)
-    after = _versions(conn, personas)
-    return {p: (before[p], after[p]) for p in personas}
-
-
-def _touch_sqlite(conn: Connection, touch, personas: Sequence[str]):  # type: ignore[no-untyped-def]
-    raw = conn.connection.driver_connection
-    raw.execute(f"PRAGMA busy_timeout = {TOUCH_BUSY_TIMEOUT_MS}")
-    try:
-        conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # take the write lock first, or give up
+    personas = sorted({p for t in touches for p in t.personas})
+    with store.engine(url).connect() as conn:
+        if store.is_sqlite(conn):
+            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # the write lock first: no upgrade race
         with conn.begin():
-            return _touched(conn, touch, personas)
-    finally:
-        try:
-            raw.execute(f"PRAGMA busy_timeout = {store.SQLITE_BUSY_TIMEOUT_MS}")
-        except Exception:  # noqa: BLE001 — never hand a short-timeout connection back
-            conn.invalidate()
+            if not store.is_sqlite(conn):
+                conn.execute(text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'"))
+            before = read_path.versions(conn, personas, lock=True)
+            for t in touches:
+                read_path.touch(conn, t.ids, t.stamp)
+            after = read_path.versions(conn, personas)
+    batches = [(np.array(t.ids, dtype=np.int64), t.day) for t in touches]
+    READ_CACHE.touched(url, batches, {p: (before[p], after[p]) for p in personas})
 
 
-def _as_datetime(now: datetime | str | None) -> datetime:
+TOUCHES = Toucher(_apply_touches)
+
+
+def as_datetime(now: datetime | str | None) -> datetime:
     when = datetime.fromisoformat(now or clock.now()) if not isinstance(now, datetime) else now
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

@@ -19,6 +19,7 @@ from datetime import datetime
 
 import numpy as np
 
+from memory_worker import settings as settings_mod
 from memory_worker import store
 from memory_worker.audience import Consent, scope_for, visible_memories
 from memory_worker.constants import V1_PROVEN_SCOPE
@@ -57,9 +58,9 @@ def recall(
     from memory_worker import reader  # the reader re-exports this function: import it late
 
     present = frozenset(int(u) for u in present)
-    when = reader._as_datetime(now)
-    eng = store.engine(url)
-    with eng.connect() as conn:
+    when = reader.as_datetime(now)
+    url = url or settings_mod.current().database_url
+    with store.engine(url).connect() as conn:
         room = load_room(conn, room_id)
         if room.incognito or k <= 0:
             return []
@@ -69,18 +70,15 @@ def recall(
         scopes = {persona: scope_for(persona, present, room, consent, proven_scope=proven_scope)}
         vector = query_vector if query_vector is not None else embed_query(query, url)
         if block_ids is None:
-            opened = reader._load_candidates(conn, scopes, when, room.topic_embedding, str(eng.url))
+            opened = reader.load_candidates(conn, scopes, when, room.topic_embedding, url)
             block_ids = block_of(opened[persona])
-        c = reader._load_candidates(conn, scopes, when, vector, str(eng.url))[persona]
+        c = reader.load_candidates(conn, scopes, when, vector, url, keep_cosines=False)[persona]
         wanted = top(c, scores(c), exclude=block_ids, k=k)
         rows = memories.rows_by_id(conn, wanted)
     found = [rows[i] for i in wanted if i in rows]
     got = visible_memories(persona, present, room, found, consent, proven_scope=proven_scope)
     if touch and got:
-        ids = [r.id for r in got]
-        moves = reader._touch(eng, ids, [persona], when)
-        if moves is not None:
-            reader.READ_CACHE.touched(str(eng.url), np.array(ids), reader._touch_day(when), moves)
+        reader.promise_touch(url, sorted(r.id for r in got), [persona], when)
     return got
 
 

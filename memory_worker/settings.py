@@ -137,6 +137,10 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         0, ge=0, le=65_535, validation_alias=AliasChoices("MW_METRICS_PORT", "metrics_port")
     )
+    # The reader's cache of ranking columns and vectors, per process, in bytes (read_cache.py).
+    read_cache_bytes: int = Field(
+        256 * 2**20, ge=0, validation_alias=AliasChoices("MW_READ_CACHE_BYTES", "read_cache_bytes")
+    )
     # Fix "today" for reproducible runs (the demo's cassette keys on the prompt, which holds it).
     today: str | None = Field(None, validation_alias=AliasChoices("MW_TODAY", "today"))
     # Signs the web page's session cookie (≥ 32 chars, checked by `serve`). Unset: random.

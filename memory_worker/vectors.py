@@ -1,16 +1,16 @@
-"""Vectors as int8, and cosine: quantise, unit rows, cosines, top-k. numpy only.
+"""Vectors as int8, and cosine: quantise, int8 matrices, cosines, top-k. numpy only.
 
-The one home of cosine in the project: the router's neighbours (`top_k`), the reader's topic
-relevance over cached unit rows (`cosines_to`) and over rows too many to cache (`cosines`) all
-compute it here. A persona holds hundreds of open rows, not millions (seed §6): a dot product
-over one persona's rows is the whole neighbour search, no vector database.
+The one home of cosine in the project: the router's neighbours (`top_k`), the ranking rule's
+relevance over rows (`cosines`) and the reader's over its cached int8 matrix (`int8_cosines`)
+all compute it here, with the same exact arithmetic. A persona holds hundreds of open rows,
+not millions (seed §6): a dot product over one persona's rows is the whole neighbour search,
+no vector database.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import cast
 
 import numpy as np
 
@@ -40,56 +40,9 @@ def from_b64(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"))
 
 
-def unit(blob: bytes) -> np.ndarray:
-    """One int8 vector as a unit float32 vector (a zero vector stays zero)."""
-    return normalise(np.frombuffer(blob, dtype=np.int8).astype(np.float32))
-
-
-def _all_of_length(blobs: Sequence[bytes | None], dims: int) -> bool:
-    """True when every blob is bytes of `dims` length, checked at C speed (len(None) raises)."""
-    try:
-        lengths = cast(Sequence[bytes], blobs)
-        return min(map(len, lengths)) == max(map(len, lengths)) == dims
-    except (TypeError, ValueError):  # a row without an embedding; no rows at all
-        return False
-
-
-def unit_rows(blobs: Sequence[bytes | None], dims: int) -> np.ndarray:
-    """int8 blobs → an (n, dims) matrix of unit float32 rows; a missing, odd-sized or zero blob
-    becomes a zero row (its cosine to anything is 0)."""
-    index: Sequence[int]
-    fit: Sequence[bytes]
-    if _all_of_length(blobs, dims):  # the common case: no per-row Python
-        index, fit = range(len(blobs)), cast(Sequence[bytes], blobs)
-    else:
-        index = [i for i, b in enumerate(blobs) if b is not None and len(b) == dims]
-        fit = [b for b in blobs if b is not None and len(b) == dims]
-    out = np.zeros((len(blobs), dims), dtype=np.float32)
-    if fit:
-        m = np.frombuffer(b"".join(fit), dtype=np.int8).reshape(len(fit), dims)
-        m = m.astype(np.float32)
-        norms = np.sqrt(np.einsum("ij,ij->i", m, m))
-        norms[norms == 0] = 1.0
-        out[np.asarray(index)] = m / norms[:, None]
-    return out
-
-
-def cosines_to(units: np.ndarray, query: bytes) -> np.ndarray:
-    """Cosine of each unit row to the int8 `query` (all 0 for a zero or mismatched query)."""
-    q = unit(query)
-    if not q.any() or units.ndim != 2 or units.shape[1] != q.shape[0]:
-        return np.zeros(units.shape[0])
-    return (units @ q).astype(np.float64)
-
-
 def cosines(blobs: Sequence[bytes | None], query: bytes) -> np.ndarray:
-    """Cosine of each int8 blob to the int8 `query`; 0 for a missing or wrong-sized blob.
-    Chunked, so 100,000 rows never become one 300 MB float matrix."""
-    out = np.zeros(len(blobs))
-    for start in range(0, len(blobs), COSINE_CHUNK_ROWS):
-        part = blobs[start : start + COSINE_CHUNK_ROWS]
-        out[start : start + len(part)] = cosines_to(unit_rows(part, len(query)), query)
-    return out
+    """Cosine of each int8 blob to the int8 `query`; 0 for a missing or wrong-sized blob."""
+    return int8_cosines(stack_int8(blobs, len(query)), query)
 
 
 def top_k(
@@ -101,3 +54,40 @@ def top_k(
     scores = cosines(blobs, query)
     order = np.argsort(-scores, kind="stable")[:k]
     return [(int(i), float(scores[i])) for i in order if scores[i] >= min_cosine]
+
+
+def stack_int8(blobs: Sequence[bytes | None], dims: int) -> np.ndarray:
+    """int8 blobs as an (n, dims) int8 matrix; a missing or wrong-sized blob is a zero row."""
+    try:  # the common case, every row embedded by the same model: no per-row Python
+        uniform = bool(blobs) and min(map(len, blobs)) == max(map(len, blobs)) == dims  # type: ignore[arg-type]
+    except TypeError:  # a row without an embedding
+        uniform = False
+    if uniform:
+        return np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(blobs), dims)  # type: ignore[arg-type]
+    out = np.zeros((len(blobs), dims), dtype=np.int8)
+    for i, b in enumerate(blobs):
+        if b is not None and len(b) == dims:
+            out[i] = np.frombuffer(b, dtype=np.int8)
+    return out
+
+
+def int8_cosines(m: np.ndarray, query: bytes) -> np.ndarray:
+    """Cosine of each int8 row of `m` to the int8 `query` (0 for a zero row), as float64.
+
+    Exact and order-free: every product and sum of int8 values stays below 2**24, so float32
+    holds it exactly and the result does not depend on how the sum is split. Through einsum,
+    never BLAS: numpy's matrix product would wake OpenBLAS's thread pool,
+    which on a busy host costs a room open more than the arithmetic (issue 10). Chunked, so
+    100k rows never become one 300 MB float32 copy.
+    """
+    out = np.zeros(m.shape[0])
+    t = np.frombuffer(query, dtype=np.int8).astype(np.float32)
+    t_norm = float(np.sqrt(np.einsum("i,i->", t, t)))
+    if t_norm == 0 or m.shape[0] == 0 or m.shape[1] != t.shape[0]:
+        return out
+    for start in range(0, m.shape[0], COSINE_CHUNK_ROWS):
+        part = m[start : start + COSINE_CHUNK_ROWS].astype(np.float32)
+        norms = np.sqrt(np.einsum("ij,ij->i", part, part))
+        norms[norms == 0] = 1.0
+        out[start : start + len(part)] = np.einsum("ij,j->i", part, t) / (norms * t_norm)
+    return out

@@ -19,11 +19,13 @@ from sqlalchemy import Engine, delete, event, insert, select, update
 
 from memory_worker import app_side, reader, store
 from memory_worker import tables as t
+from memory_worker import touch as touch_mod
 from memory_worker.app_side import UnknownRoom
 from memory_worker.audience import Consent, scope_for, visible_memories
 from memory_worker.constants import KINDS
 from memory_worker.reader import blocks_for_room, build_block, format_block
 from memory_worker.rows import Room, Row, human_id
+from memory_worker.storage import read_path
 from memory_worker.vectors import quantise
 
 NOW = "2026-12-01T12:00:00+00:00"
@@ -148,6 +150,7 @@ def test_a_second_open_reads_no_ranking_columns_and_renders_the_same_bytes(
     cast: dict[str, int], db: Engine
 ) -> None:
     first = build_block("warren", {DAN}, "dm", now=NOW).text
+    assert reader.flush_touches(timeout=10)  # the touch is in the store and in the cache
     selects = count_memory_selects(db)
     again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
     assert len(selects) == 1, "only the winners' rows: the ranking columns came from the cache"
@@ -195,6 +198,7 @@ def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
     selects = count_memory_selects(db)
     for day in range(2, 7):
         build_block("warren", {DAN}, "dm", now=f"2026-12-0{day}T09:00:00+00:00")  # touches
+        assert reader.flush_touches(timeout=10)
         later = f"2026-12-0{day}T21:00:00+00:00"
         before = len(selects)
         warm = build_block("warren", {DAN}, "dm", now=later, touch=False).text
@@ -362,10 +366,12 @@ def test_touch_sets_last_recalled_and_bumps_recall_count_for_loaded_rows_only(
 ) -> None:
     block = build_block("warren", {DAN}, "dm", now=NOW)
     assert block.touched
+    assert reader.flush_touches(timeout=10)
     after = recall(list(cast.values()))
     for name, i in cast.items():
         assert after[i] == ((NOW, 1) if i in block.row_ids else (None, 0)), name
     build_block("warren", {DAN}, "dm", now="2026-12-02T08:00:00+00:00")
+    assert reader.flush_touches(timeout=10)
     assert recall([cast["flat"]])[cast["flat"]] == ("2026-12-02T08:00:00+00:00", 2)
 
 
@@ -375,7 +381,7 @@ def test_no_touch_leaves_the_store_alone(cast: dict[str, int]) -> None:
     assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
 
 
-def test_a_held_writer_lock_neither_fails_nor_delays_the_read_and_the_touch_is_skipped(
+def test_a_held_writer_lock_neither_fails_nor_delays_the_read_and_the_touch_lands_after(
     cast: dict[str, int], db: Engine
 ) -> None:
     if not store.is_sqlite(db):
@@ -386,16 +392,25 @@ def test_a_held_writer_lock_neither_fails_nor_delays_the_read_and_the_touch_is_s
         start = time.perf_counter()
         block = build_block("warren", {DAN}, "dm", now=NOW)
         elapsed_ms = (time.perf_counter() - start) * 1000
+        assert not reader.flush_touches(timeout=0.3), "the touch waits for the writer"
+        assert all(v == (None, 0) for v in recall_raw(writer, block.row_ids).values())
     finally:
         writer.execute("ROLLBACK")
         writer.close()
     print(f"read under a held writer lock: {elapsed_ms:.1f} ms")
-    assert len(block.row_ids) == 5 and not block.touched
+    assert len(block.row_ids) == 5 and block.touched
     assert elapsed_ms < store.SQLITE_BUSY_TIMEOUT_MS / 2, "it did not wait out the busy timeout"
-    assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
-    with db.connect() as c:  # the pooled connection got its normal busy timeout back
-        timeout = c.exec_driver_sql("PRAGMA busy_timeout").scalar()
-        assert timeout == store.SQLITE_BUSY_TIMEOUT_MS
+    assert reader.flush_touches(timeout=10)
+    assert all(v == (NOW, 1) for v in recall(list(block.row_ids)).values()), "the promise kept"
+
+
+def recall_raw(conn: sqlite3.Connection, ids: tuple[int, ...]) -> dict[int, tuple]:
+    """last_recalled and recall_count as a connection outside SQLAlchemy reads them."""
+    marks = ",".join("?" * len(ids))
+    found = conn.execute(
+        f"SELECT id, last_recalled, recall_count FROM persona_memory WHERE id IN ({marks})", ids
+    )
+    return {i: (lr, rc) for i, lr, rc in found}
 
 
 def test_on_postgresql_a_writer_holding_the_rows_neither_fails_nor_delays_the_read(
@@ -409,20 +424,27 @@ def test_on_postgresql_a_writer_holding_the_rows_neither_fails_nor_delays_the_re
         block = build_block("warren", {DAN}, "dm", now=NOW)
         elapsed_ms = (time.perf_counter() - start) * 1000
     print(f"read under held row locks: {elapsed_ms:.1f} ms")
-    assert len(block.row_ids) == 5 and not block.touched
+    assert len(block.row_ids) == 5 and block.touched
     assert elapsed_ms < 2_500
-    assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
+    assert reader.flush_touches(timeout=10)
+    assert all(v == (NOW, 1) for v in recall(list(block.row_ids)).values())
 
 
-def test_a_failing_touch_never_fails_the_read(
-    cast: dict[str, int], monkeypatch: pytest.MonkeyPatch
+def test_a_failing_touch_never_fails_the_read_and_is_given_up_by_count(
+    cast: dict[str, int], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(*_: object) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(reader, "update", broken)
+    monkeypatch.setattr(read_path, "touch", broken)
+    monkeypatch.setattr(touch_mod, "RETRY_PAUSE_S", 0.01)
+    dropped = reader.TOUCHES.dropped
     block = build_block("warren", {DAN}, "dm", now=NOW)
-    assert len(block.row_ids) == 5 and not block.touched
+    assert len(block.row_ids) == 5
+    assert reader.flush_touches(timeout=10)
+    assert reader.TOUCHES.dropped == dropped + 1
+    assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
+    assert "touch dropped after 3 attempts: 1 opens, 5 rows" in caplog.text
 
 
 # --- isolation --------------------------------------------------------------------------------
@@ -530,9 +552,16 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
                 assert room.kind == "private" and len(present) == 1 and not room.incognito
 
 
+def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
+    """The rows the reader's audience index selects from the persona's cached columns."""
+    with store.engine(url).connect() as c:
+        rows = reader._fetch(c, [scope.persona], {scope.persona: 0})[scope.persona]
+    return set(rows.ids[reader.visible_index(rows, scope)].tolist())
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
-def test_the_sql_the_reader_pushes_down_selects_exactly_what_the_rule_admits(
+def test_the_readers_audience_index_selects_exactly_what_the_rule_admits(
     shared_url: str,
     world: tuple,  # type: ignore[type-arg]
 ) -> None:
@@ -541,18 +570,10 @@ def test_the_sql_the_reader_pushes_down_selects_exactly_what_the_rule_admits(
         for proven in (True, False):
             scope = scope_for(persona, present, room, consent, proven_scope=proven)
             seen = visible_memories(persona, present, room, rows, consent, proven_scope=proven)
-            want = {r.id for r in seen}
-            clause = reader._visible_clause(scope)
-            with store.engine(shared_url).connect() as c:
-                got = (
-                    set(c.execute(select(t.persona_memory.c.id).where(clause)).scalars())
-                    if clause is not None
-                    else set()
-                )
-            assert got == want
+            assert visible_ids(shared_url, scope) == {r.id for r in seen}
 
 
-def test_the_sql_pushed_down_for_dan_skips_promises_to_anyone_else(shared_url: str) -> None:
+def test_the_audience_index_for_dan_skips_promises_to_anyone_else(shared_url: str) -> None:
     specs = [
         ("warren", "self", DAN, set(), "promise", 5, False),
         ("warren", "self", CARA, set(), "promise", 5, False),
@@ -560,9 +581,7 @@ def test_the_sql_pushed_down_for_dan_skips_promises_to_anyone_else(shared_url: s
         ("warren", "world", DAN, set(), "event", 5, False),
     ]
     world = (specs, {DAN}, "private", False, {}, set())
-    present, room, consent, _ = load_world(shared_url, world)
-    clause = reader._visible_clause(scope_for("warren", present, room, consent))
-    pm = t.persona_memory.c
-    with store.engine(shared_url).connect() as c:
-        got = c.execute(select(pm.subject, pm.counterpart).where(clause)).all()
-        assert sorted(got, key=str) == [("self", "u:42"), ("world", None)]
+    present, room, consent, rows = load_world(shared_url, world)
+    got = visible_ids(shared_url, scope_for("warren", present, room, consent))
+    by_id = {r.id: (r.subject, r.counterpart) for r in rows}
+    assert sorted((by_id[i] for i in got), key=str) == [("self", "u:42"), ("world", None)]

@@ -1,0 +1,125 @@
+"""The touch (DESIGN.md read path step 5), off the caller's path: a bounded background flush.
+
+A room open promises `last_recalled = now, recall_count += 1` for the rows it loaded. The
+promise is queued here and one daemon thread applies what is queued, in order, in one write
+transaction that may wait out a busy writer — the room open never does. Bounded: at most
+MAX_PENDING touches wait; past that a room open waits for room in the queue rather than drop
+a promise. `flush()` (and the exit of the process) drains the queue. A forked child starts
+with an empty queue: its parent keeps its own promises.
+
+A touch that still fails after TOUCH_ATTEMPTS (the database gone, a lock never released) is
+logged by count and dropped: reinforcement is best effort, a room open never fails for it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 1024  # ours: touches waiting at most; the app waits past it rather than drop one
+TOUCH_ATTEMPTS = 3  # ours: a flush that keeps failing is dropped after this many tries
+RETRY_PAUSE_S = 0.2  # ours: between attempts (each may already have waited a busy timeout)
+EXIT_FLUSH_S = 5.0  # ours: how long the exit of the process waits for the queue to drain
+
+
+@dataclass(frozen=True)
+class Touch:
+    """One room open's promise: these rows of these personas were recalled at `stamp`."""
+
+    url: str
+    ids: tuple[int, ...]
+    personas: tuple[str, ...]
+    stamp: str  # ISO, to the second: what last_recalled becomes
+    day: float  # the same moment as Unix days, as the read cache ranks it
+
+
+Apply = Callable[[str, Sequence[Touch]], None]  # one database's touches, in order
+
+
+class Toucher:
+    """The queue of promised touches and the thread that applies them."""
+
+    def __init__(self, apply: Apply, max_pending: int = MAX_PENDING):
+        self._apply = apply
+        self._max = max_pending
+        self._pid = -1  # nothing started yet: importing starts nothing
+        self.dropped = 0  # touches given up on (logged by count)
+
+    def _ensure(self) -> None:
+        """Fresh state in a new process (first use, or a forked child), started lazily."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._cv = threading.Condition()
+        self._pending: list[Touch] = []
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="memory-touch", daemon=True)
+        self._thread.start()
+        atexit.register(self.flush, EXIT_FLUSH_S)
+
+    def promise(self, touch: Touch) -> None:
+        """Queue a touch; waits only while MAX_PENDING touches are already waiting."""
+        self._ensure()
+        with self._cv:
+            while len(self._pending) >= self._max:
+                self._cv.wait()
+            self._pending.append(touch)
+            self._cv.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every touch promised so far is applied (or given up). True if drained."""
+        if self._pid != os.getpid():
+            return True  # nothing promised in this process
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while self._pending or self._busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending:
+                    self._cv.wait()
+                batch, self._pending = self._pending, []
+                self._busy = True
+                self._cv.notify_all()  # room in the queue again
+            try:
+                by_url: dict[str, list[Touch]] = {}
+                for t in batch:
+                    by_url.setdefault(t.url, []).append(t)
+                for url, touches in by_url.items():
+                    self._apply_with_retries(url, touches)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def _apply_with_retries(self, url: str, touches: Sequence[Touch]) -> None:
+        for attempt in range(1, TOUCH_ATTEMPTS + 1):
+            try:
+                self._apply(url, touches)
+                return
+            except Exception as exc:  # noqa: BLE001 — a touch must never take the thread down
+                if attempt == TOUCH_ATTEMPTS:
+                    self.dropped += len(touches)
+                    rows = sum(len(t.ids) for t in touches)
+                    log.warning(
+                        "touch dropped after %d attempts: %d opens, %d rows (%s)",
+                        attempt,
+                        len(touches),
+                        rows,
+                        type(exc).__name__,
+                    )
+                    return
+                time.sleep(RETRY_PAUSE_S * attempt)
