@@ -121,9 +121,7 @@ def seed(url: str, size: int, rng: np.random.Generator) -> None:
         app_side.add_room(conn, "dm", "private", [f"u:{DAN}", PERSONA])
         app_side.add_room(conn, "topic", "private", [f"u:{DAN}", PERSONA])
         topic = rng.integers(-127, 128, DIMS, dtype=np.int8).tobytes()
-        conn.execute(
-            t.rooms.update().where(t.rooms.c.id == "topic").values(topic_embedding=topic)
-        )
+        conn.execute(t.rooms.update().where(t.rooms.c.id == "topic").values(topic_embedding=topic))
     batches = [(PERSONA, size, _visible), (PERSONA, size // 4, _noise)]
     batches += [(f"noise{p}", size // 10, _visible) for p in range(NOISE_PERSONAS)]
     for persona, n, about in batches:
@@ -276,7 +274,11 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         "fresh_x": statistics.median(fresh) / f,
     }
     for name, got in ms.items():
-        out[name] = {"med": statistics.median(got), "p95": p95(got), "x": statistics.median(got) / f}
+        out[name] = {
+            "med": statistics.median(got),
+            "p95": p95(got),
+            "x": statistics.median(got) / f,
+        }
     return out
 
 

@@ -47,7 +47,8 @@ class Block:
     `chars_current` counts the memory sentences the char cap limits (notes and the frame are
     outside it); it may pass `chars_limit` only by open loops and promises, which always ride.
     `row_ids_by_human` is keyed 'u:42' (the human a row is about, or a promise is to) and 'world'.
-    `touched` says whether `last_recalled` / `recall_count` were updated for this read.
+    `touched` says whether this read promised its touch (`last_recalled`, `recall_count`):
+    the reader applies it in the background; `reader.flush_touches()` waits for it.
     """
 
     persona: str

@@ -431,7 +431,7 @@ def test_on_postgresql_a_writer_holding_the_rows_neither_fails_nor_delays_the_re
 
 
 def test_a_failing_touch_never_fails_the_read_and_is_given_up_by_count(
-    cast: dict[str, int], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    cast: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(*_: object) -> None:
         raise RuntimeError("disk on fire")
@@ -444,7 +444,6 @@ def test_a_failing_touch_never_fails_the_read_and_is_given_up_by_count(
     assert reader.flush_touches(timeout=10)
     assert reader.TOUCHES.dropped == dropped + 1
     assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
-    assert "touch dropped after 3 attempts: 1 opens, 5 rows" in caplog.text
 
 
 # --- isolation --------------------------------------------------------------------------------
