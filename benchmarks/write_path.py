@@ -1,16 +1,26 @@
-"""Write-path throughput: spells per second through a real worker with a zero-latency model,
-beside a bare chain of five no-op Celery tasks on the same broker, in the same run.
+"""Write-path throughput and CPU: spells through a real worker, beside a bare chain of five
+no-op Celery tasks on the same broker, in the same run.
 
-    .venv/bin/python benchmarks/write_path.py [--spells 200] [--concurrency 8]
+    .venv/bin/python benchmarks/write_path.py [--spells 200] [--rounds 3] [--slow-spells 60]
 
-The model is the local Gemini stub (tests/stub_gemini.py) answering at once: what is left is
-our code, the google-genai client's HTTP, Celery, Redis and SQLite. Also prints the tokens a
-spell costs on the demo conversation (the replay provider's chars/4 estimate: no key here).
+1. Zero latency: the model is the local Gemini stub (tests/stub_gemini.py) answering at once,
+   so what is left is our code, the google-genai client's HTTP, Celery, Redis and SQLite.
+   Prints spells/s against no-op chains/s, and the worker's CPU ms per spell and per chain
+   (from /proc: user + system time of the worker process).
+2. CPU per step, in-process (thread CPU time of each step function, the stub excluded).
+3. A one-second model: the stub answers every call after 1 s; with the configured global rate
+   limit (MW_MODEL_CALLS_PER_SECOND, 10/s) and a model worker of 32 threads (the Procfile's),
+   model calls per second as a fraction of the limit.
+
+Also prints the tokens a spell costs on the demo conversation (the replay provider's chars/4
+estimate: no key here). Figures only, no assertions.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import statistics
 import sys
@@ -24,11 +34,19 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from memory_worker import app_side, embedded, local_worker, store  # noqa: E402
+from memory_worker import (  # noqa: E402
+    app_side,
+    embedded,
+    local_worker,
+    models,  # noqa: E402
+    store,
+)
 from memory_worker import settings as settings_mod  # noqa: E402
 from memory_worker import tables as t  # noqa: E402
 from tests.fakes import gemini_responder, transcript_ids  # noqa: E402
-from tests.stub_gemini import GeminiStub  # noqa: E402
+from tests.stub_gemini import GeminiStub, default_embed_responder  # noqa: E402
+
+MODEL_CALLS_PER_SPELL = 3  # extract, embed, route: each takes a slot of the global rate limit
 
 console = Console()
 
@@ -57,10 +75,11 @@ def extract_two(prompt: str) -> dict:
     }
 
 
-def seed_rooms(n: int) -> None:
+def seed_rooms(n: int, first: int = 0) -> None:
     with store.transaction() as conn:
-        app_side.add_persona(conn, "warren", "Warren")
-        for i in range(n):
+        if not first:
+            app_side.add_persona(conn, "warren", "Warren")
+        for i in range(first, first + n):
             room, human = f"dm-{i}", 1000 + i
             app_side.add_user(conn, human, f"Ada {i}")
             app_side.add_room(conn, room, "private", [f"u:{human}", "warren"])
@@ -84,14 +103,20 @@ def wait_until(count: callable, target: int, timeout: float = 180) -> float:  # 
     return time.perf_counter() - start
 
 
-def bench_spells(n: int) -> float:
+def cpu_ms(pid: int) -> float:
+    """User + system CPU time of a process so far, in ms (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def bench_spells(n: int, first: int = 0) -> float:
     from memory_worker import events
 
-    seed_rooms(n)
+    seed_rooms(n, first)
     start = time.perf_counter()
-    for i in range(n):
+    for i in range(first, first + n):
         events.room_quiet(f"dm-{i}")
-    wait_until(toasted, n)
+    wait_until(toasted, first + n)
     return n / (time.perf_counter() - start)
 
 
@@ -144,15 +169,67 @@ def demo_tokens() -> list[tuple[str, int, int]]:
     return out
 
 
+def step_cpu(n: int) -> dict[str, float]:
+    """CPU ms of each step function per spell, in this thread (the stub's threads excluded)."""
+    from memory_worker import models
+    from memory_worker.write import pipeline
+
+    s = settings_mod.current()
+    seed_rooms(n)
+    spent = dict.fromkeys(("begin", "extract", "embed", "route", "commit", "notify"), 0.0)
+    for i in range(n):
+        clock = time.thread_time
+        t0 = clock()
+        spell = pipeline.begin("warren", f"dm-{i}")
+        t1 = clock()
+        spell = pipeline.run_extract(spell, models.chat_model(s))  # type: ignore[arg-type]
+        t2 = clock()
+        spell = pipeline.run_embed(spell, models.embedder(s))
+        t3 = clock()
+        spell = pipeline.run_route(spell, models.chat_model(s))
+        t4 = clock()
+        outcome = pipeline.run_commit(spell)
+        t5 = clock()
+        pipeline.run_notify(spell, outcome.row_ids)
+        t6 = clock()
+        if i >= n // 5:  # the first fifth warms caches and connections
+            for k, a, b in zip(
+                spent, (t0, t1, t2, t3, t4, t5), (t1, t2, t3, t4, t5, t6), strict=True
+            ):
+                spent[k] += (b - a) * 1000.0
+    counted = n - n // 5
+    return {k: v / counted for k, v in spent.items()}
+
+
+def slow_model(stub: GeminiStub, latency_s: float) -> None:
+    """Every model call answers after `latency_s` (the stub serves each request in a thread)."""
+    chat = gemini_responder(extract_two)
+
+    def slow_chat(body: dict) -> object:
+        time.sleep(latency_s)
+        return chat(body)
+
+    def slow_embed(texts: list[str], dims: int) -> list[list[float]]:
+        time.sleep(latency_s)
+        return default_embed_responder(texts, dims)
+
+    stub.chat_responder = slow_chat
+    stub.embed_responder = slow_embed
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--spells", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--slow-spells", type=int, default=60, help="0 skips the 1 s model run")
+    p.add_argument("--latency", type=float, default=1.0)
+    p.add_argument("--json", type=Path, help="also write the figures here")
     a = p.parse_args()
 
     tokens = demo_tokens()
-    spell_rates, noop_rates = [], []
+    spell_rates, noop_rates, spell_cpu, noop_cpu = [], [], [], []
+    slow: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
         stub.chat_responder = gemini_responder(extract_two)
         state = Path(tmp) / "redis"
@@ -161,7 +238,10 @@ def main() -> None:
             settings_mod.Settings(broker_url=url, state_dir=state),
             model_requests_per_minute=6_000_000,
         )
-        settings_mod.configure(base)
+        settings_mod.configure(base.with_(database_url=f"sqlite:///{tmp}/steps.db"))
+        models.clear_cache()
+        store.init_db()
+        steps = step_cpu(60)
         from memory_worker.celery_app import app
 
         app.conf.broker_url = url
@@ -174,37 +254,107 @@ def main() -> None:
                     s, concurrency=a.concurrency, extra=["--include", "benchmarks.noop_tasks"]
                 )
                 local_worker.wait_ready(app)
+                before = cpu_ms(worker.pid)
                 noop_rates.append(bench_noop(a.spells))
+                middle = cpu_ms(worker.pid)
                 spell_rates.append(bench_spells(a.spells))
+                noop_cpu.append((middle - before) / a.spells)
+                spell_cpu.append((cpu_ms(worker.pid) - middle) / a.spells)
                 local_worker.stop(worker)
                 worker = None
+            if a.slow_spells:
+                slow = bench_slow(stub, base, tmp, a.slow_spells, a.latency)
         finally:
             if worker is not None:
                 local_worker.stop(worker)
             embedded.stop(state)
 
+    median = statistics.median
+    sm, nm = median(spell_rates), median(noop_rates)
+    figures = {
+        "spells_per_s": sm,
+        "chains_per_s": nm,
+        "ratio": sm / nm,
+        "worker_cpu_ms_per_spell": median(spell_cpu),
+        "worker_cpu_ms_per_chain": median(noop_cpu),
+        "step_cpu_ms": steps,
+        "slow": slow,
+        "tokens": tokens,
+    }
+    print_tables(a, figures, spell_rates, noop_rates)
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=1))
+
+
+def bench_slow(stub: GeminiStub, base, tmp: str, n: int, latency: float) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Spells through a model worker of 32 threads (the Procfile's) with a slow model, under
+    the default global rate limit: model calls per second against that limit."""
+    from memory_worker.celery_app import app
+
+    rate = settings_mod.Settings().model_calls_per_second
+    slow_model(stub, latency)
+    s = settings_mod.configure(
+        base.with_(database_url=f"sqlite:///{tmp}/slow.db", model_calls_per_second=rate)
+    )
+    store.init_db()
+    worker = local_worker.start(s, concurrency=32)
+    try:
+        local_worker.wait_ready(app)
+        warm = max(4, n // 6)
+        bench_spells(warm)  # fill the pipeline's threads and connections first
+        spells_per_s = bench_spells(n, first=warm)
+    finally:
+        local_worker.stop(worker)
+    calls_per_s = spells_per_s * MODEL_CALLS_PER_SPELL
+    return {
+        "latency_s": latency,
+        "rate_limit": rate,
+        "spells_per_s": spells_per_s,
+        "model_calls_per_s": calls_per_s,
+        "fraction_of_limit": calls_per_s / rate,
+    }
+
+
+def print_tables(a, f: dict, spell_rates: list[float], noop_rates: list[float]) -> None:  # type: ignore[no-untyped-def]
     table = Table(
         title=f"write path · {a.spells} spells x {a.rounds} rounds · "
-        f"threads pool, concurrency {a.concurrency}"
+        f"threads pool, concurrency {a.concurrency} · zero-latency model"
     )
-    table.add_column("what")
-    table.add_column("median /s", justify="right")
-    table.add_column("rounds", justify="right")
-    sm, nm = statistics.median(spell_rates), statistics.median(noop_rates)
+    for col, justify in (("what", "left"), ("median", "right"), ("rounds", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
     table.add_row(
-        "spells (extract→embed→route→commit→notify)",
-        f"{sm:.1f}",
+        "spells/s (extract→embed→route→commit→notify)",
+        f"{f['spells_per_s']:.1f}",
         " ".join(f"{x:.1f}" for x in spell_rates),
     )
     table.add_row(
-        "bare chain of five no-op tasks", f"{nm:.1f}", " ".join(f"{x:.1f}" for x in noop_rates)
+        "chains/s, five no-op tasks",
+        f"{f['chains_per_s']:.1f}",
+        " ".join(f"{x:.1f}" for x in noop_rates),
     )
-    table.add_row("ratio spell / no-op chain", f"{sm / nm:.2f}", "")
+    table.add_row("ratio spell / no-op chain", f"{f['ratio']:.2f}", "")
+    table.add_row("worker CPU ms per spell", f"{f['worker_cpu_ms_per_spell']:.1f}", "")
+    table.add_row("worker CPU ms per no-op chain", f"{f['worker_cpu_ms_per_chain']:.1f}", "")
     console.print(table)
+    st = Table(title="CPU ms per spell by step, in-process (the stub's threads excluded)")
+    for k in f["step_cpu_ms"]:
+        st.add_column(k, justify="right")
+    st.add_column("total", justify="right")
+    st.add_row(
+        *(f"{v:.2f}" for v in f["step_cpu_ms"].values()), f"{sum(f['step_cpu_ms'].values()):.1f}"
+    )
+    console.print(st)
+    if f["slow"]:
+        s = f["slow"]
+        console.print(
+            f"{s['latency_s']:.1f} s model, rate limit {s['rate_limit']:.0f} calls/s, model worker "
+            f"of 32 threads: {s['spells_per_s']:.2f} spells/s = {s['model_calls_per_s']:.1f} "
+            f"model calls/s = {s['fraction_of_limit']:.2f} of the limit"
+        )
     tt = Table(title="tokens per spell on the demo conversation (replay: chars/4 estimate)")
     for col in ("spell", "tokens in", "tokens out"):
         tt.add_column(col)
-    for label, tin, tout in tokens:
+    for label, tin, tout in f["tokens"]:
         tt.add_row(label, str(tin), str(tout))
     console.print(tt)
 

@@ -390,6 +390,9 @@ class GeminiStub:
 def _handler_for(stub: GeminiStub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "GeminiStub/1"
+        # Keep-alive, as the real API: HTTP/1.0 would make the SDK reconnect for every call,
+        # a cost production never pays (and the write benchmark would count it).
+        protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
             pass  # quiet: pytest shows the records when a test fails
