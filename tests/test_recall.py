@@ -78,6 +78,7 @@ def test_recall_never_returns_a_row_the_block_holds(db: Engine) -> None:
 def test_recall_touches_what_it_returns_and_nothing_else(db: Engine) -> None:
     ids = talk(db)
     got = reader.recall("warren", {DAN}, "dm", "sailing?", k=1, query_vector=SAIL, now=NOW)
+    assert reader.flush_touches(timeout=10)  # the touch is applied in the background
     pm = t.persona_memory.c
     with store.engine().connect() as c:
         touched = dict(c.execute(select(pm.id, pm.recall_count).where(pm.recall_count > 0)).all())
