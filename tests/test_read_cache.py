@@ -5,11 +5,10 @@ persona share one entry; a persona bigger than the bound ranks on the vectors th
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import Engine, create_engine, insert, update
 
 from memory_worker import app_side, reader, store
 from memory_worker import settings as settings_mod
@@ -99,25 +98,24 @@ def test_the_block_is_the_same_cold_warm_and_after_another_process_wrote(
 ) -> None:
     first = cold()
     assert first == texts(), "warm"
-    other = sqlite3.connect(db.url.database, isolation_level=None)  # another process's writes
-    if change == "a new row":
-        row = new_row(store_rows, "warren", "u:42", 999)
-        other.execute(
-            "INSERT INTO persona_memory (persona, subject, witnessed, room_id, kind, text, "
-            "importance, evidence, created, embedding) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [row[k] for k in ("persona", "subject", "witnessed", "room_id", "kind")]
-            + ["u:42 just moved to Lisbon.", 10, "[1]", "2026-11-30T10:00:00+00:00"]
-            + [row["embedding"]],
-        )
-    elif change == "a closed row":
-        winner = build_block("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
-        other.execute("UPDATE persona_memory SET valid_to = '2026-11-30' WHERE id = ?", (winner,))
-    elif change == "a touch":
-        other.execute(
-            "UPDATE persona_memory SET last_recalled = ?, recall_count = 1 WHERE id % 3 = 0",
-            ("2026-11-30T09:00:00+00:00",),
-        )
-    other.close()
+    other = create_engine(db.url.render_as_string(hide_password=False))  # not the reader's
+    pm = t.persona_memory.c
+    with other.begin() as c:
+        if change == "a new row":
+            row = new_row(store_rows, "warren", "u:42", 999)
+            row.update(text="u:42 just moved to Lisbon.", importance=10)
+            row.update(created="2026-11-30T10:00:00+00:00")
+            c.execute(insert(t.persona_memory).values(**row))
+        elif change == "a closed row":
+            winner = build_block("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
+            c.execute(update(t.persona_memory).where(pm.id == winner).values(valid_to="2026-11-30"))
+        elif change == "a touch":
+            c.execute(
+                update(t.persona_memory)
+                .where(pm.id % 3 == 0)
+                .values(last_recalled="2026-11-30T09:00:00+00:00", recall_count=1)
+            )
+    other.dispose()
     after = texts()  # a cache miss: refetched, vectors carried over
     carried = held("warren")
     assert after == cold()
