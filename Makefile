@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean install
+.PHONY: demo test lint bench perf clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/write_path.py
 	$(BIN)/python benchmarks/read_path.py
+
+# Regenerate docs/performance.md and its plot from one run of both benchmarks.
+perf: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m benchmarks.report
 
 clean:
 	rm -rf $(VENV) .memory_worker memory_worker.db .pytest_cache artefacts
