@@ -195,6 +195,19 @@ class ReadCache:
         if old is not None and old.vectors is not None and np.array_equal(old.ids, rows.ids):
             if old.vectors_from == start:  # the same rows (someone else touched some): share
                 return self._keep(key, replace(old, **_columns_of(rows)))
+        if (
+            old is not None
+            and old.vectors is not None
+            and start == old.vectors_from == 0
+            and np.array_equal(rows.ids[: len(old)], old.ids)
+        ):  # rows only added (the common write): extend rather than rebuild
+            new = rows.ids[len(old) :]
+            found = load(new.tolist()) if new.size else {}
+            more = stack_int8([found.get(int(i)) for i in new], dims)
+            out = replace(rows, vectors=np.concatenate([old.vectors, more]), vectors_from=0)
+            for topic, was in old.cosines.items():
+                out.cosines[topic] = np.concatenate([was, int8_cosines(more, topic)])
+            return self._keep(key, out)
         vectors = np.zeros((fit, dims), dtype=np.int8)
         have = np.zeros(fit, dtype=bool)
         clipped = np.zeros(fit, dtype=np.int64)
