@@ -5,17 +5,24 @@ mutes, and the personas' versions and names, folded into one UNION ALL) and `win
 few rows that made the blocks). `open_rows` and `embeddings` run only when a persona's
 version moved since this process last read it; `touch` runs off the caller's path.
 
-Statements are SQLAlchemy Core objects built at import, so a room open only binds values;
-SQLAlchemy's compiled cache then compiles each one once per process and dialect.
+The hot statements are SQLAlchemy Core, compiled to the driver's SQL once per process,
+dialect and IN-list shape (`Prepared`) and run with `exec_driver_sql`: a room open pays
+neither SQLAlchemy's statement building nor its cache-key walk (issue 10 measured both above
+SQLite's own work), and a fresh process compiles two small statements, not nine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     Connection,
+    CursorResult,
+    Executable,
     Integer,
     LargeBinary,
     Text,
@@ -43,6 +50,55 @@ UNKNOWN_KIND = len(KINDS)  # the kind code of a kind outside KINDS (ranked, neve
 IDS_PER_STATEMENT = 10_000  # an IN list this long stays under every driver's parameter cap
 
 Version = int  # persona_memory_versions.version: 0 before the persona's first row
+
+
+def _bucket(n: int) -> int:
+    """An IN list's length rounded up to a power of two, at least 1: a handful of shapes."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+class Prepared:
+    """A Core statement compiled once per dialect and IN-list shape, run as driver SQL.
+
+    `build` takes, for each name in `lists`, a list of bind parameters to put in an IN; a list
+    of values is padded to a power of two by repeating its last value (IN ignores repeats), and
+    an empty one holds the `lists` value given for it: one that matches no row.
+    """
+
+    def __init__(self, build: Callable[..., Executable], **lists: Any):
+        self._build = build
+        self._lists = tuple(lists)
+        self._nothing = lists
+        self._compiled: dict[tuple, tuple[str, tuple[str, ...] | None, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def execute(
+        self, conn: Connection, params: dict[str, Any], **lists: Sequence[Any]
+    ) -> CursorResult:
+        sizes = tuple(_bucket(len(lists[n])) for n in self._lists)
+        sql, order, constants = self._compile(conn, sizes)
+        values = {**constants, **params}
+        for name, size in zip(self._lists, sizes, strict=True):
+            items = list(lists[name]) or [self._nothing[name]]
+            items += items[-1:] * (size - len(items))
+            values.update({f"{name}_{i}": v for i, v in enumerate(items)})
+        args = tuple(values[k] for k in order) if order is not None else values
+        return conn.exec_driver_sql(sql, args)  # type: ignore[arg-type]
+
+    def _compile(self, conn: Connection, sizes: tuple[int, ...]) -> tuple[str, Any, dict]:
+        key = (conn.dialect.name, conn.dialect.paramstyle, sizes)
+        got = self._compiled.get(key)
+        if got is None:
+            with self._lock:
+                binds: dict[str, list[BindParameter]] = {
+                    name: [bindparam(f"{name}_{i}") for i in range(size)]
+                    for name, size in zip(self._lists, sizes, strict=True)
+                }
+                compiled = self._build(**binds).compile(dialect=conn.dialect)
+                order = tuple(compiled.positiontup or ()) if compiled.positional else None
+                # The statement's own literals (CASE values, constants) are bound too.
+                got = self._compiled[key] = (str(compiled), order, dict(compiled.params))
+        return got
 
 
 @dataclass(frozen=True)
@@ -78,12 +134,11 @@ def _tagged(tag: str, key, *, a=None, b=None, n1=None, n2=None, n3=None, blob=No
     ]
 
 
-def _context_statement():  # type: ignore[no-untyped-def]
+def _context_statement(present: list[BindParameter], personas: list[BindParameter]):  # type: ignore[no-untyped-def]
     r, m, u = t.rooms.c, t.room_members.c, t.users.c
     mute, v, p = t.persona_memory_mute.c, t.persona_memory_versions.c, t.personas.c
     room = bindparam("room")
-    present = bindparam("present", expanding=True)
-    asked = bindparam("personas", expanding=True)
+    asked = personas
 
     def ours(col):  # type: ignore[no-untyped-def]
         return or_(col.in_(select(m.member).where(m.room_id == room)), col.in_(asked))
@@ -111,15 +166,15 @@ def _context_statement():  # type: ignore[no-untyped-def]
     )
 
 
-CONTEXT = _context_statement()
+CONTEXT = Prepared(_context_statement, present=-1, personas="")  # no user -1, no persona ''
 
 
 def context(
     conn: Connection, room_id: str, present: Iterable[int], personas: Sequence[str]
 ) -> Context | None:
     """The context of a room open, or None for a room the store has never seen."""
-    found = conn.execute(
-        CONTEXT, {"room": room_id, "present": sorted(present), "personas": list(personas)}
+    found = CONTEXT.execute(
+        conn, {"room": room_id}, present=sorted(present), personas=sorted(personas)
     ).all()
     room = None
     members, member_humans, humans, memory_on = [], set(), {}, {}
@@ -175,7 +230,7 @@ REF = case((_pm.subject == SUBJECT_SELF, _pm.counterpart), else_=_pm.subject)
 IS_WORLD = case((_pm.subject == SUBJECT_WORLD, 1), else_=0)
 
 
-def _open_rows_statement(recalled):  # type: ignore[no-untyped-def]
+def _open_rows_statement(recalled, personas: list[BindParameter]):  # type: ignore[no-untyped-def]
     return select(
         _pm.id,
         _pm.persona,
@@ -186,22 +241,23 @@ def _open_rows_statement(recalled):  # type: ignore[no-untyped-def]
         recalled,
         func.length(_pm.text),
     ).where(
-        _pm.persona.in_(bindparam("personas", expanding=True)), _pm.valid_to.is_(None)
+        _pm.persona.in_(personas), _pm.valid_to.is_(None)
     )  # no ORDER BY: the index walks (persona, valid_to, subject); numpy sorts ids for less
 
 
 # SQLite: Unix days computed in C by julianday(); elsewhere the stamp itself, parsed in
 # Python (PostgreSQL's cast would fail the whole read on one stamp it cannot read).
 _TOUCHED = func.coalesce(_pm.last_recalled, _pm.created)
-OPEN_ROWS_SQLITE = _open_rows_statement(func.julianday(_TOUCHED) - literal(UNIX_EPOCH_JULIAN_DAY))
-OPEN_ROWS_OTHER = _open_rows_statement(_TOUCHED)
+_JULIAN = func.julianday(_TOUCHED) - literal(UNIX_EPOCH_JULIAN_DAY)
+OPEN_ROWS_SQLITE = Prepared(lambda personas: _open_rows_statement(_JULIAN, personas), personas="")
+OPEN_ROWS_OTHER = Prepared(lambda personas: _open_rows_statement(_TOUCHED, personas), personas="")
 
 
 def open_rows(conn: Connection, personas: Sequence[str]) -> list[tuple]:
     """Every open row of these personas as (id, persona, is_world, ref, kind code,
     importance, recalled, chars), in no order; `recalled` is Unix days on SQLite, else a stamp."""
     query = OPEN_ROWS_SQLITE if store.is_sqlite(conn) else OPEN_ROWS_OTHER
-    return conn.execute(query, {"personas": list(personas)}).all()  # type: ignore[return-value]
+    return query.execute(conn, {}, personas=list(personas)).all()  # type: ignore[return-value]
 
 
 EMBEDDINGS_BY_ID = select(_pm.id, _pm.embedding).where(_pm.id.in_(bindparam("ids", expanding=True)))
@@ -222,9 +278,12 @@ def embeddings(conn: Connection, persona: str, ids: Sequence[int], of_all: int) 
 
 # --- the winners ----------------------------------------------------------------------------
 
-WINNERS = select(
-    *(c for c in t.persona_memory.c if c.name != "embedding"), null().label("embedding")
-).where(_pm.id.in_(bindparam("ids", expanding=True)))
+WINNERS = Prepared(
+    lambda ids: select(
+        *(c for c in t.persona_memory.c if c.name != "embedding"), null().label("embedding")
+    ).where(_pm.id.in_(ids)),
+    ids=-1,  # ids start at 1
+)
 
 
 def winners(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
@@ -232,7 +291,7 @@ def winners(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
     if not ids:
         return {}
     return {
-        m["id"]: Row.from_mapping(m) for m in conn.execute(WINNERS, {"ids": list(ids)}).mappings()
+        m["id"]: Row.from_mapping(m) for m in WINNERS.execute(conn, {}, ids=list(ids)).mappings()
     }
 
 
