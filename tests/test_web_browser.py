@@ -270,6 +270,29 @@ def test_the_controls_are_reachable_by_keyboard(pipeline: Pipeline, dm, page) ->
     assert user(pipeline.db)["memory_on"] == 0
 
 
+UNNAMED_CONTROLS_JS = """
+() => [...document.querySelectorAll(
+    'button, a[href], input:not([type=hidden]), select, textarea, meter, summary')]
+  .filter(el => {
+    const labelled = (el.labels && el.labels.length > 0) || el.getAttribute('aria-label')
+      || el.getAttribute('aria-labelledby');
+    const text = ['BUTTON', 'A', 'SUMMARY'].includes(el.tagName) && el.textContent.trim();
+    return !(labelled || text);
+  })
+  .map(el => el.outerHTML.slice(0, 120))
+"""
+
+
+def test_every_control_has_a_name_for_screen_readers(pipeline: Pipeline, dm, page) -> None:  # type: ignore[no-untyped-def]
+    spell(pipeline, dm[-1])
+    page.reload()
+    assert page.evaluate(UNNAMED_CONTROLS_JS) == []
+    assert page.locator("html").get_attribute("lang") == "en"
+    assert page.locator("h1").count() == 1
+    page.get_by_role("link", name="Clear everything…").click()
+    assert page.evaluate(UNNAMED_CONTROLS_JS) == []
+
+
 # --- how it looks -----------------------------------------------------------------------------
 
 
