@@ -25,6 +25,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from memory_worker import settings as settings_mod
 from memory_worker import store
+from memory_worker.constants import RAIL_POLL_S
 from memory_worker.settings import ConfigError, redact
 from memory_worker.web import serve
 
@@ -100,7 +101,10 @@ def _cassette_answer(a: argparse.Namespace) -> int:
 
 
 def _serve(a: argparse.Namespace) -> int:
-    return serve.run(a.host, a.port, a.user)
+    if a.rail_poll_s <= 0:
+        print("error: --rail-poll-s must be a positive number of seconds", file=sys.stderr)
+        return 2
+    return serve.run(a.host, a.port, a.user, a.rail_poll_s)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -135,6 +139,12 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--user", type=int, help="print a one-time sign-in link for this user id")
     w.add_argument("--host", default=serve.DEFAULT_HOST, help="bind address (default: loopback)")
     w.add_argument("--port", type=int, default=serve.DEFAULT_PORT)
+    w.add_argument(
+        "--rail-poll-s",
+        type=float,
+        default=RAIL_POLL_S,
+        help="how often the rail reads the store between Redis nudges (default: 5)",
+    )
     w.set_defaults(run=_serve)
     return p
 

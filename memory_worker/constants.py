@@ -75,3 +75,4 @@ SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule
 
 # --- toasts reach the app (seed §5 "the toast"; issue 11) ---------------------------------
 TOAST_CHANNEL = "mw:toasts:u:{user_id}"  # Redis pub/sub, one channel per human; ids only
+RAIL_POLL_S = 5.0  # the page's rail reads the store this often between channel nudges

@@ -68,7 +68,9 @@ def dm(pipeline: Pipeline) -> list[int]:
 
 @pytest.fixture
 def served(pipeline: Pipeline) -> Iterator[Served]:
-    with serve(settings_mod.current(), "--user", str(DAN)) as s:
+    """The rail reads the store only every 10 minutes here: a toast that arrives within the
+    test came through the worker's Redis announcement."""
+    with serve(settings_mod.current(), "--user", str(DAN), "--rail-poll-s", "600") as s:
         yield s
 
 

@@ -92,6 +92,7 @@ class Stream:
     def __init__(self, client: httpx.Client, url: str):
         self.events: list[dict] = []
         self.opened = threading.Event()
+        self.listening = threading.Event()  # the server subscribed and read the store once
         self.arrived = threading.Condition()
         self._client, self._url = client, url
         self._stop = False
@@ -111,7 +112,9 @@ class Stream:
             for line in r.iter_lines():
                 if self._stop:
                     return
-                if line.startswith("event: "):
+                if line == ": listening":
+                    self.listening.set()
+                elif line.startswith("event: "):
                     current["event"] = line[7:]
                 elif line.startswith("data: "):
                     current["data"] = json.loads(line[6:])
@@ -158,3 +161,38 @@ def test_the_stream_needs_a_session(db: Engine, two_people) -> None:  # type: ig
     served, _ = two_people
     r = httpx.get(f"{served.base_url}/api/notices/stream")
     assert r.status_code == 401
+
+
+def test_without_redis_the_stream_still_delivers_from_the_store(db: Engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No Redis to listen to (the embedded one is not running): the rail reads the store."""
+    from memory_worker.settings import EMBEDDED
+
+    scenes.people(db)
+    settings = settings_mod.current().with_(broker_url=EMBEDDED, state_dir=tmp_path / "none")
+    with serve(settings, "--user", str(DAN)) as served, httpx.Client() as client:
+        assert any("read from the store" in line for line in served.output)
+        assert served.login_url
+        client.get(served.login_url, follow_redirects=True)
+        stream = Stream(client, f"{served.base_url}/api/notices/stream")
+        assert stream.opened.wait(10) and stream.status == 200
+        dans = add_notice(db, DAN, [add_row(db, "u:42", "u:42 owns a flat in Xuhui.")])
+        got = stream.wait_for(1)
+        stream.close()
+    assert [e["data"]["id"] for e in got if e.get("event") == "toast"] == [dans]
+
+
+def test_a_toast_arrives_on_the_channel_nudge_not_the_poll(db: Engine, redis_url: str) -> None:
+    """With the store read only every 10 minutes, a toast still arrives: the nudge did it."""
+    scenes.people(db)
+    settings = settings_mod.current().with_(broker_url=redis_url)
+    with serve(settings, "--user", str(DAN), "--rail-poll-s", "600") as served, httpx.Client() as c:
+        assert served.login_url
+        c.get(served.login_url, follow_redirects=True)
+        stream = Stream(c, f"{served.base_url}/api/notices/stream")
+        assert stream.listening.wait(10) and stream.status == 200
+        dans = add_notice(db, DAN, [add_row(db, "u:42", "u:42 owns a flat in Xuhui.")])
+        posted = toast_bus.ToastPosted(dans, DAN, "warren", "dm-dan", [1])
+        redis.Redis.from_url(redis_url).publish(toast_bus.channel(DAN), posted.to_message())
+        got = stream.wait_for(1, timeout=30)
+        stream.close()
+    assert [e["data"]["id"] for e in got if e.get("event") == "toast"] == [dans]

@@ -36,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from memory_worker import controls, store
-from memory_worker.constants import MEMORY_NOTE_MAX_CHARS
+from memory_worker.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S
 from memory_worker.storage import users
 from memory_worker.web import rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
@@ -305,6 +305,7 @@ def create_app(
     login_links: security.LoginLinks | None = None,
     redis_url: str | None = None,
     allowed_hosts: list[str] | None = None,
+    rail_poll_s: float = RAIL_POLL_S,
 ) -> Starlette:
     """The app. `redis_url` is where toasts are announced (None: the rail polls the store)."""
     routes: list[Route | Mount] = [
@@ -338,4 +339,5 @@ def create_app(
     )
     app.state.login_links = login_links or security.LoginLinks()
     app.state.redis_url = redis_url
+    app.state.rail_poll_s = rail_poll_s
     return app

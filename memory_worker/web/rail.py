@@ -2,8 +2,9 @@
 
 The stream serves only the signed-in user's toasts, read from the store through
 `controls.rail` (which filters by user). The user's Redis channel (`toast_bus`) is a
-nudge to read now; without Redis, or between nudges, the store is read every POLL_S — pub/sub
-may drop a message, the store never does. A channel message names ids only and is never
+nudge to read now; without Redis, or between nudges, the store is read every few seconds
+(`serve --rail-poll-s`, default `constants.RAIL_POLL_S`) — pub/sub may drop a message, the
+store never does. A channel message names ids only and is never
 trusted for what to show: a message naming another user's notice shows nothing.
 """
 
@@ -26,7 +27,6 @@ from memory_worker.web import security
 
 log = logging.getLogger(__name__)
 
-POLL_S = 5.0  # the store is read at least this often (and at once on a channel nudge)
 RETRY_MS = 3000  # the browser's reconnect delay (EventSource)
 USER_PARAMS = ("user", "user_id", "uid")  # the user is the session's, never the URL's
 
@@ -50,22 +50,29 @@ async def stream(request: Request) -> Response:
         after = after_id(request)
     except ValueError as e:
         return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
-    events = _events(uid, after, request.app.state.redis_url)
+    state = request.app.state
+    events = _events(uid, after, state.redis_url, state.rail_poll_s)
     return StreamingResponse(
         events, media_type="text/event-stream", headers={"x-accel-buffering": "no"}
     )
 
 
-async def _events(user_id: int, after: int, redis_url: str | None) -> AsyncIterator[str]:
+async def _events(
+    user_id: int, after: int, redis_url: str | None, poll_s: float
+) -> AsyncIterator[str]:
     nudges = await _subscribe(user_id, redis_url)
     try:
         yield f"retry: {RETRY_MS}\n\n"
+        first = True
         while True:
             new = await run_in_threadpool(controls.rail, user_id, after)
             for n in reversed(new):  # oldest first, so the client's cursor only moves forward
                 yield f"event: toast\nid: {n.id}\ndata: {json.dumps(asdict(n))}\n\n"
                 after = max(after, n.id)
-            if not await _wait_for_nudge(nudges):
+            if first:  # subscribed and caught up: from here on a nudge is enough
+                yield ": listening\n\n"
+                first = False
+            if not await _wait_for_nudge(nudges, poll_s):
                 yield ": still here\n\n"  # a comment keeps proxies from closing an idle stream
     finally:
         if nudges is not None:
@@ -81,19 +88,19 @@ async def _subscribe(user_id: int, redis_url: str | None):  # type: ignore[no-un
         await pubsub.subscribe(toast_bus.channel(user_id))
         return pubsub
     except (RedisError, OSError) as e:
-        log.warning("rail: no Redis channel (%s); reading the store every %ss", e, POLL_S)
+        log.warning("rail: no Redis channel (%s); reading the store now and then", e)
         return None
 
 
-async def _wait_for_nudge(pubsub) -> bool:  # type: ignore[no-untyped-def]
-    """True when a channel message came within POLL_S (what it says is not trusted)."""
+async def _wait_for_nudge(pubsub, poll_s: float) -> bool:  # type: ignore[no-untyped-def]
+    """True when a channel message came within `poll_s` (what it says is not trusted)."""
     if pubsub is None:
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(poll_s)
         return False
     try:
-        msg = await pubsub.get_message(timeout=POLL_S)
+        msg = await pubsub.get_message(timeout=poll_s)
     except (RedisError, OSError):
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(poll_s)
         return False
     return msg is not None
 

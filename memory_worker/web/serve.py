@@ -53,7 +53,7 @@ def check_store(user_id: int | None) -> None:
         ) from e
 
 
-def run(host: str, port: int, user_id: int | None) -> int:
+def run(host: str, port: int, user_id: int | None, rail_poll_s: float) -> int:
     import uvicorn
 
     from memory_worker.web.app import LOOPBACK_HOSTS, create_app
@@ -69,7 +69,13 @@ def run(host: str, port: int, user_id: int | None) -> int:
     links = LoginLinks()
     redis_url = toast_redis_url(s)
     hosts = LOOPBACK_HOSTS if is_loopback(host) else [*LOOPBACK_HOSTS, host]
-    app = create_app(secret_key=secret, login_links=links, redis_url=redis_url, allowed_hosts=hosts)
+    app = create_app(
+        secret_key=secret,
+        login_links=links,
+        redis_url=redis_url,
+        allowed_hosts=hosts,
+        rail_poll_s=rail_poll_s,
+    )
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
     if not is_loopback(host):
