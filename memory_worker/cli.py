@@ -8,6 +8,8 @@ block --persona P --present 42 [43 …] --room R
                             print the block a persona gets at room open, with its meter
 sweep                       enqueue every room whose cursor lags its last line
 parked                      list spells parked for an operator
+reembed [--batch N]         re-embed every row and room topic with the configured embedder
+                            (after a switch of MW_EMBEDDER); resumable, in batches
 cassette-answer MISS ANSWER add an authored answer for a replay miss to the cassette
 serve [--user 42] [--host 127.0.0.1] [--port 8420]
                             the human's page and toast rail on loopback (--user prints a
@@ -86,6 +88,24 @@ def _parked(_: argparse.Namespace) -> int:
     return 0
 
 
+def _reembed(a: argparse.Namespace) -> int:
+    from memory_worker import models
+    from memory_worker.write.reembed import reembed_store
+
+    embedder = models.embedder()
+    print(f"re-embedding {settings_mod.current().database_url} with {embedder.name}")
+    done = reembed_store(
+        embedder,
+        batch=a.batch,
+        on_batch=lambda p: print(f"  {p.rows} rows, {p.rooms} room topics", flush=True),
+    )
+    if done.done and not done.batches:
+        print(f"nothing to do: the store's vectors are already {embedder.name}'s")
+    else:
+        print(f"done: {done.rows} rows and {done.rooms} room topics are {embedder.name}'s")
+    return 0
+
+
 def _cassette_answer(a: argparse.Namespace) -> int:
     from memory_worker.models.replay import add_entry
 
@@ -129,6 +149,9 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(run=_block)
     sub.add_parser("sweep", help="enqueue rooms whose cursor lags").set_defaults(run=_sweep)
     sub.add_parser("parked", help="list parked spells").set_defaults(run=_parked)
+    r = sub.add_parser("reembed", help="re-embed rows and room topics with the configured embedder")
+    r.add_argument("--batch", type=int, default=128, help="texts per embedding call")
+    r.set_defaults(run=_reembed)
     c = sub.add_parser("cassette-answer", help="author a replay answer for a recorded miss")
     c.add_argument("miss", help="the request file a replay miss wrote (MW_REPLAY_MISSES_DIR)")
     c.add_argument("answer", help="a JSON file holding the answer")

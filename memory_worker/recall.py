@@ -25,6 +25,7 @@ from memory_worker.audience import Consent, scope_for, visible_memories
 from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.ranking import Candidates, scores, take
 from memory_worker.rows import Row
+from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, users
 from memory_worker.storage.rooms import load_room
 from memory_worker.vectors import quantise
@@ -99,8 +100,16 @@ def top(c: Candidates, score: np.ndarray, *, exclude: Collection[int], k: int) -
 
 def embed_query(query: str, url: str | None = None) -> bytes:
     """The message as an int8 vector from the configured embedder (imported only here: the
-    reader itself never loads a model)."""
+    reader itself never loads a model). Raises `EmbedderMismatch` when the store's vectors
+    are another model's: a cosine between the two would mean nothing."""
     from memory_worker import models
 
-    (vector,) = models.embedder().embed([query], purpose="query")
+    embedder = models.embedder()
+    with store.engine(url).connect() as conn:
+        have = store_embedder.identity(conn)
+    if have is not None and have.writer != (embedder.name, embedder.dims):
+        raise store_embedder.EmbedderMismatch(
+            store_embedder.mismatch(have, embedder.name, embedder.dims)
+        )
+    (vector,) = embedder.embed([query], purpose="query")
     return quantise(vector)

@@ -150,6 +150,21 @@ persona_memory_mute = Table(
     PrimaryKeyConstraint("user_id", "persona"),
 )
 
+store_embedder = Table(
+    "store_embedder",
+    metadata,
+    # One row (id 1): which embedder made this store's vectors, so another one's are never
+    # mixed in (cosines across two models mean nothing). `pending_*` and the `after_*` cursors
+    # are a `memory-worker reembed` under way: resumable, batch by batch.
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("name", Text, nullable=False),
+    Column("dims", Integer, nullable=False),
+    Column("pending_name", Text, nullable=True),
+    Column("pending_dims", Integer, nullable=True),
+    Column("after_row_id", Integer, nullable=False, server_default="0"),
+    Column("after_room_id", Text, nullable=False, server_default=""),
+)
+
 # --- the worker's bookkeeping -------------------------------------------------------------
 
 cursors = Table(

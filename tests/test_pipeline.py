@@ -12,7 +12,9 @@ from sqlalchemy import Engine, select
 
 from memory_worker import app_side, events
 from memory_worker import tables as t
+from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.tasks.rooms import sweep
+from memory_worker.vectors import quantise
 from tests.fakes import candidate, gemini_responder, transcript_ids
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
@@ -261,3 +263,23 @@ def test_a_rooms_topic_vector_is_computed_off_the_floor(pipeline: Pipeline, dm) 
         time.sleep(0.02)
     assert vector is not None and len(vector) == 768
     assert pipeline.stub.count("embed") == 1 and pipeline.stub.count("chat") == 0
+
+
+def test_a_rename_embeds_the_rows_that_name_the_human_again_through_the_worker(
+    pipeline: Pipeline,
+    dm,  # type: ignore[no-untyped-def]
+) -> None:
+    events.room_quiet("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
+    hashing = HashingEmbedder()
+    want = {
+        r["id"]: quantise(hashing.vector(r["text"].replace("u:42", "Zebulon")))
+        for r in rows(pipeline.db)
+    }
+    assert all(r["embedding"] != want[r["id"]] for r in rows(pipeline.db))  # embedded as "Dan"
+    events.user_renamed(DAN, "Zebulon")
+    deadline = time.monotonic() + 60
+    while {r["id"]: r["embedding"] for r in rows(pipeline.db)} != want:
+        assert time.monotonic() < deadline, "the renamed human's rows were not embedded again"
+        time.sleep(0.05)
+    assert [r["text"][:5] for r in rows(pipeline.db)] == ["u:42 ", "u:42 "]  # the text keeps the id

@@ -71,6 +71,7 @@ class ChatModel(Protocol):
 
 
 class Embedder(Protocol):
+    name: str  # the model, as the store records it: vectors of two names never mix
     dims: int
 
     def embed(self, texts: list[str], *, purpose: str) -> list[list[float]]:

@@ -306,6 +306,7 @@ class GeminiEmbedder:
         self.settings = settings
         self.model = settings.embed_model
         self.dims = dims
+        self.name = f"gemini/{self.model}"  # what the store records (storage.embedder)
         self._client = client if client is not None else make_client(settings)
 
     def embed(self, texts: list[str], *, purpose: str) -> list[list[float]]:

@@ -79,6 +79,8 @@ def _buckets(token: str, dims: int) -> list[tuple[int, float]]:
 class HashingEmbedder:
     """Deterministic, offline `Embedder`: the same text gives the same unit vector everywhere."""
 
+    name = "hashing"  # what the store records (storage.embedder)
+
     def __init__(self, dims: int = EMBEDDING_DIMS):
         if dims <= 0:
             raise ValueError(f"dims must be positive, got {dims}")

@@ -198,6 +198,29 @@ def all_rows(conn: Connection) -> list[Row]:
     return _rows(conn, pm.id.is_not(None))
 
 
+# --- vectors (the embedder's upkeep: a switch of embedder, a rename) ------------------------
+
+
+def texts_after(conn: Connection, after_id: int, limit: int) -> list[tuple[int, str]]:
+    """(id, text) of up to `limit` rows with an id above `after_id`, by id: a re-embedding's
+    next batch. Every row, open or closed (an undo can reopen a closed one)."""
+    query = select(pm.id, pm.text).where(pm.id > after_id).order_by(pm.id).limit(limit)
+    return [(int(i), str(text)) for i, text in conn.execute(query)]
+
+
+def texts_naming(conn: Connection, user_id: int) -> list[tuple[int, str]]:
+    """(id, text) of every row whose text may name `u:<user_id>` (a superset: `u:4` also
+    matches `u:42`; re-embedding a row that did not need it changes nothing)."""
+    query = select(pm.id, pm.text).where(pm.text.contains(human_ref(user_id))).order_by(pm.id)
+    return [(int(i), str(text)) for i, text in conn.execute(query)]
+
+
+def set_embeddings(conn: Connection, vectors: Iterable[tuple[int, bytes]]) -> None:
+    """Store new int8 vectors by row id."""
+    for row_id, blob in vectors:
+        conn.execute(update(t.persona_memory).where(pm.id == row_id).values(embedding=blob))
+
+
 # --- the human's deletes --------------------------------------------------------------------
 
 

@@ -100,6 +100,17 @@ def set_topic_embedding(conn: Connection, room_id: str, vector: bytes) -> None:
 # --- reads ----------------------------------------------------------------------------------
 
 
+def topics_after(conn: Connection, after_room_id: str, limit: int) -> list[tuple[str, str]]:
+    """(id, topic) of up to `limit` rooms with a topic and an id above `after_room_id`, by id."""
+    query = (
+        select(r.id, r.topic)
+        .where(r.topic.is_not(None), r.id > after_room_id)
+        .order_by(r.id)
+        .limit(limit)
+    )
+    return [(str(i), str(topic)) for i, topic in conn.execute(query)]
+
+
 def require_room(conn: Connection, room_id: str) -> None:
     """Raise UnknownRoom unless the room exists."""
     if conn.execute(select(r.id).where(r.id == room_id)).first() is None:

@@ -26,6 +26,12 @@ def add_user(conn: Connection, user_id: int, name: str, *, memory_on: bool = Tru
     return user_id
 
 
+def rename_user(conn: Connection, user_id: int, name: str) -> None:
+    """A new display name; LookupError for an unknown user. Rows keep naming them `u:<id>`."""
+    require_user(conn, user_id)
+    conn.execute(update(t.users).where(u.id == user_id).values(name=name))
+
+
 def require_user(conn: Connection, user_id: int) -> None:
     if conn.execute(select(u.id).where(u.id == user_id)).first() is None:
         raise LookupError(f"unknown user {user_id}")

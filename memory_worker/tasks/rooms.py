@@ -1,4 +1,5 @@
-"""Room-level tasks: the fan-out on a quiet room, the daily sweep, the room's topic vector."""
+"""Room-level tasks: the fan-out on a quiet room, the daily sweep, the room's topic vector,
+and a renamed human's rows embedded again."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from memory_worker.celery_app import app
 from memory_worker.storage import rooms
 from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.tasks.pipeline import spell_chain
-from memory_worker.write import pipeline
-from memory_worker.write.embed import embed_topic
+from memory_worker.write import pipeline, reembed
+from memory_worker.write.embed import embed_topic, require_store_embedder
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,21 @@ def room_topic(room_id: str) -> bool:
         topic = rooms.topic(conn, room_id)
     if not topic:
         return False
-    vector = embed_topic(models.embedder(), topic)
+    embedder = models.embedder()
+    require_store_embedder(embedder)  # another model's vector would mean nothing here
+    vector = embed_topic(embedder, topic)
     with store.transaction() as conn:
         rooms.set_topic_embedding(conn, room_id, vector)
     return True
+
+
+@app.task(
+    name="memory_worker.reembed_user",
+    autoretry_for=(models.base.TransientModelError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def reembed_user(user_id: int) -> int:
+    """After a rename: embed again the rows that name the human, off the floor. Returns how
+    many rows were embedded."""
+    return reembed.reembed_rows_naming(models.embedder(), user_id)

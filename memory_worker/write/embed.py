@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from memory_worker import store
 from memory_worker.constants import HUMAN_PREFIX
 from memory_worker.models.base import Embedder
 from memory_worker.rows import Candidate
+from memory_worker.storage import embedder as store_embedder
 from memory_worker.vectors import quantise, to_b64
 
 _HUMAN_REF = re.compile(rf"\b{re.escape(HUMAN_PREFIX)}(\d+)\b")
@@ -49,3 +51,14 @@ def embeddable_text(text: str, names: Mapping[int, str]) -> str:
 def humans_named(texts: Iterable[str]) -> set[int]:
     """The ids of every human the texts name as `u:N`."""
     return {int(m) for text in texts for m in _HUMAN_REF.findall(text)}
+
+
+def require_store_embedder(embedder: Embedder, url: str | None = None) -> None:
+    """Raise `EmbedderMismatch` unless `embedder` may write vectors into the store (the first
+    to write claims it). One small read when it may; a write only to claim."""
+    with store.engine(url).connect() as conn:
+        have = store_embedder.identity(conn)
+    if have is not None and have.writer == (embedder.name, embedder.dims):
+        return
+    with store.transaction(url) as conn:
+        store_embedder.check(conn, embedder.name, embedder.dims)

@@ -14,6 +14,7 @@ from memory_worker import clock, store
 from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
 from memory_worker.rows import Candidate, Spell, concerned
 from memory_worker.storage import memories, notices, rooms, users
+from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.write import commit, embed, extract, notify, route
 from memory_worker.write import spell as spells
 from memory_worker.write.ask import ask_json
@@ -83,6 +84,11 @@ def run_embed(spell: Spell, embedder: Embedder) -> Spell:
     if spell.done or not spell.candidates:
         return spell
     cands = [Candidate.from_json(c) for c in spell.candidates]
+    try:
+        embed.require_store_embedder(embedder)
+    except EmbedderMismatch as e:
+        spell.parked = str(e)  # no retry fixes it: an operator switches back or re-embeds
+        return spell
     with store.engine().connect() as conn:
         names = users.user_names(conn, sorted(embed.humans_named(c.text for c in cands)))
     spell.candidates = [c.to_json() for c in embed.embed_candidates(embedder, cands, names)]
