@@ -7,6 +7,7 @@ embedded Redis). Every choice below is a DESIGN.md contract or trap.
 from celery.schedules import crontab
 from kombu import Exchange, Queue
 
+from memory_worker import settings as settings_mod
 from memory_worker.constants import (
     QUEUE_COMMIT,
     QUEUE_EMBED,
@@ -56,17 +57,36 @@ task_routes = {
     "memory_worker.reembed_user": {"queue": QUEUE_EMBED},
     "memory_worker.commit": {"queue": QUEUE_COMMIT},
     "memory_worker.notify_toast": {"queue": QUEUE_NOTIFY},
+    "memory_worker.deliver_toasts": {"queue": QUEUE_NOTIFY},
     "memory_worker.on_room_quiet": {"queue": QUEUE_EVENTS},
     "memory_worker.sweep": {"queue": QUEUE_EVENTS},
+    "memory_worker.sweep_recent": {"queue": QUEUE_EVENTS},
 }
 
-# The daily sweep finds rooms whose cursor lags their last line (a lost message, a park).
+# A publish (the next step of a chain, a fan-out, a retry) waits out a short broker outage:
+# kombu retries it for ~30 s before the task fails and retries itself.
+task_publish_retry = True
+task_publish_retry_policy = {
+    "max_retries": 10,
+    "interval_start": 0.2,
+    "interval_step": 1.0,
+    "interval_max": 5.0,
+}
+
+# The sweeps: the queue is not the source of truth, the cursors and the outbox are. Every few
+# minutes, rooms whose lines waited longer than MW_SWEEP_LAG_S (a lost message, a killed
+# worker, a park) and undelivered toasts — over recent lines only, on an index; once a day,
+# everything.
 timezone = "UTC"
 beat_schedule = {
+    "frequent-sweep": {
+        "task": "memory_worker.sweep_recent",
+        "schedule": settings_mod.current().sweep_every_s,  # MW_SWEEP_EVERY_S
+    },
     "daily-sweep": {
         "task": "memory_worker.sweep",
         "schedule": crontab(hour=SWEEP_HOUR_UTC, minute=0),
-    }
+    },
 }
 
 worker_send_task_events = True  # Flower watches the write jobs

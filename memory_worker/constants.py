@@ -72,6 +72,7 @@ INFLIGHT_TTL_S = 1800  # outlives a chain's retries (≤ 5 × 300 s), far below 
 
 # --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
 SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule
+SWEEP_WINDOW_S = 86_400.0  # the frequent sweep reads lines of the last day (older: the daily)
 
 # --- toasts reach the app (seed §5 "the toast"; issue 11) ---------------------------------
 TOAST_CHANNEL = "mw:toasts:u:{user_id}"  # Redis pub/sub, one channel per human; ids only

@@ -185,6 +185,8 @@ class Spell:
     parked: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
+    model_calls: int = 0  # sent for this spell, re-asks and embeddings included (the log)
+    began: float = field(default=0.0, compare=False)  # epoch s at begin: the log's duration
 
     @property
     def key(self) -> str:

@@ -126,12 +126,19 @@ class Settings(BaseSettings):
     spell_max_chars: int = Field(
         24_000, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_CHARS", "spell_max_chars")
     )
-    # The frequent sweep re-enqueues rooms whose cursor has lagged their last line this long.
+    # The frequent sweep (every `sweep_every_s`, beat) re-enqueues rooms whose lines waited
+    # longer than `sweep_lag_s` and delivers toasts left undelivered that long.
     sweep_lag_s: float = Field(
         300.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_LAG_S", "sweep_lag_s"),
+    )
+    sweep_every_s: float = Field(
+        120.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),
     )
     # Prometheus metrics and /healthz on 127.0.0.1:<port>; 0 = off (one port per process).
     metrics_port: int = Field(

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 metadata = MetaData()
@@ -73,6 +74,7 @@ lines = Table(
     Column("text", Text, nullable=False),
     Column("created", Text, nullable=False),
     Index("ix_lines_room_id_id", "room_id", "id"),
+    Index("ix_lines_created", "created"),  # the frequent sweep scans recent lines only
 )
 
 notices = Table(
@@ -90,8 +92,17 @@ notices = Table(
     Column("spell_key", Text, nullable=False),  # persona/room/last line: one toast per spell
     Column("created", Text, nullable=False),
     Column("undone", Integer, nullable=False, server_default="0"),
+    # The outbox: written with the rows in the commit's transaction, 1 once `notify_toast`
+    # handed it to the app's channel; the sweep finds the ones still 0.
+    Column("delivered", Integer, nullable=False, server_default="0"),
     UniqueConstraint("spell_key", "user_id", name="uq_notices_spell_user"),
     Index("ix_notices_user_id", "user_id"),
+    Index(
+        "ix_notices_undelivered",
+        "created",
+        sqlite_where=text("delivered = 0"),
+        postgresql_where=text("delivered = 0"),
+    ),
     sqlite_autoincrement=True,
 )
 

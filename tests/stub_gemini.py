@@ -183,6 +183,9 @@ class GeminiStub:
     # Like the real API's context window: a chat prompt longer than this many characters is
     # refused with Gemini's own 400 ("exceeds the maximum number of tokens"). None: no limit.
     max_prompt_chars: int | None = None
+    # Called for a request no queued fault matched: a Fault to answer with, or None (the fault
+    # benchmarks fail a share of calls at random this way).
+    chaos: Callable[[str], Fault | None] | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     _faults: deque[Fault] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -279,7 +282,7 @@ class GeminiStub:
                 if fault.matches(kind):
                     del self._faults[i]
                     return fault
-        return None
+        return self.chaos(kind) if self.chaos is not None else None
 
     @property
     def pending_faults(self) -> int:

@@ -20,7 +20,7 @@ from tenacity import Retrying, stop_after_delay, wait_fixed
 
 from memory_worker import demo, store
 from memory_worker import tables as t
-from tests.test_worker_loss import other_database
+from tests.worker import spare_database
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
@@ -67,7 +67,7 @@ def test_the_procfile_runs_from_a_fresh_checkout_and_stops_cleanly(
         shutil.copy(REPO / name, checkout / name)
     db_url = f"sqlite:///{checkout / 'memory.db'}"
     store.init_db(db_url)
-    broker_url = other_database(other_database(redis_url))
+    broker_url = spare_database(redis_url, 2)
     ports = {"model": free_port(), "commit": free_port(), "events": free_port()}
     flower_port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "FLOWER"))}

@@ -54,6 +54,15 @@ def worker(redis_url: str):  # type: ignore[no-untyped-def]
         yield w
 
 
+def spare_database(url: str, n: int) -> str:
+    """The same Redis, database `n` away from the session's (n = 1, 2, 3...: each test that
+    runs workers of its own takes its own), so the session's worker never takes their
+    messages. 15 (the host's, ours) → 14, 13...; 0 (the embedded one) → 1, 2..."""
+    head, _, tail = url.rpartition("/")
+    db = int(tail) if tail.isdigit() else 0
+    return f"{head}/{db - n if db >= 8 else db + n}"
+
+
 @dataclass
 class Pipeline:
     """What a pipeline test holds: the store, the stub model server, and ways to wait."""

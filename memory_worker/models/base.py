@@ -57,6 +57,7 @@ class ChatResult(Generic[T]):
     parsed: T
     usage: Usage
     raw: str
+    calls: int = 1  # model calls it took, a re-ask after a malformed answer included
 
 
 class ChatModel(Protocol):

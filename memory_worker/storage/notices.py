@@ -111,3 +111,29 @@ def reword(conn: Connection, notice_id: int, text: str, row_ids: list[int]) -> N
     """A toast after some of its rows were deleted: new wording, only the rows still there."""
     values = dict(text=text, row_ids=json.dumps(row_ids))
     conn.execute(update(t.notices).where(n.id == notice_id).values(**values))
+
+
+# --- the outbox -------------------------------------------------------------------------------
+
+
+def undelivered(conn: Connection, spell_key: str) -> list[Notice]:
+    """The spell's notices not yet handed to the app's channel, oldest first."""
+    q = select(t.notices).where(n.spell_key == spell_key, n.delivered == 0).order_by(n.id)
+    return [_notice(r) for r in conn.execute(q)]
+
+
+def mark_delivered(conn: Connection, notice_ids: list[int]) -> None:
+    if notice_ids:
+        conn.execute(update(t.notices).where(n.id.in_(notice_ids)).values(delivered=1))
+
+
+def waiting_spells(conn: Connection, written_before: str) -> list[str]:
+    """Spell keys with a notice written before `written_before` and still undelivered (the
+    sweep: a `notify_toast` message lost with the broker). Reads the partial index only."""
+    q = (
+        select(n.spell_key)
+        .where(n.delivered == 0, n.created < written_before)
+        .distinct()
+        .order_by(n.spell_key)
+    )
+    return list(conn.execute(q).scalars())

@@ -190,10 +190,22 @@ def lines_between(conn: Connection, room_id: str, after: int, last: int) -> list
     return [Line(*row) for row in found]
 
 
-def lagging_rooms(conn: Connection) -> list[str]:
-    """Rooms (not incognito) where some persona member's cursor is behind the last line."""
+def lagging_rooms(
+    conn: Connection, *, written_before: str | None = None, written_after: str | None = None
+) -> list[str]:
+    """Rooms (not incognito) where some persona member's cursor is behind the last line.
+
+    With `written_before` only lines written before then count (a room that has waited long
+    enough); with `written_after` only lines written since (the frequent sweep's cheap window,
+    on `ix_lines_created`; the daily sweep looks at everything).
+    """
     c = t.cursors.c
-    last = select(ln.room_id, func.max(ln.id).label("last_id")).group_by(ln.room_id).subquery()
+    last_q = select(ln.room_id, func.max(ln.id).label("last_id"))
+    if written_before is not None:
+        last_q = last_q.where(ln.created < written_before)
+    if written_after is not None:
+        last_q = last_q.where(ln.created >= written_after)
+    last = last_q.group_by(ln.room_id).subquery()
     q = (
         select(m.room_id)
         .join(t.rooms, r.id == m.room_id)

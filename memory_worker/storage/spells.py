@@ -110,3 +110,19 @@ def parked(conn: Connection) -> list[Row]:
         .order_by(s.created)
     )
     return list(conn.execute(query).all())
+
+
+def resolve_parked(conn: Connection, persona: str, room_id: str, through_line_id: int) -> int:
+    """Parked spells whose lines a committed spell now covers no longer need an operator:
+    marked 'resolved'. Returns how many."""
+    res = conn.execute(
+        update(t.spells)
+        .where(
+            s.persona == persona,
+            s.room_id == room_id,
+            s.status == "parked",
+            s.last_line_id <= through_line_id,
+        )
+        .values(status="resolved", reason=f"covered by a later spell (through {through_line_id})")
+    )
+    return int(res.rowcount or 0)

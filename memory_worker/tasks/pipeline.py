@@ -9,14 +9,17 @@ database.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+import redis
 from celery import Task, chain
 from celery.canvas import Signature
 from celery.exceptions import Ignore
+from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
-from memory_worker import broker, models, toast_bus
+from memory_worker import broker, metrics, models, spell_log, toast_bus
 from memory_worker.celery_app import app
 from memory_worker.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
 from memory_worker.rows import Spell
@@ -42,10 +45,19 @@ def route(self: ModelStep, spell: Message) -> Message:
     return self.run_step(spell, lambda s: pipeline.run_route(s, models.chat_model()))
 
 
+class ToastNotPublished(Exception):
+    """The human's channel could not be told; the toast stays undelivered and is retried."""
+
+
+# A publish that fails after kombu's own retries (task_publish_retry_policy) fails the task,
+# which retries later; what still gets lost is found by the sweep (cursors, the outbox).
+BROKER_ERRORS = (KombuOperationalError, redis.exceptions.ConnectionError, ToastNotPublished)
+
+
 @app.task(
     name="memory_worker.commit",
     bind=True,
-    autoretry_for=(OperationalError,),  # "database is locked" past the busy timeout
+    autoretry_for=(OperationalError, *BROKER_ERRORS),  # a locked database; a broker away
     retry_backoff=True,
     retry_backoff_max=60,
     max_retries=DB_MAX_RETRIES,
@@ -53,7 +65,9 @@ def route(self: ModelStep, spell: Message) -> Message:
 def commit(self: Task, spell: Message) -> Message:
     """The single writer. A stale view of the open rows sends the spell back to the router."""
     s = Spell.from_json(spell)
+    started = time.perf_counter()
     outcome = pipeline.run_commit(s)
+    metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
     if outcome.status == "stale":
         if s.reroutes >= STALE_REROUTES_MAX:
             s.parked = f"open rows kept changing under the router ({s.reroutes} re-routes)"
@@ -63,29 +77,47 @@ def commit(self: Task, spell: Message) -> Message:
             log.info("spell %s: open rows changed since routing; routing again", s.key)
             chain(route.s(s.to_json()), commit.s(), notify_toast.s()).apply_async()
             raise Ignore()
-    log.info("spell %s: %s, rows %s", s.key, outcome.status, outcome.row_ids)
+    spell_log.finished(s, outcome.status, len(outcome.row_ids))
     return {"spell": s.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
 
 @app.task(
     name="memory_worker.notify_toast",
-    autoretry_for=(OperationalError,),
+    autoretry_for=(OperationalError, *BROKER_ERRORS),
     retry_backoff=True,
     max_retries=DB_MAX_RETRIES,
 )
 def notify_toast(result: Message) -> int:
-    """Store the toasts, then tell each human's channel (ids only) so an app can push them."""
-    spell = Spell.from_json(result["spell"])
-    toasts = pipeline.run_notify(spell, result["row_ids"])
+    """Deliver the toasts the commit wrote: tell each human's channel (ids only), then mark
+    them delivered. Returns how many."""
+    return deliver(Spell.from_json(result["spell"]).key)
+
+
+@app.task(
+    name="memory_worker.deliver_toasts",
+    autoretry_for=(OperationalError, *BROKER_ERRORS),
+    retry_backoff=True,
+    max_retries=DB_MAX_RETRIES,
+)
+def deliver_toasts(spell_key: str) -> int:
+    """The sweep's way in: a spell's undelivered toasts, by key."""
+    return deliver(spell_key)
+
+
+def deliver(spell_key: str) -> int:
+    waiting = pipeline.pending_toasts(spell_key)
     bus = broker.client(app.conf.broker_url)
-    for toast in toasts:
-        if toast.notice_id is None:  # run_notify returns stored toasts only
-            continue
-        posted = toast_bus.ToastPosted(
-            toast.notice_id, toast.user_id, spell.persona, spell.room_id, toast.row_ids
+    told = [
+        n
+        for n in waiting
+        if toast_bus.publish(
+            bus, toast_bus.ToastPosted(n.id, n.user_id, n.persona, n.room_id, n.row_ids)
         )
-        toast_bus.publish(bus, posted)
-    return len(toasts)
+    ]
+    pipeline.mark_delivered(told)
+    if len(told) < len(waiting):
+        raise ToastNotPublished(f"{len(waiting) - len(told)} toast(s) of {spell_key}")
+    return len(told)
 
 
 def spell_chain(spell: Spell) -> Signature:

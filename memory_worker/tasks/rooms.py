@@ -1,22 +1,31 @@
-"""Room-level tasks: the fan-out on a quiet room, the daily sweep, the room's topic vector,
-and a renamed human's rows embedded again."""
+"""Room-level tasks: the fan-out on a quiet room, the sweeps, the room's topic vector, and a
+renamed human's rows embedded again."""
 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import UTC, datetime
 
 from memory_worker import models, store
+from memory_worker import settings as settings_mod
 from memory_worker.celery_app import app
+from memory_worker.constants import DB_MAX_RETRIES, SWEEP_WINDOW_S
 from memory_worker.storage import rooms
 from memory_worker.storage.rooms import UnknownRoom
-from memory_worker.tasks.pipeline import spell_chain
+from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, spell_chain
 from memory_worker.write import pipeline, reembed
 from memory_worker.write.embed import embed_topic, require_store_embedder
 
 log = logging.getLogger(__name__)
 
 
-@app.task(name="memory_worker.on_room_quiet")
+@app.task(
+    name="memory_worker.on_room_quiet",
+    autoretry_for=BROKER_ERRORS,  # a chain not published: try the room again (idempotent)
+    retry_backoff=True,
+    max_retries=DB_MAX_RETRIES,
+)
 def on_room_quiet(room_id: str) -> list[str]:
     """Per persona in the room with new lines, start its chain. Returns the spell keys."""
     try:
@@ -37,20 +46,42 @@ def on_room_quiet(room_id: str) -> list[str]:
     return started
 
 
-def sweep_lagging_rooms() -> list[str]:
-    """Enqueue every room whose cursors lag its last line; returns them. The queue is not the
-    source of truth, the cursors are: the daily beat and `memory-worker sweep` both run this."""
+def sweep_lagging_rooms(*, recent: bool = False, now: float | None = None) -> list[str]:
+    """Enqueue every room whose cursors lag its last line, and every spell whose toasts were
+    never delivered; returns the rooms. The queue is not the source of truth, the cursors and
+    the outbox are: the beat and `memory-worker sweep` run this.
+
+    `recent`: only lines that waited longer than MW_SWEEP_LAG_S, written in the last day
+    (cheap, on an index: the frequent sweep); else every line (the daily sweep).
+    """
+    now = time.time() if now is None else now
+    lag = settings_mod.current().sweep_lag_s
+    window: dict[str, str] = {}
+    if recent:
+        window = dict(written_before=iso(now - lag), written_after=iso(now - SWEEP_WINDOW_S))
     with store.engine().connect() as conn:
-        lagging = rooms.lagging_rooms(conn)
+        lagging = rooms.lagging_rooms(conn, **window)
     for room_id in lagging:
         on_room_quiet.delay(room_id)
+    for spell_key in pipeline.waiting_toasts(iso(now - lag)):
+        deliver_toasts.delay(spell_key)
     return lagging
 
 
-@app.task(name="memory_worker.sweep")
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+@app.task(name="memory_worker.sweep", autoretry_for=BROKER_ERRORS, retry_backoff=True)
 def sweep() -> list[str]:
-    """The daily sweep (beat)."""
+    """The daily sweep (beat): every lagging room, every undelivered toast."""
     return sweep_lagging_rooms()
+
+
+@app.task(name="memory_worker.sweep_recent", autoretry_for=BROKER_ERRORS, retry_backoff=True)
+def sweep_recent() -> list[str]:
+    """The frequent sweep (beat, every MW_SWEEP_EVERY_S): recovery in minutes, not a day."""
+    return sweep_lagging_rooms(recent=True)
 
 
 @app.task(

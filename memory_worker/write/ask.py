@@ -5,6 +5,8 @@ A second malformed answer propagates as `MalformedAnswer`; the task shell parks 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from memory_worker.constants import MALFORMED_REASKS
 from memory_worker.models.base import ChatModel, ChatResult, MalformedAnswer, T
 
@@ -21,7 +23,9 @@ def ask_json(
     for attempt in range(MALFORMED_REASKS + 1):
         text = prompt if attempt == 0 else prompt + REASK_NOTE.format(error=str(last_error)[:300])
         try:
-            return model.chat_json(system, text, schema, purpose=purpose)
+            return replace(
+                model.chat_json(system, text, schema, purpose=purpose), calls=attempt + 1
+            )
         except MalformedAnswer as e:
             last_error = e
     assert last_error is not None

@@ -3,7 +3,9 @@
 ADD inserts; UPDATE inserts the new row and closes the neighbour (`valid_to`, `closed_by`);
 CLOSE sets `valid_to`; NONE writes nothing. The persona's cursor advances in the same
 transaction, and the outcome is recorded in `spells` keyed by (persona, room, last line): a
-second run finds it and returns the same row ids. Run it inside `store.writer(persona)`.
+second run finds it and returns the same row ids; a spell whose lines the cursor already
+covers changes nothing. The toasts are written here too (the outbox), so rows never exist
+without their toast. Run it inside `store.writer(persona)`.
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from memory_worker.constants import SUBJECT_WORLD
-from memory_worker.rows import Candidate, Decision, Spell
-from memory_worker.storage import memories, rooms, spells
+from memory_worker.rows import Candidate, Decision, Spell, concerned
+from memory_worker.storage import memories, notices, rooms, spells, users
 from memory_worker.vectors import from_b64
-from memory_worker.write import extract, guards, route
+from memory_worker.write import extract, guards, notify, route
 
-FINAL = ("committed", "skipped")  # outcomes a re-run must not touch
+# Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.
+FINAL = ("committed", "skipped", "covered")
 
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # 'committed' | 'skipped' | 'parked' | 'stale'
+    status: str  # 'committed' | 'skipped' | 'covered' | 'parked' | 'stale'
     row_ids: list[int]
     closed_ids: list[int]
 
@@ -33,6 +36,15 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     done = _recorded(conn, spell)
     if done is not None:
         return done
+    # Order is part of exactly-once: lines the cursor already covers were read by a newer
+    # spell, whose decisions stand. A late spell (a retry delay, a redelivery) changes nothing
+    # for them — never reopens or re-adds what that spell closed — and toasts nothing.
+    read_through = spells.cursor(conn, spell.persona, spell.room_id)
+    if read_through >= spell.last_line_id:
+        spells.record(
+            conn, spell, "covered", f"read by a newer spell (cursor {read_through})", [], now
+        )
+        return Outcome("covered", [], [])
     if spell.parked:
         spells.record(conn, spell, "parked", spell.parked, [], now)
         return Outcome("parked", [], [])
@@ -42,7 +54,11 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
         return Outcome("skipped", [], [])
 
     candidates = [Candidate.from_json(c) for c in spell.candidates]
-    decisions = [Decision.from_json(d) for d in spell.decisions]
+    decisions = [
+        d
+        for d in (Decision.from_json(d) for d in spell.decisions)
+        if _cites_unread(candidates[d.candidate], read_through)
+    ]
     subjects = {c.subject for c in candidates}
     rows = memories.open_rows(conn, spell.persona, spell.present, subjects)
     if spell.candidates and route.fingerprint(rows) != spell.seen_open_rows:
@@ -79,7 +95,35 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
             closed.append(d.old_row_id)
     _advance_cursor(conn, spell, now)
     spells.record(conn, spell, "committed", None, row_ids, now)
+    _post_toasts(conn, spell, row_ids, now)
     return Outcome("committed", row_ids, closed)
+
+
+def _cites_unread(c: Candidate, read_through: int) -> bool:
+    """A candidate whose every evidence line a newer spell already read is that spell's call."""
+    return not c.evidence or max(c.evidence) > read_through
+
+
+def _post_toasts(conn: Connection, spell: Spell, row_ids: list[int], now: str) -> None:
+    """The outbox: one toast per human the new rows concern, in the commit's transaction, so
+    rows are never written without their toast; `notify_toast` delivers them after."""
+    if not row_ids:
+        return
+    rows = list(memories.rows_by_id(conn, row_ids).values())
+    humans = sorted({u for r in rows for u in concerned(r.subject, r.counterpart, r.sources)})
+    names = users.user_names(conn, humans)
+    persona_name = users.persona_name(conn, spell.persona)
+    for toast in notify.toasts(persona_name, rows, names):
+        notices.post(
+            conn,
+            user_id=toast.user_id,
+            persona=spell.persona,
+            room_id=spell.room_id,
+            spell_key=spell.key,
+            text=toast.text,
+            row_ids=toast.row_ids,
+            now=now,
+        )
 
 
 def _may_change(shown: dict[int, memories.OpenRow], row_id: int | None, c: Candidate) -> bool:
@@ -96,7 +140,9 @@ def _recorded(conn: Connection, spell: Spell) -> Outcome | None:
 
 
 def _advance_cursor(conn: Connection, spell: Spell, now: str) -> None:
+    """Move the cursor past the spell's lines; parked spells over them need no operator now."""
     spells.advance_cursor(conn, spell.persona, spell.room_id, spell.last_line_id, now)
+    spells.resolve_parked(conn, spell.persona, spell.room_id, spell.last_line_id)
 
 
 def _insert_row(conn: Connection, spell: Spell, c: Candidate, now: str) -> int:

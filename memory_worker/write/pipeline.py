@@ -8,14 +8,14 @@ and tests run these functions directly.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+import time
 
 from memory_worker import clock, store
 from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
-from memory_worker.rows import Candidate, Spell, concerned
+from memory_worker.rows import Candidate, Spell
 from memory_worker.storage import memories, notices, rooms, users
 from memory_worker.storage.embedder import EmbedderMismatch
-from memory_worker.write import commit, embed, extract, notify, route
+from memory_worker.write import commit, embed, extract, route
 from memory_worker.write import spell as spells
 from memory_worker.write.ask import ask_json
 
@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 def begin(persona: str, room_id: str) -> Spell | None:
     """The spell for a persona in a room now, or None when it has no new lines."""
     with store.engine().connect() as conn:
-        return spells.begin_spell(conn, persona, room_id)
+        spell = spells.begin_spell(conn, persona, room_id)
+    if spell is not None:
+        spell.began = time.time()
+    return spell
 
 
 def run_extract(spell: Spell, model: ChatModel) -> Spell:
@@ -77,6 +80,7 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
     spell.candidates = [c.to_json() for c in kept]
     spell.tokens_in += result.usage.tokens_in
     spell.tokens_out += result.usage.tokens_out
+    spell.model_calls += result.calls
     return spell
 
 
@@ -92,6 +96,7 @@ def run_embed(spell: Spell, embedder: Embedder) -> Spell:
     with store.engine().connect() as conn:
         names = users.user_names(conn, sorted(embed.humans_named(c.text for c in cands)))
     spell.candidates = [c.to_json() for c in embed.embed_candidates(embedder, cands, names)]
+    spell.model_calls += 1  # one batched call
     return spell
 
 
@@ -116,6 +121,7 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
     spell.seen_open_rows = route.fingerprint(rows)
     spell.tokens_in += result.usage.tokens_in
     spell.tokens_out += result.usage.tokens_out
+    spell.model_calls += result.calls
     return spell
 
 
@@ -125,28 +131,27 @@ def run_commit(spell: Spell) -> commit.Outcome:
         return commit.commit_spell(conn, spell, now=clock.now(), today=clock.today())
 
 
-def run_notify(spell: Spell, row_ids: list[int]) -> list[notify.Toast]:
-    """Post one toast per human the new rows concern; returns the toasts newly posted, with
-    their notice ids (the task tells each human's channel once the transaction committed)."""
-    if not row_ids:
-        return []
-    posted = []
+def pending_toasts(spell_key: str) -> list[notices.Notice]:
+    """The spell's toasts its commit wrote and nobody delivered yet."""
+    with store.engine().connect() as conn:
+        return notices.undelivered(conn, spell_key)
+
+
+def mark_delivered(delivered: list[notices.Notice]) -> None:
     with store.transaction() as conn:
-        rows = list(memories.rows_by_id(conn, row_ids).values())
-        humans = sorted({u for r in rows for u in concerned(r.subject, r.counterpart, r.sources)})
-        names = users.user_names(conn, humans)
-        persona_name = users.persona_name(conn, spell.persona)
-        for toast in notify.toasts(persona_name, rows, names):
-            fresh = notices.post(
-                conn,
-                user_id=toast.user_id,
-                persona=spell.persona,
-                room_id=spell.room_id,
-                spell_key=spell.key,
-                text=toast.text,
-                row_ids=toast.row_ids,
-                now=clock.now(),
-            )
-            if fresh is not None:
-                posted.append(replace(toast, notice_id=fresh))
-    return posted
+        notices.mark_delivered(conn, [n.id for n in delivered])
+
+
+def waiting_toasts(written_before: str) -> list[str]:
+    """Keys of spells with a toast written before then and still undelivered (the sweep)."""
+    with store.engine().connect() as conn:
+        return notices.waiting_spells(conn, written_before)
+
+
+def run_notify(spell: Spell, row_ids: list[int] | None = None) -> list[notices.Notice]:
+    """Deliver the spell's toasts (written by its commit): returns those not delivered before.
+    The task publishes each to the human's channel between `pending_toasts` and
+    `mark_delivered`, so a crash in between delivers twice rather than never."""
+    toasts = pending_toasts(spell.key)
+    mark_delivered(toasts)
+    return toasts

@@ -1,0 +1,447 @@
+"""Faults an operator meets, on real processes: what is lost, doubled or reopened, and how long
+recovery takes.
+
+    .venv/bin/python benchmarks/faults.py [--rooms 12] [--redis URL] [--database URL]
+
+A stack of real processes — two Celery workers (2 threads each, every queue) and a beat running
+the frequent sweep every second — on one Redis database (embedded, or `--redis`, e.g. the
+host's db 15) and one store (a SQLite file, or `--database`, e.g. PostgreSQL), with the real
+google-genai client at the stub. Each room is a private chat of its own human, said in three
+bursts, each followed by `room_quiet`, each burst waited for before the next:
+
+    1: "I keep bees on the roof."  "I play cello in an orchestra."
+    2: "I collect vintage train tickets."  "I study marine geology at night."
+    3: "I no longer keep bees."  "I bake sourdough every sunday."
+
+so every room should end with five rows — the bees closed by the third spell, four open —
+each row in exactly one toast, every toast delivered. The faults, one run each:
+
+    kill   SIGKILL a worker at random moments (every ~0.3–1 s), start it again
+    wipe   FLUSHDB the broker every 0.15 s, 12 times: every queued and unacked message gone
+    restart  SIGKILL the embedded Redis mid-run; it comes back on the same address (as
+           `memory-worker run` brings it back) and the workers reconnect
+    chaos  the model fails a third of calls: 429 (retryDelay 1 s), 500, timeouts, malformed
+    twice  every room_quiet sent twice (the same spell enqueued twice)
+
+Printed per fault: spells committed, rows, lost, duplicate rows, duplicate and missing toasts,
+undelivered toasts, reopened facts, and the recovery time — from the last fault to the last
+spell committed (for chaos/twice: the whole run). The tests (tests/test_faults.py) run the
+same harness small and assert the zeros.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis  # noqa: E402
+from sqlalchemy import Engine, select  # noqa: E402
+
+from memory_worker import app_side, embedded, local_worker, store  # noqa: E402
+from memory_worker import settings as settings_mod  # noqa: E402
+from memory_worker import tables as t  # noqa: E402
+from memory_worker.constants import QUEUES  # noqa: E402
+from memory_worker.settings import Settings  # noqa: E402
+from tests.fakes import candidate, gemini_responder, transcript_ids  # noqa: E402
+from tests.stub_gemini import Fault, GeminiStub  # noqa: E402
+
+FACTS = {  # a line's words → the fact it states (u:N added in front)
+    "I keep bees on the roof.": "keeps bees on the roof.",
+    "I play cello in an orchestra.": "plays cello in an orchestra.",
+    "I collect vintage train tickets.": "collects vintage train tickets.",
+    "I study marine geology at night.": "studies marine geology at night.",
+    "I no longer keep bees.": "no longer keeps bees.",
+    "I bake sourdough every sunday.": "bakes sourdough every sunday.",
+}
+BURSTS = [
+    ["I keep bees on the roof.", "I play cello in an orchestra."],
+    ["I collect vintage train tickets.", "I study marine geology at night."],
+    ["I no longer keep bees.", "I bake sourdough every sunday."],
+]
+OPEN_FACTS = [
+    "plays cello in an orchestra.",
+    "collects vintage train tickets.",
+    "studies marine geology at night.",
+    "bakes sourdough every sunday.",
+]
+CLOSED_FACT = "keeps bees on the roof."
+FAULTS = ("kill", "wipe", "restart", "chaos", "twice")
+BURST_TIMEOUT_S = 120.0
+_LINE = re.compile(r"^\[(\d+)\] (u:\d+): (.*)$", re.M)
+
+
+def extract(prompt: str) -> dict:
+    """What a careful extractor finds: one candidate per line that states a fact."""
+    found = []
+    wanted = set(transcript_ids(prompt))
+    for m in _LINE.finditer(prompt):
+        line_id, speaker, text = int(m.group(1)), m.group(2), m.group(3).strip()
+        fact = FACTS.get(text)
+        if fact and line_id in wanted:
+            found.append(candidate(speaker, "fact", f"{speaker} {fact}", 6, [line_id]))
+    return {"candidates": found}
+
+
+def chaos(share: float, seed: int = 7):  # type: ignore[no-untyped-def]
+    """A stub hook failing `share` of calls: 429 with a retryDelay, 500, a hang, malformed."""
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def pick(kind: str) -> Fault | None:
+        with lock:
+            if rng.random() >= share:
+                return None
+            what = rng.choice(["429", "500", "hang", "malformed"])
+        if what == "429":
+            return Fault(kind=kind, status=429, retry_delay="1s")
+        if what == "500":
+            return Fault(kind=kind, status=500)
+        if what == "hang":
+            return Fault(kind=kind, hang_seconds=2.5)  # the client gives up after 1 s
+        if kind == "chat":
+            return Fault(kind=kind, text='{"candidates": "not a list"}')
+        return Fault(kind=kind, status=503)
+
+    return pick
+
+
+@dataclass
+class Figures:
+    fault: str
+    rooms: int
+    spells_committed: int = 0
+    rows: int = 0
+    lost: int = 0
+    duplicate_rows: int = 0
+    duplicate_toasts: int = 0
+    missing_toasts: int = 0
+    undelivered_toasts: int = 0
+    reopened: int = 0
+    faults_injected: int = 0
+    recovery_s: float = 0.0
+    elapsed_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (
+            self.lost
+            or self.duplicate_rows
+            or self.duplicate_toasts
+            or self.missing_toasts
+            or self.undelivered_toasts
+            or self.reopened
+        )
+
+
+class Stack:
+    """Two workers and a beat, as the Procfile runs them, on one broker and one store."""
+
+    def __init__(self, settings: Settings, workdir: Path, workers: int = 2):
+        self.settings = settings
+        self.workdir = workdir
+        self.workers: list[subprocess.Popen | None] = [None] * workers
+        self.beat: subprocess.Popen | None = None
+
+    def start_worker(self, i: int) -> None:
+        self.workers[i] = local_worker.start(
+            self.settings, pool="threads", concurrency=2, name=f"fault{i}"
+        )
+
+    def start(self) -> None:
+        for i in range(len(self.workers)):
+            self.start_worker(i)
+        env = {
+            **os.environ,
+            **self.settings.as_env(),
+            "PYTHONWARNINGS": "ignore::celery.exceptions.SecurityWarning",
+        }
+        self.beat = subprocess.Popen(
+            [sys.executable, "-m", "celery", "--quiet", "-A", "memory_worker.celery_app",
+             "beat", "--loglevel", "WARNING",
+             "--schedule", str(self.workdir / "beat-schedule")],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def kill_one(self, rng: random.Random) -> None:
+        i = rng.randrange(len(self.workers))
+        proc = self.workers[i]
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        self.start_worker(i)
+
+    def stop(self) -> None:
+        for proc in [*self.workers, self.beat]:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)  # what is left must not matter
+                proc.wait()
+
+
+def seed(eng: Engine, rooms: int) -> list[tuple[str, int]]:
+    out = []
+    with eng.begin() as conn:
+        app_side.add_persona(conn, "warren", "Warren")
+        for r in range(rooms):
+            human, room = 5000 + r, f"f-{r}"
+            app_side.add_user(conn, human, f"Human {r}")
+            app_side.add_room(conn, room, "private", [f"u:{human}", "warren"])
+            out.append((room, human))
+    return out
+
+
+def cursor(eng: Engine, room: str) -> int:
+    with eng.connect() as conn:
+        got = conn.execute(
+            select(t.cursors.c.last_line_id).where(
+                t.cursors.c.persona == "warren", t.cursors.c.room_id == room
+            )
+        ).scalar()
+    return int(got or 0)
+
+
+def talk(eng: Engine, url: str, room: str, human: int, twice: bool, errors: list[str]) -> None:
+    """The room's three bursts, each waited for (its cursor reaching the burst's last line)."""
+    for burst in BURSTS:
+        with eng.begin() as conn:
+            last = [app_side.say(conn, room, human, text) for text in burst][-1]
+        for _ in range(2 if twice else 1):
+            room_quiet(url, room)
+        deadline = time.monotonic() + BURST_TIMEOUT_S
+        while cursor(eng, room) < last:
+            if time.monotonic() > deadline:
+                errors.append(f"{room}: burst ending {last} not read in {BURST_TIMEOUT_S}s")
+                return
+            time.sleep(0.05)
+
+
+def room_quiet(url: str, room: str) -> None:
+    """What `events.room_quiet` sends, on this run's broker. With the broker away it fails as
+    the app's call would, and the sweep (the cursors are the truth) picks the room up."""
+    from memory_worker.celery_app import app
+    from memory_worker.tasks.rooms import on_room_quiet
+
+    try:
+        with app.connection_for_write(url) as conn:
+            on_room_quiet.apply_async((room,), connection=conn)
+    except Exception:  # noqa: BLE001 - a broker fault at the app: the sweep covers it
+        pass
+
+
+def wipe(client: redis.Redis) -> None:
+    """Every queued, unacked and scheduled message of ours gone (FLUSHDB, minus the keys of
+    anyone else who shares this database)."""
+    for key in client.scan_iter():
+        name = key.decode()
+        if name in QUEUES or name.startswith(("unacked", "_kombu")):
+            client.delete(key)
+
+
+def wait_ready(url: str, timeout: float = 90.0) -> None:
+    """Until both workers answer a ping on this run's broker (an app of its own: the
+    process's app may be bound to another broker, as in the test session)."""
+    from celery import Celery
+
+    probe = Celery("probe", broker=url)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(probe.control.ping(timeout=0.5)) >= 2:
+                return
+    finally:
+        probe.close()
+    raise RuntimeError(f"the workers did not answer within {timeout}s")
+
+
+def check(eng: Engine, rooms: list[tuple[str, int]], fig: Figures) -> None:
+    with eng.connect() as conn:
+        rows = [dict(r) for r in conn.execute(select(t.persona_memory)).mappings()]
+        notes = [dict(r) for r in conn.execute(select(t.notices)).mappings()]
+        spells = [dict(r) for r in conn.execute(select(t.spells)).mappings()]
+    fig.rows = len(rows)
+    fig.spells_committed = sum(1 for s in spells if s["status"] == "committed")
+    by_text = Counter(r["text"] for r in rows)
+    for _, human in rooms:
+        for fact in OPEN_FACTS:
+            text = f"u:{human} {fact}"
+            fig.lost += by_text[text] == 0
+            fig.duplicate_rows += max(0, by_text[text] - 1)
+        bees = [r for r in rows if r["text"] == f"u:{human} {CLOSED_FACT}"]
+        fig.lost += not bees
+        fig.duplicate_rows += max(0, len(bees) - 1)
+        fig.reopened += sum(1 for r in bees if r["valid_to"] is None)
+    noted = Counter(i for n in notes for i in json.loads(n["row_ids"]))
+    fig.duplicate_toasts = sum(c - 1 for c in noted.values() if c > 1)
+    fig.missing_toasts = sum(1 for r in rows if noted[r["id"]] == 0)
+    fig.undelivered_toasts = sum(1 for n in notes if not n["delivered"])
+
+
+def run(
+    fault: str,
+    *,
+    rooms: int = 6,
+    redis_url: str | None = None,
+    database_url: str | None = None,
+    seed_: int = 1,
+) -> Figures:
+    """One run of the workload under `fault`; returns its figures (invariants and timings)."""
+    rng = random.Random(seed_)
+    fig = Figures(fault, rooms)
+    with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
+        work = Path(tmp)
+        state = work / "redis"
+        url = redis_url or embedded.ensure_running(state)
+        db_url = database_url or f"sqlite:///{work / 'faults.db'}"
+        if db_url.startswith("postgresql"):
+            eng = store.engine(db_url)
+            with eng.begin() as conn:
+                t.metadata.drop_all(conn)
+                conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
+        store.init_db(db_url)
+        eng = store.engine(db_url)
+        stub.chat_responder = gemini_responder(extract)
+        if fault == "chaos":
+            stub.chaos = chaos(1 / 3, seed_)
+        elif fault in ("wipe", "restart"):  # a slower model: a backlog waits in the queues
+            stub.chaos = lambda kind: Fault(kind=kind, hang_seconds=0.3)
+        s = stub.settings(
+            settings_mod.current().with_(
+                database_url=db_url,
+                broker_url=url,
+                state_dir=state,
+                retry_backoff_base_s=0.2,
+                model_timeout_ms=1_000,
+                model_requests_per_minute=60_000,
+                sweep_every_s=1.0,
+                sweep_lag_s=3.0,
+                today=None,
+            )
+        )
+        from memory_worker.celery_app import app
+
+        broker = redis.Redis.from_url(url)
+        with app.connection_for_write(url) as conn:
+            for queue in QUEUES:
+                conn.default_channel.queue_purge(queue)
+        placed = seed(eng, rooms)
+        stack = Stack(s, work)
+        stack.start()
+        errors: list[str] = []
+        last_fault = [time.monotonic()]
+        done = threading.Event()
+
+        def restart_redis() -> None:
+            pid = int((state / "redis.pid").read_text())
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.3)  # down for a moment, as between a crash and its supervisor
+            embedded.ensure_running(state)
+
+        def inject() -> None:
+            if fault == "kill":
+                while not done.wait(rng.uniform(0.3, 1.0)):
+                    stack.kill_one(rng)
+                    fig.faults_injected += 1
+                    last_fault[0] = time.monotonic()
+                    if fig.faults_injected >= 12:
+                        return
+            elif fault == "restart":
+                if redis_url is not None:
+                    raise ValueError("restart needs the embedded Redis (no --redis)")
+                if not done.wait(0.5):
+                    restart_redis()
+                    fig.faults_injected += 1
+                    last_fault[0] = time.monotonic()
+            elif fault == "wipe":
+                for _ in range(12):  # every 0.15 s: whatever is queued between steps is lost
+                    if done.wait(0.15):
+                        return
+                    wipe(broker)
+                    fig.faults_injected += 1
+                    last_fault[0] = time.monotonic()
+
+        try:
+            wait_ready(url)
+            started = time.monotonic()
+            faults = threading.Thread(target=inject, daemon=True)
+            faults.start()
+            talkers = [
+                threading.Thread(
+                    target=talk, args=(eng, url, room, human, fault == "twice", errors)
+                )
+                for room, human in placed
+            ]
+            for th in talkers:
+                th.start()
+            for th in talkers:
+                th.join()
+            finished = time.monotonic()
+            done.set()
+            faults.join()
+            _settle(eng)
+            fig.elapsed_s = round(finished - started, 2)
+            since = last_fault[0] if fault in ("kill", "wipe", "restart") else started
+            fig.recovery_s = round(max(0.0, finished - since), 2)  # the last burst read
+            fig.notes = errors
+        finally:
+            stack.stop()
+            if redis_url is None:
+                embedded.stop(state)
+        check(eng, placed, fig)
+        if not database_url:
+            eng.dispose()
+    return fig
+
+
+def _settle(eng: Engine, timeout: float = 30.0) -> None:
+    """Give the outbox its last deliveries (the sweep delivers what a lost message did not)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with eng.connect() as conn:
+            waiting = conn.execute(select(t.notices.c.id).where(t.notices.c.delivered == 0)).first()
+        if waiting is None:
+            return
+        time.sleep(0.1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rooms", type=int, default=12)
+    p.add_argument("--redis", help="a Redis URL (default: a private embedded one)")
+    p.add_argument("--database", help="a store URL (default: a SQLite file)")
+    p.add_argument("--faults", nargs="*", default=None, choices=FAULTS)
+    a = p.parse_args()
+    if a.faults is None:  # restart needs the embedded Redis
+        a.faults = [f for f in FAULTS if not (f == "restart" and a.redis)]
+    print(f"{a.rooms} rooms × 3 spells, 2 workers + beat (sweep every 1 s, lag 3 s)")
+    head = (
+        f"{'fault':<7}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
+        f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'faults':>7}{'recovery s':>11}{'total s':>8}"
+    )
+    print(head)
+    for fault in a.faults:
+        f = run(fault, rooms=a.rooms, redis_url=a.redis, database_url=a.database)
+        print(
+            f"{f.fault:<7}{f.spells_committed:>7}{f.rows:>6}{f.lost:>6}{f.duplicate_rows:>9}"
+            f"{f.duplicate_toasts:>11}{f.missing_toasts:>8}{f.undelivered_toasts:>8}"
+            f"{f.reopened:>7}{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.elapsed_s:>8.1f}"
+        )
+        for note in f.notes:
+            print(f"        {note}")
+
+
+if __name__ == "__main__":
+    main()

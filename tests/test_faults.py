@@ -1,0 +1,45 @@
+"""Fault tests with real processes (benchmarks/faults.py, small): two Celery workers and a beat
+running the frequent sweep, the real google-genai client at the stub. Under each fault every
+room must end with its five rows — 0 lost, 0 duplicate rows, 0 duplicate or missing toasts,
+every toast delivered, 0 reopened facts. On PostgreSQL and the host's Redis in .ci/run.
+
+Each run takes 10–25 s; `-m "not faults"` leaves them out while you work."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmarks import faults
+from tests.worker import spare_database
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.faults]
+ROOMS = 4
+
+
+def run(fault: str, redis_url: str | None) -> faults.Figures:
+    url = spare_database(redis_url, 3) if redis_url else None
+    return faults.run(
+        fault, rooms=ROOMS, redis_url=url, database_url=os.environ.get("MW_TEST_DATABASE_URL")
+    )
+
+
+def assert_clean(fig: faults.Figures) -> None:
+    assert fig.notes == [], fig.notes
+    assert fig.clean, fig
+    assert fig.rows == 5 * ROOMS and fig.spells_committed >= 3 * ROOMS
+
+
+@pytest.mark.parametrize("fault", ["kill", "wipe", "chaos", "twice"])
+def test_under_each_fault_nothing_is_lost_doubled_or_reopened(fault: str, redis_url: str) -> None:
+    fig = run(fault, redis_url)
+    assert_clean(fig)
+    if fault in ("kill", "wipe"):
+        assert fig.faults_injected >= 1
+
+
+def test_the_embedded_redis_killed_mid_run_comes_back_and_nothing_is_lost() -> None:
+    fig = run("restart", None)
+    assert fig.faults_injected == 1
+    assert_clean(fig)
