@@ -3,7 +3,7 @@
 Transaction A inserts a line and stays open; B inserts the next line and commits; a spell
 reads the room. Without order, the spell sees B's line but not A's, its cursor passes both,
 and A's line — committed a moment later — is never mined. Lines of a room take their ids
-under a per-room lock (schema/versions/0004), so B waits for A and a spell that sees a line
+under a per-room lock (schema/versions/0005), so B waits for A and a spell that sees a line
 sees every earlier one. SQLite serialises writers: nothing to test there.
 """
 

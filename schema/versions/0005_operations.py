@@ -10,16 +10,16 @@
   transaction still open when a later line commits would sit below a cursor that already
   passed it, never to be mined. SQLite serialises writers, so it needs nothing.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-02
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
