@@ -22,6 +22,7 @@ CHROMIUM := /usr/bin/chromium
 test: $(STAMP)
 	$(BIN)/ruff check --quiet .
 	@test -x $(CHROMIUM) || echo "note: no $(CHROMIUM): the browser tests are skipped (apt-get install -y chromium runs them)"
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

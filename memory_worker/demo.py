@@ -32,7 +32,9 @@ DAN, CARA = 42, 17
 
 console = Console()
 
-FIRST_SPELL = [
+Script = list[tuple[int | str, str]]  # (human id or persona slug, what they said)
+
+FIRST_SPELL: Script = [
     (DAN, "Warren, big news: I bought a flat in Xuhui last July."),
     ("warren", "Congratulations, Dan. Property is a long-term holding; so is a good home."),
     (DAN, "I'm interviewing at Tencent on Thursday. Ask me how it went, please."),
@@ -40,7 +42,7 @@ FIRST_SPELL = [
     ("warren", "I'll send you the 1988 shareholder letter, it has a section on patience."),
     (DAN, "Did you see that Nolan's Odyssey opened on July 17?"),
 ]
-SECOND_SPELL = [
+SECOND_SPELL: Script = [
     (DAN, "Update: I sold the flat in Xuhui this month. Too far from the office."),
     ("warren", "Selling a home is never a small decision. Where to now?"),
 ]

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from memory_worker.constants import QUEUES
 from memory_worker.settings import Settings
@@ -27,7 +28,7 @@ def start(
     loglevel: str = "WARNING",
     name: str = "demo",
     extra: list[str] | None = None,
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     # As root (containers, CI) Celery warns on every start; the pickle risk it means is off.
     quiet = "ignore::celery.exceptions.SecurityWarning"
     env = {**os.environ, **settings.as_env(), "PYTHONWARNINGS": quiet}
@@ -56,7 +57,7 @@ def start(
     return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
 
 
-def wait_ready(app, timeout: float = READY_TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
+def wait_ready(app: Any, timeout: float = READY_TIMEOUT_S) -> None:
     """Block until a worker answers a ping over the broker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -65,7 +66,7 @@ def wait_ready(app, timeout: float = READY_TIMEOUT_S) -> None:  # type: ignore[n
     raise RuntimeError(f"no Celery worker answered within {timeout}s")
 
 
-def stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     """Warm shutdown (SIGTERM lets running tasks finish), then kill if it hangs."""
     if proc.poll() is not None:
         return

@@ -17,7 +17,7 @@ Every tie is broken by row id, so the same store at the same time gives the same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -146,11 +146,12 @@ def scores(c: Candidates, rule: Rule = RULE) -> np.ndarray:
     alone decide.
     """
     recency = rule.decay_per_day ** np.maximum(c.age_days, 0.0)
-    return (
+    total: np.ndarray = (
         rule.recency * minmax(recency)
         + rule.importance * minmax(c.importance / 10.0)
         + rule.relevance * minmax(c.relevance)
     )
+    return total
 
 
 def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[int]:
@@ -196,7 +197,7 @@ def _best(idx: np.ndarray, score: np.ndarray, ids: np.ndarray, k: int) -> np.nda
     return np.concatenate([above, tied])
 
 
-def group_order(groups: Sequence[int]) -> list[int]:
+def group_order(groups: Iterable[int]) -> list[int]:
     """Humans by id, then the world: the order of sections and of the round-robin."""
     return sorted(set(groups), key=lambda g: (g == WORLD_GROUP, g))
 

@@ -7,11 +7,14 @@ DESIGN.md): messages carry ids and candidates, never transcripts.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from memory_worker.constants import HUMAN_PREFIX, SUBJECT_SELF, SUBJECT_WORLD
+
+Json = dict[str, Any]  # a JSON object as it travels in a Celery message
 
 
 def now_iso() -> str:
@@ -100,7 +103,7 @@ class Row:
     sources: tuple[int, ...] = ()  # world rows: the humans whose lines it cites (not a column)
 
     @classmethod
-    def from_mapping(cls, m) -> Row:  # type: ignore[no-untyped-def]
+    def from_mapping(cls, m: Mapping[Any, Any]) -> Row:
         """Build from a SQLAlchemy row mapping of persona_memory."""
         return cls(
             id=m["id"],
@@ -136,13 +139,13 @@ class Candidate:
     counterpart: str | None = None
     embedding: str | None = None  # base64 of the int8 vector, filled by the embed step
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
         d = asdict(self)
         d["evidence"] = list(self.evidence)
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> Candidate:
+    def from_json(cls, d: Json) -> Candidate:
         return cls(**{**d, "evidence": tuple(d["evidence"])})
 
 
@@ -154,11 +157,11 @@ class Decision:
     event: str  # ADD | UPDATE | CLOSE | NONE
     old_row_id: int | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> Decision:
+    def from_json(cls, d: Json) -> Decision:
         return cls(**d)
 
 
@@ -176,8 +179,8 @@ class Spell:
     last_line_id: int  # the last line of the slice: with persona and room, the spell's key
     present: list[int] = field(default_factory=list)  # humans the model may write about
     witnessed: list[int] = field(default_factory=list)  # every human in the room
-    candidates: list[dict] = field(default_factory=list)  # Candidate.to_json()
-    decisions: list[dict] = field(default_factory=list)  # Decision.to_json()
+    candidates: list[Json] = field(default_factory=list)  # Candidate.to_json()
+    decisions: list[Json] = field(default_factory=list)  # Decision.to_json()
     seen_open_rows: str | None = None  # fingerprint of the open rows the router saw
     reroutes: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # candidates dropped, by guard code
@@ -197,9 +200,9 @@ class Spell:
         """True when nothing is left for the model steps: skipped or parked."""
         return bool(self.skipped or self.parked)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Json:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> Spell:
+    def from_json(cls, d: Json) -> Spell:
         return cls(**d)

@@ -12,10 +12,14 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 
 from memory_worker import settings as settings_mod
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000  # a writer waits this long for the lock before "database is locked"
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"  # Alembic's script location
@@ -23,7 +27,7 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"  # Alembic's scri
 _engines: dict[tuple[str, int], Engine] = {}
 
 
-def _on_sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     # Let SQLAlchemy issue BEGIN itself (see _on_sqlite_begin) so BEGIN IMMEDIATE is possible.
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
@@ -110,7 +114,7 @@ def transaction(url: str | None = None) -> Iterator[Connection]:
             yield conn
 
 
-def alembic_config(url: str | None = None):  # type: ignore[no-untyped-def]
+def alembic_config(url: str | None = None) -> Config:
     from alembic.config import Config
 
     cfg = Config()

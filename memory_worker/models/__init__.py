@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from memory_worker import settings as settings_mod
 from memory_worker.models.base import (
@@ -63,14 +63,14 @@ def _cached(kind: str, settings: Settings, build: Callable[[Settings], _B]) -> _
     key = (pid, kind, settings)
     with _lock:
         if key in _cache:
-            return _cache[key]
+            return cast(_B, _cache[key])
     made = build(settings)  # outside the lock: building a client must not serialise threads
     with _lock:
         for stale in [k for k in _cache if k[0] != pid]:
             del _cache[stale]  # inherited from the parent: its sockets are not ours to use
         if key not in _cache and len(_cache) >= _CACHE_MAX:
             del _cache[next(iter(_cache))]  # the oldest
-        return _cache.setdefault(key, made)
+        return cast(_B, _cache.setdefault(key, made))
 
 
 def clear_cache() -> None:

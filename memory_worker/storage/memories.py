@@ -118,7 +118,7 @@ def insert_row(
 ) -> int:
     """A new open row from a guarded candidate. Returns its id."""
     c = candidate
-    res = conn.execute(
+    new = (
         insert(t.persona_memory).values(
             persona=persona,
             subject=c.subject,
@@ -137,8 +137,8 @@ def insert_row(
             recall_count=0,
             embedding=embedding,
         )
-    )
-    return int(res.inserted_primary_key[0])
+    ).returning(pm.id)
+    return int(conn.execute(new).scalar_one())
 
 
 def close(conn: Connection, row_id: int, valid_to: str, closed_by: int | None) -> None:

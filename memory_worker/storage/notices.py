@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Row, insert, select, update
 
 from memory_worker import tables as t
 
@@ -61,8 +62,8 @@ def post(
     return int(res.inserted_primary_key[0])
 
 
-def _notice(row: object) -> Notice:
-    m = row._mapping  # type: ignore[attr-defined]  # a SQLAlchemy Row
+def _notice(row: Row[Any]) -> Notice:
+    m = row._mapping
     return Notice(
         id=int(m["id"]),
         user_id=int(m["user_id"]),

@@ -67,10 +67,8 @@ def say(
 ) -> int:
     """Append a transcript line; an int speaker is a human id. Returns the line id."""
     who = human_ref(speaker) if isinstance(speaker, int) else speaker
-    res = conn.execute(
-        insert(t.lines).values(room_id=room_id, speaker=who, text=text, created=at or now_iso())
-    )
-    return int(res.inserted_primary_key[0])
+    values = dict(room_id=room_id, speaker=who, text=text, created=at or now_iso())
+    return int(conn.execute(insert(t.lines).values(**values).returning(ln.id)).scalar_one())
 
 
 def set_kit_mounted(conn: Connection, room_id: str, mounted: bool) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from memory_worker import tables as t
 from memory_worker.rows import Spell
@@ -102,14 +102,22 @@ def latest(conn: Connection, persona: str, room_id: str | None = None) -> Mappin
     return dict(found) if found is not None else None
 
 
-def parked(conn: Connection) -> list[Row]:
-    """(persona, room_id, last_line_id, reason, created) of every parked spell, oldest first."""
+class ParkedSpell(NamedTuple):
+    persona: str
+    room_id: str
+    last_line_id: int
+    reason: str | None
+    created: str
+
+
+def parked(conn: Connection) -> list[ParkedSpell]:
+    """Every parked spell, oldest first (what an operator retries or reads)."""
     query = (
         select(s.persona, s.room_id, s.last_line_id, s.reason, s.created)
         .where(s.status == "parked")
         .order_by(s.created)
     )
-    return list(conn.execute(query).all())
+    return [ParkedSpell(*row) for row in conn.execute(query)]
 
 
 def resolve_parked(conn: Connection, persona: str, room_id: str, through_line_id: int) -> int:

@@ -8,8 +8,9 @@ them; the app adds users and personas.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, delete, func, insert, or_, select, update
 
 from memory_worker import tables as t
 
@@ -45,10 +46,17 @@ def user_names(conn: Connection, user_ids: Sequence[int]) -> dict[int, str]:
     return {int(i): str(n) for i, n in found}
 
 
-def present_users(conn: Connection, user_ids: Iterable[int]) -> list[Row]:
-    """(id, name, memory_note, memory_on) of each user that exists: one read at room open."""
+class UserRow(NamedTuple):
+    id: int
+    name: str
+    memory_note: str | None
+    memory_on: bool
+
+
+def present_users(conn: Connection, user_ids: Iterable[int]) -> list[UserRow]:
+    """Each of these users that exists, with note and switch: one read at room open."""
     query = select(u.id, u.name, u.memory_note, u.memory_on).where(u.id.in_(sorted(user_ids)))
-    return list(conn.execute(query).all())
+    return [UserRow(int(i), n, note, bool(on)) for i, n, note, on in conn.execute(query)]
 
 
 def memory_on(conn: Connection, user_ids: Iterable[int]) -> dict[int, bool]:

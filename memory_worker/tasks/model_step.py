@@ -41,7 +41,7 @@ def backoff(retries: int, retry_after: float | None) -> float:
     return min(RETRY_BACKOFF_MAX_S, max(wait, (retry_after or 0.0) + random.uniform(0, 0.5)))
 
 
-class ModelStep(Task):  # type: ignore[misc]  # celery ships no type information
+class ModelStep(Task):
     """A chain step that calls a model: retry, park."""
 
     abstract = True

@@ -96,7 +96,7 @@ def neighbours(candidates: list[Candidate], rows: list[OpenRow]) -> list[list[in
             continue
         hits = top_k(
             from_b64(c.embedding),
-            [r.embedding for r in pool],  # type: ignore[misc]
+            [r.embedding for r in pool if r.embedding is not None],
             NEIGHBOURS_TOP_K,
             NEIGHBOUR_MIN_COSINE,
         )
