@@ -49,11 +49,11 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from benchmarks import locomo_replay  # noqa: E402
-from memory_worker import reader, recall, store  # noqa: E402
+from memory_worker import rank_rows, reader, recall, store  # noqa: E402
 from memory_worker.audience import Consent, visible_memories  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
-from memory_worker.ranking import RULE, SEED_RULE, Candidates, scores, take  # noqa: E402
+from memory_worker.ranking import RULE, SEED_RULE, RankColumns, scores, take  # noqa: E402
 from memory_worker.rows import Row  # noqa: E402
 from memory_worker.storage import memories  # noqa: E402
 from memory_worker.storage.rooms import load_room, set_topic_embedding  # noqa: E402
@@ -66,7 +66,7 @@ RECALL_KS = (3, 5, 10)
 PERSONA, HUMAN, ROOM = locomo_replay.PERSONA, locomo_replay.HUMAN, "dm"
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
 
-Scorer = Callable[[Candidates], np.ndarray]
+Scorer = Callable[[RankColumns], np.ndarray]
 
 
 def _random(seed: int) -> Scorer:
@@ -151,7 +151,7 @@ def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally
     vectors = embedder.embed([q["question"] for q in questions], purpose="topic")
     for variant, vrows in variants.items():
         tally = tallies[variant]
-        opened = Candidates.from_rows(vrows, now, None)  # the room opened with no topic
+        opened = rank_rows.columns(vrows, now, None)  # the room opened with no topic
         block0 = {i for ids in take(opened, scores(opened)).values() for i in ids}
         for q, vec in zip(questions, vectors, strict=True):
             cat = q["category"]
@@ -162,7 +162,7 @@ def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally
                 continue
             tally.mapped[cat] += 1
             topic = quantise(vec)
-            c = Candidates.from_rows(vrows, now, topic)
+            c = rank_rows.columns(vrows, now, topic)
             for method, scorer in METHODS.items():
                 s = scorer(c)
                 block = {i for ids in take(c, s).values() for i in ids}
@@ -196,7 +196,7 @@ def _with(row: Row, embedding: bytes) -> Row:
     return replace(row, embedding=embedding)
 
 
-def _reader_disagrees(url: str, topic: bytes, now: datetime, c: Candidates) -> int:
+def _reader_disagrees(url: str, topic: bytes, now: datetime, c: RankColumns) -> int:
     """1 when `reader.build_block` with this topic on the room picks other rows than the
     pure take over the same candidates (it never should)."""
     with store.transaction(url) as conn:

@@ -10,8 +10,9 @@ cap, though still within the ~10 per human so a block stays bounded), then the r
 the diversity pass (at most two per kind before the rest), and the char cap over the whole
 persona, filled round-robin so no one human crowds out the others.
 
-Candidates are columns (numpy arrays), not Row objects: the reader ranks 10,000 visible rows
-without building 10,000 Python objects, and fetches full rows only for the few that win.
+The rows come as `RankColumns` (numpy arrays), not Row objects: the reader ranks 10,000
+visible rows without building 10,000 Python objects, and fetches full rows only for the few
+that win.
 Every tie is broken by row id, so the same store at the same time gives the same block.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 
@@ -33,11 +33,8 @@ from memory_worker.constants import (
     RANKING_RECENCY_WEIGHT,
     RANKING_RELEVANCE_WEIGHT,
     RECENCY_DECAY_PER_DAY,
-    SUBJECT_WORLD,
     TAKE_PER_HUMAN,
 )
-from memory_worker.rows import Row, concerns
-from memory_worker.vectors import cosines
 
 WORLD_GROUP = -1  # the group of world rows; rows about a human are grouped by the human's id
 UNKNOWN_KIND = len(KINDS)  # the kind code of a kind outside KINDS (ranked, never riding)
@@ -68,7 +65,7 @@ RULES = {r.name: r for r in (SEED_RULE, TUNED_RULE)}
 
 
 @dataclass(frozen=True)
-class Candidates:
+class RankColumns:
     """The visible rows of one persona, as columns (one entry per row, same order in each)."""
 
     ids: np.ndarray  # int64
@@ -82,51 +79,9 @@ class Candidates:
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
-    @classmethod
-    def from_rows(
-        cls, rows: Sequence[Row], now: datetime, topic: bytes | None = None
-    ) -> Candidates:
-        """Columns from Row objects (tests, small stores). The reader builds them from SQL."""
-        n = len(rows)
-        relevance = np.zeros(n)
-        if topic is not None and n:
-            relevance = cosines([r.embedding for r in rows], topic)
-        return cls(
-            ids=np.array([r.id for r in rows], dtype=np.int64),
-            groups=np.array([group_of(r) for r in rows], dtype=np.int64),
-            kinds=np.array([kind_code(r.kind) for r in rows], dtype=np.int64),
-            importance=np.array([r.importance for r in rows], dtype=np.float64),
-            age_days=np.array(
-                [age_days(r.last_recalled or r.created, now) for r in rows], dtype=np.float64
-            ),
-            chars=np.array([len(r.text) for r in rows], dtype=np.int64),
-            relevance=relevance,
-        )
-
-
-def group_of(row: Row) -> int:
-    """The human a row is about (a promise: the human it is to), or WORLD_GROUP."""
-    if row.subject == SUBJECT_WORLD:
-        return WORLD_GROUP
-    uid = concerns(row.subject, row.counterpart)
-    if uid is None:
-        raise ValueError(f"row {row.id} is about no human: subject={row.subject!r}")
-    return uid
-
 
 def kind_code(kind: str) -> int:
     return KINDS.index(kind) if kind in KINDS else UNKNOWN_KIND
-
-
-def age_days(stamp: str, now: datetime) -> float:
-    """Days from an ISO stamp (naive means UTC) to `now`; never negative."""
-    try:
-        when = datetime.fromisoformat(stamp)
-    except ValueError:
-        return UNREADABLE_AGE_DAYS
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((now - when).total_seconds() / 86400.0, 0.0)
 
 
 def minmax(x: np.ndarray) -> np.ndarray:
@@ -139,7 +94,7 @@ def minmax(x: np.ndarray) -> np.ndarray:
     return (x - lo) / (hi - lo)
 
 
-def scores(c: Candidates, rule: Rule = RULE) -> np.ndarray:
+def scores(c: RankColumns, rule: Rule = RULE) -> np.ndarray:
     """The rule's weighted sum of recency, importance and relevance, each min-max normalised.
 
     Without a topic every relevance is 0, a column with no spread, so recency and importance
@@ -169,7 +124,7 @@ def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[i
     return first + rest
 
 
-def _top_per_group_kind(c: Candidates, score: np.ndarray, per_kind_top: int) -> np.ndarray:
+def _top_per_group_kind(c: RankColumns, score: np.ndarray, per_kind_top: int) -> np.ndarray:
     """Indexes of the best `per_kind_top` rows of each (group, kind); nothing else can win.
 
     A group takes at most `per_human` rows, and the diversity pass never reaches past a kind's
@@ -203,7 +158,7 @@ def group_order(groups: Iterable[int]) -> list[int]:
 
 
 def take(
-    c: Candidates,
+    c: RankColumns,
     score: np.ndarray,
     *,
     per_human: int = TAKE_PER_HUMAN,
@@ -252,19 +207,3 @@ def take(
         if ids:
             out[g] = ids
     return out
-
-
-def pick(
-    rows: Sequence[Row],
-    now: datetime,
-    topic: bytes | None = None,
-    *,
-    per_human: int = TAKE_PER_HUMAN,
-    chars_limit: int = BLOCK_CHARS_LIMIT,
-    per_kind: int = DIVERSITY_PER_KIND,
-) -> dict[int, list[Row]]:
-    """Score and take over Row objects: the same rule the reader runs on columns."""
-    c = Candidates.from_rows(rows, now, topic)
-    got = take(c, scores(c), per_human=per_human, chars_limit=chars_limit, per_kind=per_kind)
-    by_id = {r.id: r for r in rows}
-    return {g: [by_id[i] for i in ids] for g, ids in got.items()}

@@ -31,7 +31,7 @@ from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.ranking import (
     UNREADABLE_AGE_DAYS,
     WORLD_GROUP,
-    Candidates,
+    RankColumns,
     scores,
     take,
 )
@@ -221,7 +221,7 @@ def load_candidates(
     *,
     versions: Mapping[str, Version] | None = None,
     keep_cosines: bool = True,
-) -> dict[str, Candidates]:
+) -> dict[str, RankColumns]:
     """Every persona's visible open rows as ranking columns, relevance measured against
     `vector` (a room's topic; a message, for recall): from the read cache when the store's
     version of them has not moved, else from one query for all that moved.
@@ -325,12 +325,12 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 def _candidates(
     rows: PersonaRows | None, idx: np.ndarray, now_day: float, rel: np.ndarray | None
-) -> Candidates:
+) -> RankColumns:
     if rows is None or not idx.size:
         z = np.zeros(0)
-        return Candidates(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
+        return RankColumns(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
     ages = np.nan_to_num(now_day - rows.recalled_day[idx], nan=UNREADABLE_AGE_DAYS)
-    return Candidates(
+    return RankColumns(
         ids=rows.ids[idx],
         groups=rows.groups[idx],
         kinds=rows.kinds[idx],

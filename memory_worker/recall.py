@@ -23,7 +23,7 @@ from memory_worker import settings as settings_mod
 from memory_worker import store
 from memory_worker.audience import Consent, scope_for, visible_memories
 from memory_worker.constants import V1_PROVEN_SCOPE
-from memory_worker.ranking import Candidates, scores, take
+from memory_worker.ranking import RankColumns, scores, take
 from memory_worker.rows import Row
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, users
@@ -83,12 +83,12 @@ def recall(
     return got
 
 
-def block_of(c: Candidates) -> set[int]:
+def block_of(c: RankColumns) -> set[int]:
     """The ids the block takes from these candidates (the reader's take, the rule in force)."""
     return {i for ids in take(c, scores(c)).values() for i in ids}
 
 
-def top(c: Candidates, score: np.ndarray, *, exclude: Collection[int], k: int) -> list[int]:
+def top(c: RankColumns, score: np.ndarray, *, exclude: Collection[int], k: int) -> list[int]:
     """Ids of the `k` best-scoring candidates not in `exclude`, best first, ties to the lower id."""
     if len(c) == 0 or k <= 0:
         return []

@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import Engine
 
+from memory_worker import store
 from memory_worker.block import Human, Section, render, render_line, tail
 from memory_worker.constants import (
     ALWAYS_RIDE_KINDS,
@@ -19,18 +21,20 @@ from memory_worker.constants import (
     KINDS,
     TAKE_PER_HUMAN,
 )
+from memory_worker.rank_rows import columns, pick
 from memory_worker.ranking import (
     RULE,
     SEED_RULE,
     WORLD_GROUP,
-    Candidates,
+    RankColumns,
     diversify,
     group_order,
-    pick,
     scores,
     take,
 )
-from memory_worker.rows import Row
+from memory_worker.reader import build_block
+from memory_worker.rows import Candidate, Row
+from memory_worker.storage import memories, rooms, users
 from memory_worker.vectors import quantise
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -78,7 +82,7 @@ def row(
 
 
 def ranked_ids(rows: list[Row], topic: bytes | None = None) -> list[int]:
-    c = Candidates.from_rows(rows, NOW, topic)
+    c = columns(rows, NOW, topic)
     s = scores(c)
     return [int(c.ids[i]) for i in sorted(range(len(c)), key=lambda i: (-s[i], c.ids[i]))]
 
@@ -98,7 +102,7 @@ def test_recency_decays_from_last_recall_not_from_creation() -> None:
 
 def test_the_seed_rule_decays_recency_by_098_per_day() -> None:
     rows = [row(1, created=0), row(2, created=1), row(3, created=50)]
-    got = scores(Candidates.from_rows(rows, NOW), SEED_RULE)
+    got = scores(columns(rows, NOW), SEED_RULE)
     expected_middle = (0.98 - 0.98**50) / (1 - 0.98**50)  # min-max of 1, 0.98, 0.98^50
     assert got == pytest.approx([1.0, expected_middle, 0.0])
 
@@ -113,20 +117,20 @@ def test_the_seed_rule_min_max_normalises_each_component_and_weighs_them_equally
         row(4, importance=9, created=1, embedding=near),  # best of everything
         row(5, importance=3, created=100, embedding=far),  # worst of everything
     ]
-    got = scores(Candidates.from_rows(rows, NOW, topic), SEED_RULE)
+    got = scores(columns(rows, NOW, topic), SEED_RULE)
     assert got == pytest.approx([1.0, 1.0, 1.0, 3.0, 0.0])
 
 
 def test_min_max_makes_the_scale_of_importance_irrelevant() -> None:
     low = [row(1, importance=3, created=5), row(2, importance=4, created=50)]
     high = [row(1, importance=3, created=5), row(2, importance=10, created=50)]
-    assert scores(Candidates.from_rows(low, NOW)) == pytest.approx([1.0, 1.0])
-    assert scores(Candidates.from_rows(high, NOW)) == pytest.approx([1.0, 1.0])
+    assert scores(columns(low, NOW)) == pytest.approx([1.0, 1.0])
+    assert scores(columns(high, NOW)) == pytest.approx([1.0, 1.0])
 
 
 def test_a_component_with_no_spread_adds_nothing() -> None:
     rows = [row(1, importance=5, created=3), row(2, importance=5, created=3)]
-    assert scores(Candidates.from_rows(rows, NOW)) == pytest.approx([0.0, 0.0])
+    assert scores(columns(rows, NOW)) == pytest.approx([0.0, 0.0])
 
 
 def test_topic_relevance_changes_the_order() -> None:
@@ -175,7 +179,7 @@ def rows_from(specs: list[tuple[str, int, int, int]], first_id: int = 1) -> list
 
 
 def block_ids(rows: list[Row], topic: bytes | None) -> set[int]:
-    c = Candidates.from_rows(rows, NOW, topic)
+    c = columns(rows, NOW, topic)
     return {i for ids in take(c, scores(c)).values() for i in ids}
 
 
@@ -197,7 +201,7 @@ def test_a_strong_topic_match_beats_every_fresh_weak_one(
     fresh_weak = [replace(r, embedding=WEAK, created=ago(0), importance=10) for r in others[:3]]
     strong = row(1, importance=strong_importance, created=strong_age, embedding=STRONG)
     rows = [strong, *fresh_weak, *others[3:]]
-    c = Candidates.from_rows(rows, NOW, TOPIC)
+    c = columns(rows, NOW, TOPIC)
     s = scores(c)
     assert all(s[0] > s[i] for i in range(1, len(rows)))  # strictly first, whatever its age
     assert 1 in block_ids(rows, TOPIC)
@@ -211,7 +215,7 @@ def test_with_no_topic_recency_and_importance_alone_decide(
     rows = rows_from(specs)
     shuffled = [replace(r, embedding=UNRELATED[rnd.randrange(3)]) for r in rows]
     assert ranked_ids(rows) == ranked_ids(shuffled)  # the vectors say nothing without a topic
-    s = scores(Candidates.from_rows(rows, NOW))
+    s = scores(columns(rows, NOW))
     for a in range(len(rows)):
         for b in range(len(rows)):
             ia, ib = rows[a].importance, rows[b].importance
@@ -323,7 +327,7 @@ def test_ties_break_by_id_whatever_order_the_rows_come_in(rnd: random.Random) ->
     assert picked_ids(shuffled) == picked_ids(rows)
 
 
-def reference_take(c: Candidates, s: np.ndarray, per_human: int, chars_limit: int) -> dict:
+def reference_take(c: RankColumns, s: np.ndarray, per_human: int, chars_limit: int) -> dict:
     """The take over every row, with no shortlist: what `take` must equal."""
     ride = {KINDS.index(k) for k in ALWAYS_RIDE_KINDS}
     out_riders, out_rest = {}, {}
@@ -369,7 +373,7 @@ def test_the_shortlist_never_changes_what_the_take_picks(
         row(i, subject=s, kind=k, importance=imp, created=age, text="x" * n)
         for i, (s, k, imp, age, n) in enumerate(specs, start=1)
     ]
-    c = Candidates.from_rows(rows, NOW)
+    c = columns(rows, NOW)
     s = scores(c)
     got = take(c, s, per_human=per_human, chars_limit=chars_limit)
     assert got == reference_take(c, s, per_human, chars_limit)
@@ -452,7 +456,7 @@ def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:
 
     n = len(rows)
     ids = np.arange(100, 100 + n, dtype=np.int64)[::-1].copy()  # ids not in row order
-    c = Candidates(
+    c = RankColumns(
         ids=ids,
         groups=np.array([g for g, _, _ in rows], dtype=np.int64),
         kinds=np.array([kd for _, kd, _ in rows], dtype=np.int64),
@@ -470,3 +474,53 @@ def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:
             expected.add(i)
             seen[key] = seen.get(key, 0) + 1
     assert set(_top_per_group_kind(c, score, k).tolist()) == expected
+
+
+# --- the columns above are the reader's columns -----------------------------------------------
+
+
+@pytest.mark.store
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["u:42", "world", "self"]),
+            st.sampled_from(KINDS),
+            st.integers(1, 10),  # importance
+            st.integers(0, 400),  # age in days
+            st.integers(10, 300),  # chars
+        ),
+        max_size=40,
+    )
+)
+def test_the_python_columns_rank_exactly_as_the_reader_does(
+    db: Engine, specs: list[tuple[str, str, int, int, int]]
+) -> None:
+    """Rows in a real store, ranked by `build_block` (the SQL path), pick what the Python
+    columns of tests.ranking_rows pick: the ranking tests above test the production rule."""
+    with store.transaction() as conn:
+        if not users.persona_exists(conn, "warren"):
+            users.add_user(conn, DAN, "Dan")
+            users.add_persona(conn, "warren", "Warren")
+            rooms.add_room(conn, "p", "private", ["u:42", "warren"])
+        memories.delete_rows(conn, [r.id for r in memories.all_rows(conn)])
+        written = []
+        for subject, kind, importance, age, chars in specs:
+            counterpart = "u:42" if subject == "self" else None
+            kind = "promise" if subject == "self" else kind
+            cand = Candidate(subject, kind, "x" * chars, importance, (1,), None, counterpart)
+            stamp = ago(age)
+            new_id = memories.insert_row(
+                conn, persona="warren", room_id="p", witnessed=[DAN], candidate=cand,
+                embedding=None, now=stamp,
+            )  # fmt: skip
+            written.append(new_id)
+        rows = list(memories.rows_by_id(conn, written).values())
+    block = build_block("warren", {DAN}, "p", now=NOW, touch=False)
+    want = {
+        ("world" if g == WORLD_GROUP else f"u:{g}"): tuple(r.id for r in picked)
+        for g, picked in pick(rows, NOW).items()
+    }
+    assert dict(block.row_ids_by_human) == want
