@@ -33,8 +33,8 @@ from rich.table import Table  # noqa: E402
 from memory_worker import app_side, models, reader, store  # noqa: E402
 from memory_worker import settings as settings_mod  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
+from memory_worker.models.scripted import ScriptedChat, route_payload  # noqa: E402
 from memory_worker.write import extract, pipeline  # noqa: E402
-from tests.fakes import ScriptedChat, route_payload  # noqa: E402
 
 DATA = (
     Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo" / "locomo10.json"

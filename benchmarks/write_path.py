@@ -3,7 +3,7 @@ no-op Celery tasks on the same broker, in the same run.
 
     .venv/bin/python benchmarks/write_path.py [--spells 200] [--rounds 3] [--slow-spells 60]
 
-1. Zero latency: the model is the local Gemini stub (tests/stub_gemini.py) answering at once,
+1. Zero latency: the model is the local Gemini stub (memory_worker/models/gemini_stub.py) answering at once,
    so what is left is our code, the google-genai client's HTTP, Celery, Redis and SQLite.
    Prints spells/s against no-op chains/s, and the worker's CPU ms per spell and per chain
    (from /proc: user + system time of the worker process).
@@ -43,8 +43,8 @@ from memory_worker import (  # noqa: E402
 )
 from memory_worker import settings as settings_mod  # noqa: E402
 from memory_worker import tables as t  # noqa: E402
-from tests.fakes import gemini_responder, transcript_ids  # noqa: E402
-from tests.stub_gemini import GeminiStub, default_embed_responder  # noqa: E402
+from memory_worker.models.gemini_stub import GeminiStub, default_embed_responder  # noqa: E402
+from memory_worker.models.scripted import gemini_responder, transcript_ids  # noqa: E402
 
 MODEL_CALLS_PER_SPELL = 3  # extract, embed, route: each takes a slot of the global rate limit
 

@@ -43,5 +43,12 @@ def db(tmp_path: Path) -> Iterator[Engine]:
 
 # --- a real broker and a real worker --------------------------------------------------------
 
-from tests.stub_gemini import GeminiStub, gemini_stub  # noqa: E402,F401
+from memory_worker.models.gemini_stub import GeminiStub  # noqa: E402
 from tests.worker import pipeline, redis_url, worker  # noqa: E402,F401
+
+
+@pytest.fixture
+def gemini_stub() -> Iterator[GeminiStub]:
+    """A started stub for one test; stopped (hanging handlers released) afterwards."""
+    with GeminiStub() as stub:
+        yield stub

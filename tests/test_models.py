@@ -1,6 +1,7 @@
 """The model providers against a real google-genai client and a stub of the API on loopback.
 
-Nothing in the SDK is mocked: each test drives real HTTP through `tests/stub_gemini.py`, so a
+Nothing in the SDK is mocked: each test drives real HTTP through
+`memory_worker/models/gemini_stub.py`, so a
 change in what google-genai sends or raises breaks these tests rather than production.
 """
 
@@ -25,16 +26,16 @@ from memory_worker.models.base import (
     TransientModelError,
 )
 from memory_worker.models.gemini import GeminiChat, GeminiEmbedder, parse_duration
-from memory_worker.models.hashing import HashingEmbedder, tokens
-from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
-from memory_worker.settings import Settings
-from tests.stub_gemini import (
+from memory_worker.models.gemini_stub import (
     EMBED_SCALE,
     GeminiStub,
     prompt_text,
     system_text,
     token_estimate,
 )
+from memory_worker.models.hashing import HashingEmbedder, tokens
+from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
+from memory_worker.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 

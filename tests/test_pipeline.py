@@ -13,9 +13,9 @@ from sqlalchemy import Engine, select
 from memory_worker import app_side, events
 from memory_worker import tables as t
 from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
 from memory_worker.tasks.rooms import sweep
 from memory_worker.vectors import quantise
-from tests.fakes import candidate, gemini_responder, transcript_ids
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
 

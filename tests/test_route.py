@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.models.scripted import route_payload
 from memory_worker.rows import Candidate
 from memory_worker.vectors import quantise, to_b64
 from memory_worker.write.route import (
@@ -19,7 +20,6 @@ from memory_worker.write.route import (
     number,
     resolve,
 )
-from tests.fakes import route_payload
 
 EMB = HashingEmbedder()
 

@@ -16,8 +16,8 @@ from sqlalchemy import Engine, select
 from memory_worker import events, toast_bus
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
+from memory_worker.models.scripted import gemini_responder
 from tests import scenes
-from tests.fakes import gemini_responder
 from tests.scenes import CARA, DAN, extract_answer
 from tests.test_controls import add_notice, add_row
 from tests.web_server import Served, serve

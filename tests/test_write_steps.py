@@ -12,9 +12,9 @@ from sqlalchemy import Engine, select
 from memory_worker import app_side
 from memory_worker import tables as t
 from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.models.scripted import ScriptedChat, sensible_route
 from memory_worker.rows import Spell
 from memory_worker.write import pipeline
-from tests.fakes import ScriptedChat, sensible_route
 from tests.scenes import DAN, extract_answer, people, private_chat
 
 pytestmark = pytest.mark.store

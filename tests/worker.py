@@ -21,7 +21,7 @@ from sqlalchemy import Engine, select
 from memory_worker import embedded, models
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
-from tests.stub_gemini import GeminiStub
+from memory_worker.models.gemini_stub import GeminiStub
 
 SPELL_TIMEOUT_S = 60.0  # generous: a loaded CI machine, a few retries with backoff
 

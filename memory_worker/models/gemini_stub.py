@@ -20,7 +20,8 @@ Usage::
         stub.chat_responder = lambda body: {"name": "x"}
         settings = stub.settings(model_timeout_ms=300)
 
-or the `gemini_stub` pytest fixture.
+or the `gemini_stub` pytest fixture (tests/conftest.py). The tests use it for faults, the
+write benchmark for a zero-latency model; nothing in the product imports it.
 """
 
 from __future__ import annotations
@@ -31,12 +32,10 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-import pytest
 
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.settings import Settings
@@ -109,7 +108,9 @@ def default_embed_responder(texts: list[str], dims: int) -> list[list[float]]:
     return [[float(x) * EMBED_SCALE for x in hashing.vector(t)] for t in texts]
 
 
-def error_body(status: int, message: str | None = None, retry_delay: str | None = None) -> dict:
+def error_body(
+    status: int, message: str | None = None, retry_delay: str | None = None
+) -> dict[str, Any]:
     """An error body shaped like Google's: code, message, status and, for 429, its details."""
     details: list[dict[str, Any]] = []
     if status == 429:
@@ -228,7 +229,7 @@ class GeminiStub:
         if self._server is None:
             raise RuntimeError("the stub is not started")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def settings(self, base: Settings | None = None, **changes: Any) -> Settings:
         """Settings for the gemini provider pointed at this stub (with a test key)."""
@@ -315,7 +316,9 @@ class GeminiStub:
 
     # --- answering (called from handler threads) ----------------------------------------------
 
-    def _answer(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, dict, dict]:
+    def _answer(
+        self, path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
         """(status, extra headers, JSON body) for one request."""
         m = _PATH.match(path.split("?", 1)[0])
         kind = _KIND_BY_METHOD.get(m.group("method"), "other") if m else "other"
@@ -421,10 +424,3 @@ def _handler_for(stub: GeminiStub) -> type[BaseHTTPRequestHandler]:
             self.do_POST()
 
     return Handler
-
-
-@pytest.fixture
-def gemini_stub() -> Iterator[GeminiStub]:
-    """A started stub for one test; stopped (hanging handlers released) afterwards."""
-    with GeminiStub() as stub:
-        yield stub

@@ -1,4 +1,5 @@
-"""Stand-ins for the model (never for Redis, Celery or the database).
+"""Scripted models: stand-ins for a chat model that answer from code (never for Redis,
+Celery or the database). The tests, the write benchmark and the LoCoMo replay use them.
 
 `sensible_route` answers a route prompt the way a careful router would, from the prompt text
 alone: the same sentence already known → NONE; "sold"/"no longer"/"quit" with a neighbour →
@@ -11,13 +12,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 from memory_worker.models.base import ChatResult, MalformedAnswer, PromptTooLarge, T, Usage
+from memory_worker.models.gemini_stub import prompt_text, system_text
 
 ENDINGS = ("sold", "no longer", "quit", "stopped", "ended")
 
 
-def route_payload(prompt: str) -> tuple[list[dict], list[dict]]:
+def route_payload(prompt: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(memories, candidates) as shown in a route prompt."""
     mem_part, cand_part = prompt.split("New candidates, each with the numbers of its neighbours:")
     mem_json = mem_part.split("Existing memories (numbered):", 1)[1].strip()
@@ -25,7 +28,7 @@ def route_payload(prompt: str) -> tuple[list[dict], list[dict]]:
     return memories, json.loads(cand_part.strip())
 
 
-def sensible_route(prompt: str) -> dict:
+def sensible_route(prompt: str) -> dict[str, Any]:
     memories, candidates = route_payload(prompt)
     text_of = {m["id"]: m["text"] for m in memories}
     decisions = []
@@ -66,8 +69,8 @@ class ScriptedChat:
         if self.max_prompt_chars is not None and len(system) + len(prompt) > self.max_prompt_chars:
             raise PromptTooLarge(f"{purpose}: the input exceeds the maximum number of tokens")
         answer = self.answers[purpose]
-        if isinstance(answer, Callable):  # type: ignore[arg-type]
-            answer = answer(prompt)  # type: ignore[operator]
+        if callable(answer):
+            answer = answer(prompt)
         raw = answer if isinstance(answer, str) else json.dumps(answer)
         try:
             parsed = schema.model_validate_json(raw)
@@ -76,12 +79,11 @@ class ScriptedChat:
         return ChatResult(parsed, Usage(len(prompt) // 4, len(raw) // 4, True), raw)
 
 
-def gemini_responder(extract: object) -> Callable[[dict], object]:
+def gemini_responder(extract: object) -> Callable[[dict[str, Any]], object]:
     """A stub-server chat responder: `extract` (dict, or callable of the prompt) for call A,
     `sensible_route` for call B — told apart by their system instructions."""
-    from tests.stub_gemini import prompt_text, system_text
 
-    def respond(body: dict) -> object:
+    def respond(body: dict[str, Any]) -> object:
         prompt = prompt_text(body)
         if system_text(body).startswith("You are a smart memory manager"):
             return sensible_route(prompt)
@@ -92,7 +94,7 @@ def gemini_responder(extract: object) -> Callable[[dict], object]:
 
 def candidate(
     subject: str, kind: str, text: str, importance: int, evidence: list[int], **more: object
-) -> dict:
+) -> dict[str, Any]:
     """One candidate as the extraction model writes it."""
     return {
         "subject": subject,
