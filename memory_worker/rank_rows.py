@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from memory_worker.constants import SUBJECT_WORLD
+from memory_worker.constants import BLOCK_CHARS_LIMIT, SUBJECT_WORLD, TAKE_PER_HUMAN
 from memory_worker.ranking import (
     UNREADABLE_AGE_DAYS,
     WORLD_GROUP,
@@ -64,10 +64,15 @@ def columns(rows: Sequence[Row], now: datetime, topic: bytes | None = None) -> R
 
 
 def pick(
-    rows: Sequence[Row], now: datetime, topic: bytes | None = None, **limits: int
+    rows: Sequence[Row],
+    now: datetime,
+    topic: bytes | None = None,
+    *,
+    per_human: int = TAKE_PER_HUMAN,
+    chars_limit: int = BLOCK_CHARS_LIMIT,
 ) -> dict[int, list[Row]]:
     """Score and take over Row objects: the rule the reader runs on its columns."""
     c = columns(rows, now, topic)
-    got = take(c, scores(c), **limits)
+    got = take(c, scores(c), per_human=per_human, chars_limit=chars_limit)
     by_id = {r.id: r for r in rows}
     return {g: [by_id[i] for i in ids] for g, ids in got.items()}

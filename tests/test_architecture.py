@@ -19,18 +19,18 @@ PACKAGE = ROOT / "memory_worker"
 # layer → the module names (dotted, under memory_worker) that belong to it; the longest match wins
 LAYERS: dict[str, tuple[str, ...]] = {
     "leaf": ("constants", "settings", "rows", "clock", "vectors", "tables"),
-    "core": ("audience", "ranking", "block", "read_cache"),
+    "core": ("audience", "ranking", "rank_rows", "block", "read_cache"),
     "storage": ("store", "storage"),
     "model interfaces": ("models.base",),
     "models": ("models",),
     "write": ("write",),
-    "reader": ("reader",),
+    "reader": ("reader", "recall"),
     "controls": ("controls",),
     "app side": ("app_side",),
-    "infra": ("broker", "embedded", "ratelimit", "local_worker"),
+    "infra": ("broker", "embedded", "ratelimit", "local_worker", "toast_bus"),
     "tasks": ("tasks", "celery_app"),
     "events": ("events",),
-    "shells": ("cli", "demo"),
+    "shells": ("cli", "demo", "web"),
 }
 
 MAY_IMPORT: dict[str, set[str]] = {
@@ -47,6 +47,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "tasks": {"leaf", "core", "storage", "model interfaces", "models", "write", "infra", "tasks"},
     "events": {"leaf", "storage", "tasks", "events"},
     "shells": set(LAYERS),
+}
+
+# The one import across the rules, each with its reason (the doc lists them too).
+EXCEPTIONS = {
+    ("recall", "memory_worker.models"): "recall.embed_query embeds a query given without its "
+    "vector with the configured embedder, imported inside that function only",
 }
 
 # What the app imports at room open, and the pure parts, start no broker and call no model.
@@ -99,6 +105,8 @@ def test_each_module_imports_only_the_layers_below_it(name: str, path: Path) -> 
         top = imported.split(".")[0]
         if top == "memory_worker":
             theirs = layer_of(imported)
+            if (name, imported) in EXCEPTIONS:
+                continue
             assert theirs == mine or theirs in MAY_IMPORT[mine], (
                 f"{name} ({mine}) imports {imported} ({theirs}): docs/architecture.md"
             )

@@ -47,7 +47,7 @@ def post(
     ).first()
     if exists:
         return None
-    res = conn.execute(
+    new = (
         insert(t.notices).values(
             user_id=user_id,
             persona=persona,
@@ -58,8 +58,8 @@ def post(
             spell_key=spell_key,
             created=now,
         )
-    )
-    return int(res.inserted_primary_key[0])
+    ).returning(n.id)
+    return int(conn.execute(new).scalar_one())
 
 
 def _notice(row: Row[Any]) -> Notice:

@@ -177,7 +177,7 @@ async def confirm_clear(request: Request) -> Response:
 # --- the writes: one handler for the form, one for the API, per action ------------------------
 
 
-def _run(action: Action, user_id: int, path: dict[str, Any], raw: dict[str, Any]) -> dict:
+def _run(action: Action, user_id: int, path: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     body = action.input.model_validate(raw)
     return action.run(user_id, path, body)
 
