@@ -351,18 +351,23 @@ def reference_take(c: RankColumns, s: np.ndarray, per_human: int, chars_limit: i
     return {g: v for g, v in ids.items() if v}
 
 
+def row_specs(
+    subjects: list[str], *, max_age: int, max_chars: int, max_size: int
+) -> st.SearchStrategy[list[tuple[str, str, int, int, int]]]:
+    """(subject, kind, importance, age in days, chars) per row."""
+    spec = st.tuples(
+        st.sampled_from(subjects),
+        st.sampled_from(KINDS),
+        st.integers(1, 10),
+        st.integers(0, max_age),
+        st.integers(10, max_chars),
+    )
+    return st.lists(spec, max_size=max_size)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["u:42", "u:17", "world"]),
-            st.sampled_from(KINDS),
-            st.integers(1, 10),  # importance
-            st.integers(0, 40),  # age in days
-            st.integers(10, 200),  # chars
-        ),
-        max_size=80,
-    ),
+    row_specs(["u:42", "u:17", "world"], max_age=40, max_chars=200, max_size=80),
     st.integers(1, 12),
     st.integers(100, 1500),
 )
@@ -483,18 +488,7 @@ def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["u:42", "world", "self"]),
-            st.sampled_from(KINDS),
-            st.integers(1, 10),  # importance
-            st.integers(0, 400),  # age in days
-            st.integers(10, 300),  # chars
-        ),
-        max_size=40,
-    )
-)
+@given(row_specs(["u:42", "world", "self"], max_age=400, max_chars=300, max_size=40))
 def test_the_python_columns_rank_exactly_as_the_reader_does(
     db: Engine, specs: list[tuple[str, str, int, int, int]]
 ) -> None:
