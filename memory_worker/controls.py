@@ -20,12 +20,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from memory_worker import store
+from memory_worker import store, toasts
 from memory_worker.block import span
 from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
 from memory_worker.rows import Row, concerned, human_id, human_ref
 from memory_worker.storage import memories, notices, rooms, users
-from memory_worker.write import notify
 
 ID_MAX = 2**63 - 1  # the largest id a database integer holds
 
@@ -147,9 +146,9 @@ def _redact_toasts(conn: Connection, places: set[tuple[str, str]], gone: set[int
             left = [i for i in notice.row_ids if i not in gone]
             kept = memories.rows_by_id(conn, left)
             texts = [kept[i].text for i in left if i in kept]
-            names = users.user_names(conn, sorted(notify.mentioned(texts)))
-            text = notify.redacted(
-                persona_name, [notify.named(x, names) for x in texts], len(removed)
+            names = users.user_names(conn, sorted(toasts.mentioned(texts)))
+            text = toasts.redacted(
+                persona_name, [toasts.named(x, names) for x in texts], len(removed)
             )
             notices.reword(conn, notice.id, text, left)
 

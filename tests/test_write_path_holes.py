@@ -15,9 +15,9 @@ from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.constants import DAILY_CAP_PER_HUMAN, DAILY_CAP_WORLD
 from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route, transcript_ids
 from memory_worker.vectors import quantise
 from memory_worker.write.guards import is_one_sentence
-from tests.fakes import ScriptedChat, candidate, sensible_route, transcript_ids
 from tests.scenes import CARA, DAN, people
 from tests.write_helpers import drain, notices, prompts, rows, run_spell, spell_records
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from sqlalchemy import Connection, delete, func, insert, or_, select, update
 
 from memory_worker import tables as t
+from memory_worker.names import word_ngrams
 
 u = t.users.c
 p = t.personas.c
@@ -151,11 +152,9 @@ def eligible_humans(conn: Connection, persona: str, humans: Sequence[int]) -> li
 def names_in(conn: Connection, texts: Sequence[str]) -> list[str]:
     """Display names of humans the store knows that may appear in `texts` (a world row's check).
 
-    Asks for the texts' word runs (`guards.word_ngrams`), and for names that begin with one of
+    Asks for the texts' word runs (`names.word_ngrams`), and for names that begin with one of
     their words ("Dan" for "Dan Smith"): one query, however many people the store knows.
     """
-    from memory_worker.write.guards import word_ngrams
-
     grams = sorted(set().union(*(word_ngrams(x) for x in texts))) if texts else []
     if not grams:
         return []

@@ -35,12 +35,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from memory_worker import controls, store
+from memory_worker import controls, store, toasts
 from memory_worker.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S
 from memory_worker.storage import users
 from memory_worker.web import rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
-from memory_worker.write import notify
 
 HERE = Path(__file__).resolve().parent
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
@@ -60,7 +59,7 @@ def page_data(user_id: int) -> dict[str, Any]:
     rooms = controls.rooms_of(user_id)
     texts = [line.text for s in page.personas for line in s.lines]
     with store.engine().connect() as conn:
-        people = users.user_names(conn, sorted(notify.mentioned(texts)))
+        people = users.user_names(conn, sorted(toasts.mentioned(texts)))
     # Forget-me switches: personas that remember the user, that the user muted, or that
     # share a room with them.
     known = {s.persona for s in page.personas} | set(page.muted)
@@ -77,7 +76,7 @@ def page_data(user_id: int) -> dict[str, Any]:
                 "lines": [
                     {
                         **asdict(line),
-                        "shown": notify.named(line.text, people) + ".",
+                        "shown": toasts.named(line.text, people) + ".",
                         "evidence_lines": [asdict(e) for e in evidence.get(line.id, [])],
                     }
                     for line in s.lines

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
+from memory_worker import toasts
 from memory_worker.constants import SUBJECT_WORLD
 from memory_worker.rows import Candidate, Decision, Spell, concerned
 from memory_worker.storage import memories, notices, rooms, spells, users
 from memory_worker.vectors import from_b64
-from memory_worker.write import extract, guards, notify, route
+from memory_worker.write import extract, guards, route
 
 # Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.
 FINAL = ("committed", "skipped", "covered")
@@ -85,14 +86,17 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
                 memories.add_sources(conn, new_id, guards.cited_humans(c.evidence, speaker_of))
             row_ids.append(new_id)
             open_texts[(c.subject, c.text.lower())] = new_id
-            if d.event == "UPDATE" and _may_change(shown, d.old_row_id, c):
-                memories.close(conn, d.old_row_id, c.valid_from or today, new_id)
-                shown.pop(d.old_row_id)
-                closed.append(d.old_row_id)
-        elif d.event == "CLOSE" and _may_change(shown, d.old_row_id, c):
-            memories.close(conn, d.old_row_id, c.valid_from or today, None)
-            shown.pop(d.old_row_id)
-            closed.append(d.old_row_id)
+            old = d.old_row_id
+            if d.event == "UPDATE" and old is not None and _may_change(shown, old, c):
+                memories.close(conn, old, c.valid_from or today, new_id)
+                shown.pop(old)
+                closed.append(old)
+        elif (
+            d.event == "CLOSE" and (old := d.old_row_id) is not None and _may_change(shown, old, c)
+        ):
+            memories.close(conn, old, c.valid_from or today, None)
+            shown.pop(old)
+            closed.append(old)
     _advance_cursor(conn, spell, now)
     spells.record(conn, spell, "committed", None, row_ids, now)
     _post_toasts(conn, spell, row_ids, now)
@@ -113,7 +117,7 @@ def _post_toasts(conn: Connection, spell: Spell, row_ids: list[int], now: str) -
     humans = sorted({u for r in rows for u in concerned(r.subject, r.counterpart, r.sources)})
     names = users.user_names(conn, humans)
     persona_name = users.persona_name(conn, spell.persona)
-    for toast in notify.toasts(persona_name, rows, names):
+    for toast in toasts.toasts(persona_name, rows, names):
         notices.post(
             conn,
             user_id=toast.user_id,
@@ -126,9 +130,9 @@ def _post_toasts(conn: Connection, spell: Spell, row_ids: list[int], now: str) -
         )
 
 
-def _may_change(shown: dict[int, memories.OpenRow], row_id: int | None, c: Candidate) -> bool:
+def _may_change(shown: dict[int, memories.OpenRow], row_id: int, c: Candidate) -> bool:
     """The router may UPDATE or CLOSE only an open row it was shown, about what `c` is about."""
-    row = shown.get(row_id) if row_id is not None else None
+    row = shown.get(row_id)
     return row is not None and route.same_concern(row, c)
 
 

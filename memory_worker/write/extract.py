@@ -72,7 +72,7 @@ class ExtractAnswer(BaseModel):
                 except ValidationError:
                     bad += 1
             data = {**data, "candidates": good}
-        answer = handler(data)
+        answer: ExtractAnswer = handler(data)
         answer._ill_formed = bad
         return answer
 

@@ -25,6 +25,7 @@ from memory_worker.constants import (
     SUBJECT_SELF,
     SUBJECT_WORLD,
 )
+from memory_worker.names import name_forms, word_ngrams
 from memory_worker.rows import human_id, human_ref
 
 # --- one sentence -------------------------------------------------------------------------
@@ -109,41 +110,6 @@ def cited_humans(evidence: Iterable[int], speaker_of: Mapping[int, str]) -> list
 # --- a world row is about the world ----------------------------------------------------------
 
 _HUMAN_ID = re.compile(r"\bu\s*:\s*\d+", re.IGNORECASE)
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*['’]?")
-
-
-def _words(text: str) -> list[str]:
-    """Lower-case words, possessives folded: "Dan's" and "Dans'" are "dan"/"dans"."""
-    out = []
-    for w in _WORD.findall(text or ""):
-        w = w.lower().replace("’", "'")
-        out.append(w.removesuffix("'s").rstrip("'"))
-    return [w for w in out if w]
-
-
-def name_forms(names: Iterable[str]) -> set[str]:
-    """The forms a display name can appear in: the whole name and each word of it.
-
-    "Dan Smith" → {"dan smith", "dan", "smith"}. Erring wide costs a world fact, never a person.
-    """
-    forms: set[str] = set()
-    for name in names:
-        words = _words(name)
-        if words:
-            forms.add(" ".join(words))
-            forms.update(w for w in words if len(w) >= 2)
-    return forms
-
-
-def word_ngrams(text: str, n_max: int = 3) -> set[str]:
-    """Runs of 1..n_max words of `text`, in `name_forms`' spelling: what a name lookup asks for."""
-    words = _words(text)
-    grams: set[str] = set()
-    for n in range(1, n_max + 1):
-        grams.update(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
-    return grams
-
-
 def names_a_human(text: str, known_names: Iterable[str]) -> bool:
     """True when `text` names a human: a `u:` id, or a display name the store knows."""
     if _HUMAN_ID.search(text):

@@ -64,7 +64,7 @@ class RouteAnswer(BaseModel):
                 except ValidationError:
                     bad += 1
             data = {**data, "decisions": good}
-        answer = handler(data)
+        answer: RouteAnswer = handler(data)
         answer._ill_formed = bad
         return answer
 

@@ -4,6 +4,9 @@
 about the persona's promises and loops with them, and about world rows that cite their lines.
 Keyed by (spell, user): a second run inserts nothing. Undo lives in `memory_worker.controls`;
 when rows are deleted, the toasts that quoted them are reworded without them (`redacted`).
+
+Pure wording, shared by the write path (`write.pipeline.run_notify` posts toasts), the human's
+controls (rewording after a delete) and the page.
 """
 
 from __future__ import annotations
