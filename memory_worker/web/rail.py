@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -79,7 +80,7 @@ async def _events(
             await _close(nudges)
 
 
-async def _subscribe(user_id: int, redis_url: str | None):  # type: ignore[no-untyped-def]
+async def _subscribe(user_id: int, redis_url: str | None) -> PubSub | None:
     if redis_url is None:
         return None
     try:
@@ -92,7 +93,7 @@ async def _subscribe(user_id: int, redis_url: str | None):  # type: ignore[no-un
         return None
 
 
-async def _wait_for_nudge(pubsub, poll_s: float) -> bool:  # type: ignore[no-untyped-def]
+async def _wait_for_nudge(pubsub: PubSub | None, poll_s: float) -> bool:
     """True when a channel message came within `poll_s` (what it says is not trusted)."""
     if pubsub is None:
         await asyncio.sleep(poll_s)
@@ -105,9 +106,9 @@ async def _wait_for_nudge(pubsub, poll_s: float) -> bool:  # type: ignore[no-unt
     return msg is not None
 
 
-async def _close(pubsub) -> None:  # type: ignore[no-untyped-def]
+async def _close(pubsub: PubSub) -> None:
     try:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         await pubsub.connection_pool.disconnect()  # the client made for this stream alone
     except (RedisError, OSError):
         pass

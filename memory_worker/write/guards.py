@@ -110,6 +110,8 @@ def cited_humans(evidence: Iterable[int], speaker_of: Mapping[int, str]) -> list
 # --- a world row is about the world ----------------------------------------------------------
 
 _HUMAN_ID = re.compile(r"\bu\s*:\s*\d+", re.IGNORECASE)
+
+
 def names_a_human(text: str, known_names: Iterable[str]) -> bool:
     """True when `text` names a human: a `u:` id, or a display name the store knows."""
     if _HUMAN_ID.search(text):
