@@ -12,8 +12,8 @@ import redis
 
 from memory_worker import events, ratelimit
 from memory_worker import settings as settings_mod
+from memory_worker.models.scripted import gemini_responder
 from memory_worker.ratelimit import Quota
-from tests.fakes import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline
 
