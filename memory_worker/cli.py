@@ -64,6 +64,7 @@ def _demo(_: argparse.Namespace) -> int:
 def _block(a: argparse.Namespace) -> int:
     from memory_worker import reader
 
+    _existing_store()
     block = reader.build_block(a.persona, set(a.present), a.room, touch=False)
     print(reader.format_block(block))
     return 0
@@ -72,6 +73,7 @@ def _block(a: argparse.Namespace) -> int:
 def _sweep(_: argparse.Namespace) -> int:
     from memory_worker.tasks.rooms import sweep_lagging_rooms
 
+    _existing_store()
     rooms = sweep_lagging_rooms()
     print(f"enqueued {len(rooms)} room(s): {', '.join(rooms) or '-'}")
     return 0
@@ -80,6 +82,7 @@ def _sweep(_: argparse.Namespace) -> int:
 def _parked(_: argparse.Namespace) -> int:
     from memory_worker.storage import spells
 
+    _existing_store()
     with store.engine().connect() as conn:
         rows = spells.parked(conn)
     for r in rows:
@@ -124,41 +127,135 @@ def _serve(a: argparse.Namespace) -> int:
     if a.rail_poll_s <= 0:
         print("error: --rail-poll-s must be a positive number of seconds", file=sys.stderr)
         return 2
+    _existing_store()
     return serve.run(a.host, a.port, a.user, a.rail_poll_s)
+
+
+def _existing_store() -> None:
+    """A command that reads the store never creates one (SQLite would, on connect).
+
+    With the default file missing and `make demo` run in this folder, read the demo's store
+    and say so; with neither, say exactly what to do.
+    """
+    from memory_worker.demo import DEMO_STORE
+
+    s = settings_mod.current()
+    path = _sqlite_file(s.database_url)
+    if path is None or path.exists():
+        return
+    default = settings_mod.Settings.model_fields["database_url"].default
+    if s.database_url == default and DEMO_STORE.exists():
+        settings_mod.configure(s.with_(database_url=f"sqlite:///{DEMO_STORE}"))
+        print(
+            f"note: no {path} here; reading the demo's store {DEMO_STORE} "
+            "(MW_DATABASE_URL chooses another)",
+            file=sys.stderr,
+        )
+        return
+    raise LookupError(
+        f"no store at {path}: run `memory-worker init-db` to create it, or `make demo` "
+        f"(which leaves its store in {DEMO_STORE}), or set MW_DATABASE_URL"
+    )
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file a `sqlite:///…` URL names (None for another database, or in memory)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url[len(prefix) :] in ("", ":memory:"):
+        return None
+    return Path(url[len(prefix) :].split("?", 1)[0])
+
+
+COMMANDS = {  # name: (one line for the list, what `memory-worker NAME --help` says)
+    "init-db": (
+        "apply the migrations",
+        "Apply every migration under schema/ to the store (MW_DATABASE_URL, default "
+        "sqlite:///memory_worker.db in this folder), creating it if needed.",
+    ),
+    "check": (
+        "check the deployment: exit 1 on a problem",
+        "Check the settings, the store, the broker, the model provider and the rate limits; "
+        "print one line each and exit 1 if any is wrong.",
+    ),
+    "run": (
+        "run the Procfile's processes, supervised",
+        "Start every Procfile line (or those named), restart one that exits, and stop them "
+        "all cleanly on Ctrl+C or SIGTERM.",
+    ),
+    "demo": (
+        "run the demo on the embedded default",
+        "Dan tells Warren about his flat; a real worker writes the memories; the demo prints "
+        "the rows, the toasts and the blocks. Offline: scripted model answers, an embedded "
+        "Redis, a SQLite store kept in .memory_worker/demo/demo.db.",
+    ),
+    "block": (
+        "print a persona's block for a room",
+        "Print the memory block PERSONA gets at room open in ROOM with these humans present, "
+        "with its meter (chars used / limit). Reads only: nothing is touched.",
+    ),
+    "sweep": (
+        "enqueue rooms whose cursor lags",
+        "Enqueue every room where a persona's cursor is behind the room's last line (what the "
+        "daily beat runs); a worker must be running to take them.",
+    ),
+    "parked": (
+        "list parked spells",
+        "List the spells parked for an operator (a model that kept failing, or answered "
+        "malformed twice); the sweep retries them.",
+    ),
+    "reembed": (
+        "re-embed rows and room topics with the configured embedder",
+        "Embed every open row and room topic again with the configured embedder (after "
+        "changing MW_EMBEDDER), in batches.",
+    ),
+    "cassette-answer": (
+        "author a replay answer for a recorded miss",
+        "Add an answer for a request the replay provider missed (a file under "
+        "MW_REPLAY_MISSES_DIR) to the cassette.",
+    ),
+    "serve": (
+        "the human's page and toast rail (loopback by default)",
+        "Serve the human's page (their memories, with delete, the note and the switches) "
+        "and the toast rail over HTTP on loopback.",
+    ),
+}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memory-worker", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("init-db", help="apply the migrations").set_defaults(run=_init_db)
-    sub.add_parser("check", help="check the deployment: exit 1 on a problem").set_defaults(
-        run=_check
-    )
-    r = sub.add_parser("run", help="run the Procfile's processes, supervised")
+
+    def command(name: str) -> argparse.ArgumentParser:
+        short, long = COMMANDS[name]
+        return sub.add_parser(name, help=short, description=long)
+
+    command("init-db").set_defaults(run=_init_db)
+    command("check").set_defaults(run=_check)
+    r = command("run")
     r.add_argument("--procfile", default="Procfile")
     r.add_argument(
         "--stop-timeout", type=float, default=None, help="seconds a stop waits before it kills"
     )
     r.add_argument("only", nargs="*", help="process names to run (default: all)")
     r.set_defaults(run=_run)
-    sub.add_parser("demo", help="run the demo on the embedded default").set_defaults(run=_demo)
-    b = sub.add_parser("block", help="print a persona's block for a room")
-    b.add_argument("--persona", required=True)
+    command("demo").set_defaults(run=_demo)
+    b = command("block")
+    b.add_argument("--persona", required=True, help="the persona's slug, e.g. warren")
     b.add_argument("--present", required=True, nargs="+", type=int, help="human ids present")
-    b.add_argument("--room", required=True)
+    b.add_argument("--room", required=True, help="the room's id, e.g. dm-dan")
     b.set_defaults(run=_block)
-    sub.add_parser("sweep", help="enqueue rooms whose cursor lags").set_defaults(run=_sweep)
-    sub.add_parser("parked", help="list parked spells").set_defaults(run=_parked)
-    r = sub.add_parser("reembed", help="re-embed rows and room topics with the configured embedder")
-    r.add_argument("--batch", type=int, default=128, help="texts per embedding call")
-    r.set_defaults(run=_reembed)
-    c = sub.add_parser("cassette-answer", help="author a replay answer for a recorded miss")
+    command("sweep").set_defaults(run=_sweep)
+    command("parked").set_defaults(run=_parked)
+    e = command("reembed")
+    e.add_argument("--batch", type=int, default=128, help="texts per embedding call")
+    e.set_defaults(run=_reembed)
+    c = command("cassette-answer")
     c.add_argument("miss", help="the request file a replay miss wrote (MW_REPLAY_MISSES_DIR)")
     c.add_argument("answer", help="a JSON file holding the answer")
     c.add_argument("--cassette", type=Path)
     c.add_argument("--note")
     c.set_defaults(run=_cassette_answer)
-    w = sub.add_parser("serve", help="the human's page and toast rail (loopback by default)")
+    w = command("serve")
     w.add_argument("--user", type=int, help="print a one-time sign-in link for this user id")
     w.add_argument("--host", default=serve.DEFAULT_HOST, help="bind address (default: loopback)")
     w.add_argument("--port", type=int, default=serve.DEFAULT_PORT)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sqlalchemy import Engine
 
 from memory_worker import app_side, cli
+from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.write import pipeline
 from tests.scenes import DAN, people, private_chat
@@ -63,3 +66,30 @@ def test_parked_lists_the_spells_an_operator_must_see(
     out = capsys.readouterr().out
     assert "warren/dm-dan/3  malformed model answer (asked twice)" in out
     assert "1 parked spell(s)" in out
+
+
+def test_a_read_command_creates_no_store_and_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings_mod.configure(settings_mod.Settings.from_env({}))  # the default store, here
+    try:
+        for argv in (
+            ["block", "--persona", "warren", "--present", "42", "--room", "r"],
+            ["parked"],
+        ):
+            assert cli.main(argv) == 2
+            err = capsys.readouterr().err
+            assert "no store at memory_worker.db: run `memory-worker init-db`" in err
+            assert "make demo" in err
+        assert list(tmp_path.iterdir()) == [], "a read command created a file"
+    finally:
+        settings_mod.configure(None)
+
+
+def test_every_command_explains_itself_in_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for name, (_short, description) in cli.COMMANDS.items():
+        with pytest.raises(SystemExit):
+            cli.main([name, "--help"])
+        shown = " ".join(capsys.readouterr().out.split())
+        assert " ".join(description.split()) in shown, name
