@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import Engine
 
 from memory_worker import app_side, embedded, store
@@ -26,6 +28,7 @@ from memory_worker.storage import memories, notices, spells
 
 CASSETTE = Path(__file__).resolve().parent / "demo_cassette.json"
 DEMO_DIR = Path(".memory_worker") / "demo"
+DEMO_STORE = DEMO_DIR / "demo.db"  # kept after the run: `memory-worker block` reads it
 DEMO_TODAY = "2026-08-18"  # the seed's date: the cassette's prompts hold it
 SPELL_TIMEOUT_S = 120.0
 DAN, CARA = 42, 17
@@ -53,7 +56,7 @@ def settings_for_demo() -> settings_mod.Settings:
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     DEMO_DIR.mkdir(parents=True)
     changes: dict[str, object] = {
-        "database_url": f"sqlite:///{(DEMO_DIR / 'demo.db').resolve()}",
+        "database_url": f"sqlite:///{DEMO_STORE.resolve()}",
         "state_dir": (DEMO_DIR / "redis").resolve(),
         "today": s.today or DEMO_TODAY,
     }
@@ -89,45 +92,67 @@ def wait_for_spell(eng: Engine, last_line_id: int, label: str) -> Mapping[str, A
                 f"[bold]{label}[/]: waiting for the worker ({time.monotonic() - started:.1f}s)"
             )
             time.sleep(0.05)
-    raise SystemExit(f"the worker did not finish {label} within {SPELL_TIMEOUT_S}s")
+    raise SystemExit(
+        f"the worker did not finish {label} within {SPELL_TIMEOUT_S}s: see {DEMO_DIR}/worker.log"
+    )
 
 
-def show_transcript(lines: list[tuple[int | str, str]]) -> None:
-    for who, text in lines:
-        name = "Dan" if who == DAN else "Warren"
-        console.print(f"  [dim]{name}:[/] {text}")
+def two_columns(pairs: list[tuple[str, str]], *, indent: int = 0) -> Table:
+    """Label and text side by side; the text wraps under itself, not under the label."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(ratio=1)
+    for label, text in pairs:
+        grid.add_row(" " * indent + label, text)
+    return grid
+
+
+def show_transcript(lines: Script) -> None:
+    names = [("Dan:" if who == DAN else "Warren:", text) for who, text in lines]
+    console.print(two_columns(names, indent=2))
 
 
 def show_rows(eng: Engine, title: str) -> None:
-    table = Table(title=title, show_lines=False)
-    for col in ("id", "subject", "kind"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("text", ratio=1)
-    for col in ("imp", "valid", "closed_by", "evidence"):
-        table.add_column(col, no_wrap=True)
+    """The rows as stored, readable at 80 columns: the text wraps, when it held and what
+    closed it go under the text, the evidence is the transcript line ids."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, expand=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("about", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("memory", ratio=1)
+    table.add_column("imp", justify="right", no_wrap=True)
+    table.add_column("lines", no_wrap=True)
     with eng.connect() as c:
         rows = memories.all_rows(c)
     for r in rows:
+        memory = Text(r.text, style="strike" if r.valid_to else "")
+        held = span(r.valid_from, r.valid_to)
+        closed = f"closed by #{r.closed_by}" if r.closed_by else None
+        if held or closed:
+            memory.append("\n" + " · ".join(x for x in (held, closed) if x), style="dim")
         table.add_row(
             str(r.id),
             r.subject,
-            r.kind,
-            r.text,
+            r.kind.replace("_", " "),
+            memory,
             str(r.importance),
-            span(r.valid_from, r.valid_to) or "",
-            str(r.closed_by or ""),
             ",".join(map(str, r.evidence)),
-            style="dim strike" if r.valid_to else "",
+            style="dim" if r.valid_to else "",
         )
     console.print(table)
 
 
 def show_toasts(eng: Engine, spell_key_suffix: str) -> None:
-    with eng.connect() as c:
-        found = notices.all_notices(c)
+    """The spell's toasts, once notify_toast (the step after the commit) has posted them."""
+    started = time.monotonic()
+    found: list[notices.Notice] = []
+    while not found and time.monotonic() - started < SPELL_TIMEOUT_S:
+        with eng.connect() as c:
+            found = [n for n in notices.all_notices(c) if n.spell_key.endswith(spell_key_suffix)]
+        if not found:
+            time.sleep(0.05)
     for n in found:
-        if n.spell_key.endswith(spell_key_suffix):
-            console.print(Panel(n.text, title=f"toast to u:{n.user_id}", expand=False))
+        console.print(Panel(n.text, title=f"toast to u:{n.user_id}", expand=False))
 
 
 def show_block(title: str, room_id: str, present: set[int]) -> None:
@@ -145,11 +170,14 @@ def run() -> None:
         if s.provider == "replay"
         else f"gemini: the live model {s.chat_model}"
     )
-    console.print(f"model provider  [bold]{mode}[/]")
     broker_url = embedded.ensure_running(s.state_dir)
     s = settings_mod.configure(s.with_(broker_url=broker_url))
-    console.print(f"broker          embedded redis-server on 127.0.0.1 (under {DEMO_DIR}/redis)")
-    console.print(f"store           SQLite {DEMO_DIR}/demo.db (WAL)")
+    about = [
+        ("model", mode),
+        ("broker", f"an embedded redis-server on 127.0.0.1, state in {DEMO_DIR}/redis"),
+        ("store", f"SQLite (WAL) {DEMO_STORE}"),
+    ]
+    console.print(two_columns(about))
     store.init_db()
     eng = store.engine()
     seed(eng)
@@ -157,7 +185,7 @@ def run() -> None:
     from memory_worker import events, local_worker
     from memory_worker.celery_app import app
 
-    worker = local_worker.start(s)
+    worker = local_worker.start(s, log=DEMO_DIR / "worker.log")
     try:
         with console.status(
             "starting a Celery worker (queues model, embed, commit, notify, events)"
@@ -186,9 +214,8 @@ def run() -> None:
         console.rule("the human's side")
         console.print(
             "Dan's page (what Warren remembers, the toasts with undo, the note, the switches):\n"
-            f"  MW_DATABASE_URL=sqlite:///{DEMO_DIR}/demo.db .venv/bin/memory-worker serve "
-            f"--user {DAN}\nthen open the one-time sign-in link it prints.",
-            soft_wrap=True,  # one line, to copy as it is
+            f"  .venv/bin/memory-worker serve --user {DAN}\n"
+            "then open the one-time sign-in link it prints (it reads the demo's store)."
         )
     finally:
         local_worker.stop(worker)

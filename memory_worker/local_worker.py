@@ -11,11 +11,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from memory_worker.constants import QUEUES
 from memory_worker.settings import Settings
 
+ROOT_WARNING = "You're running the worker with superuser privileges"  # celery.platforms
 READY_TIMEOUT_S = 60.0  # a cold start imports Celery, SQLAlchemy and google-genai
 
 
@@ -28,9 +30,13 @@ def start(
     loglevel: str = "WARNING",
     name: str = "demo",
     extra: list[str] | None = None,
+    log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
+    """The worker; its output goes to `log` when given (the demo keeps its screen clean)."""
     # As root (containers, CI) Celery warns on every start; the pickle risk it means is off.
-    quiet = "ignore::celery.exceptions.SecurityWarning"
+    # Matched by its message: a category in PYTHONWARNINGS must be importable before Celery is
+    # ("Invalid -W option ignored" otherwise), and only builtin ones are.
+    quiet = f"ignore:{ROOT_WARNING}"
     env = {**os.environ, **settings.as_env(), "PYTHONWARNINGS": quiet}
     cmd = [
         sys.executable,
@@ -54,7 +60,12 @@ def start(
         "--without-gossip",
         *(extra or []),
     ]
-    return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+    if log is None:
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+    with open(log, "ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def wait_ready(app: Any, timeout: float = READY_TIMEOUT_S) -> None:

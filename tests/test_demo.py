@@ -20,7 +20,7 @@ def test_the_demo_runs_both_spells_through_a_real_worker_and_shows_the_blocks(
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
-    env["COLUMNS"] = "160"
+    env["COLUMNS"] = "80"  # a default terminal: the demo must read well in it
     out = subprocess.run(
         [sys.executable, "-m", "memory_worker.cli", "demo"],
         cwd=tmp_path,
@@ -31,6 +31,10 @@ def test_the_demo_runs_both_spells_through_a_real_worker_and_shows_the_blocks(
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    for noise in ("Warning", "Invalid -W", "Traceback", "shutdown"):
+        assert noise not in text + out.stderr, f"the demo printed {noise!r}"
+    assert "u:42 owns a flat in Xuhui" in text  # the memory's text wraps, it is not squeezed
     assert text.count("committed rows") == 2
     assert "Warren noted: Dan owns a flat in Xuhui" in text
     assert "2026-07 → 2026-08" in text  # the flat's closed arc, as block.span writes it
