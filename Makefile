@@ -34,5 +34,13 @@ perf: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.report
 
+# Stop every embedded redis-server this checkout started (its pid file lives under
+# .memory_worker/), checking the pid is a redis-server still, then remove the state.
 clean:
+	@for pidfile in $$(find .memory_worker -name redis.pid 2>/dev/null); do \
+		pid=$$(cat "$$pidfile"); \
+		if grep -qs redis-server /proc/$$pid/cmdline; then \
+			kill "$$pid" && echo "stopped the embedded redis-server $$pid ($$pidfile)"; \
+		fi; \
+	done
 	rm -rf $(VENV) .memory_worker memory_worker.db .pytest_cache artefacts
