@@ -3,7 +3,8 @@ no-op Celery tasks on the same broker, in the same run.
 
     .venv/bin/python benchmarks/write_path.py [--spells 200] [--rounds 3] [--slow-spells 60]
 
-1. Zero latency: the model is the local Gemini stub (memory_worker/models/gemini_stub.py) answering at once,
+1. Zero latency: the model is the local Gemini stub (memory_worker/models/gemini_stub.py)
+   answering at once,
    so what is left is our code, the google-genai client's HTTP, Celery, Redis and SQLite.
    Prints spells/s against no-op chains/s, and the worker's CPU ms per spell and per chain
    (from /proc: user + system time of the worker process).

@@ -30,6 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class PersonaRows:
         )
 
 
-def _columns_of(rows: PersonaRows) -> dict:
+def _columns_of(rows: PersonaRows) -> dict[str, Any]:
     """The columns a refetch renews; vectors and cosines stay."""
     names = ("version", "ids", "groups", "kinds", "importance", "recalled_day", "chars")
     return {n: getattr(rows, n) for n in names}

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, text
@@ -35,7 +36,7 @@ from memory_worker.ranking import (
     scores,
     take,
 )
-from memory_worker.read_cache import PersonaRows, ReadCache, Version
+from memory_worker.read_cache import LoadVectors, PersonaRows, ReadCache, Version
 from memory_worker.recall import recall
 from memory_worker.rows import Room, Row, human_id, human_ref
 from memory_worker.storage import read_path
@@ -238,10 +239,10 @@ def load_candidates(
     held = {p: got for p in seen if (got := READ_CACHE.get((url, p), versions[p])) is not None}
     stale = [p for p in seen if p not in held]
     if stale:
-        for p, rows in _fetch(conn, stale, versions).items():
-            rows = READ_CACHE.carry_over((url, p), rows, _loader(conn, p, len(rows)))
-            READ_CACHE.put((url, p), rows)
-            held[p] = rows
+        for p, fetched in _fetch(conn, stale, versions).items():
+            fresh = READ_CACHE.carry_over((url, p), fetched, _loader(conn, p, len(fetched)))
+            READ_CACHE.put((url, p), fresh)
+            held[p] = fresh
     out = {}
     for p, scope in scopes.items():
         rows = held.get(p)
@@ -255,7 +256,7 @@ def load_candidates(
     return out
 
 
-def _loader(conn: Connection, persona: str, of_all: int):  # type: ignore[no-untyped-def]
+def _loader(conn: Connection, persona: str, of_all: int) -> LoadVectors:
     return lambda ids: read_path.embeddings(conn, persona, ids, of_all)
 
 
@@ -266,7 +267,7 @@ def _fetch(
     found = read_path.open_rows(conn, personas)
     if len(personas) == 1:
         return {personas[0]: _columns(found, versions[personas[0]])}
-    by_persona: dict[str, list[tuple]] = {p: [] for p in personas}
+    by_persona: dict[str, list[Any]] = {p: [] for p in personas}
     for r in found:
         by_persona[r[1]].append(r)
     return {p: _columns(rows, versions[p]) for p, rows in by_persona.items()}
@@ -278,7 +279,7 @@ def _group(ref: str | None) -> int:
     return uid if uid is not None and human_ref(uid) == ref else NO_ONE
 
 
-def _columns(rows: Sequence[tuple], version: Version) -> PersonaRows:
+def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
     """PersonaRows, sorted by id, from fetched (id, persona, is_world, ref, kind, importance,
     recalled, chars)."""
     if not rows:
@@ -307,7 +308,7 @@ def _days(values: Sequence[float | str | None]) -> np.ndarray:
     """Unix days from julianday arithmetic (SQLite) or from the stamps themselves; a stamp
     nobody can read becomes NaN, which ranks as UNREADABLE_AGE_DAYS old."""
     if values and isinstance(values[0], str):
-        return np.array([unix_day(v) for v in values], dtype=np.float64)
+        return np.array([unix_day(v if isinstance(v, str) else None) for v in values])
     return np.array(values, dtype=np.float64)  # None becomes NaN
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -58,12 +59,13 @@ def top_k(
 
 def stack_int8(blobs: Sequence[bytes | None], dims: int) -> np.ndarray:
     """int8 blobs as an (n, dims) int8 matrix; a missing or wrong-sized blob is a zero row."""
+    fit = cast(Sequence[bytes], blobs)  # checked next: len(None) raises TypeError
     try:  # the common case, every row embedded by the same model: no per-row Python
-        uniform = bool(blobs) and min(map(len, blobs)) == max(map(len, blobs)) == dims  # type: ignore[arg-type]
+        uniform = bool(fit) and min(map(len, fit)) == max(map(len, fit)) == dims
     except TypeError:  # a row without an embedding
         uniform = False
     if uniform:
-        return np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(blobs), dims)  # type: ignore[arg-type]
+        return np.frombuffer(b"".join(fit), dtype=np.int8).reshape(len(fit), dims)
     out = np.zeros((len(blobs), dims), dtype=np.int8)
     for i, b in enumerate(blobs):
         if b is not None and len(b) == dims:

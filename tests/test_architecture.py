@@ -24,7 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "model interfaces": ("models.base",),
     "models": ("models",),
     "write": ("write",),
-    "reader": ("reader", "recall"),
+    "reader": ("reader", "recall", "touch"),
     "controls": ("controls",),
     "app side": ("app_side",),
     "infra": ("broker", "embedded", "ratelimit", "local_worker", "toast_bus", "metrics", "runner"),
@@ -36,7 +36,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},
     "core": {"leaf", "core"},
-    "storage": {"leaf", "storage"},
+    "storage": {"leaf", "core", "storage"},
     "model interfaces": set(),
     "models": {"leaf", "model interfaces", "models", "infra"},
     "write": {"leaf", "core", "storage", "model interfaces", "write"},

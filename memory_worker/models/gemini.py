@@ -235,7 +235,7 @@ def response_schema(schema: type) -> types.Schema:
     as plain JSON and `chat_json` validates the text itself — one validation either way.
     `_transformers.t_schema` is the SDK's own conversion (pinned to google-genai 3.6.x).
     """
-    return genai_transformers.t_schema(None, schema)  # type: ignore[return-value]
+    return genai_transformers.t_schema(None, schema)  # type: ignore[return-value]  # typed Optional; a class always converts
 
 
 class GeminiChat:

@@ -20,11 +20,14 @@ from typing import Any
 
 from sqlalchemy import (
     BindParameter,
+    ClauseElement,
+    ColumnElement,
+    CompoundSelect,
     Connection,
     CursorResult,
-    Executable,
     Integer,
     LargeBinary,
+    Select,
     Text,
     bindparam,
     case,
@@ -38,6 +41,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.types import TypeEngine
 
 from memory_worker import store
 from memory_worker import tables as t
@@ -65,16 +69,16 @@ class Prepared:
     an empty one holds the `lists` value given for it: one that matches no row.
     """
 
-    def __init__(self, build: Callable[..., Executable], **lists: Any):
+    def __init__(self, build: Callable[..., ClauseElement], **lists: Any):
         self._build = build
         self._lists = tuple(lists)
         self._nothing = lists
-        self._compiled: dict[tuple, tuple[str, tuple[str, ...] | None, dict[str, Any]]] = {}
+        self._compiled: dict[tuple[Any, ...], tuple[str, Any, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def execute(
         self, conn: Connection, params: dict[str, Any], **lists: Sequence[Any]
-    ) -> CursorResult:
+    ) -> CursorResult[Any]:
         sizes = tuple(_bucket(len(lists[n])) for n in self._lists)
         sql, order, constants = self._compile(conn, sizes)
         values = {**constants, **params}
@@ -83,18 +87,18 @@ class Prepared:
             items += items[-1:] * (size - len(items))
             values.update({f"{name}_{i}": v for i, v in enumerate(items)})
         args = tuple(values[k] for k in order) if order is not None else values
-        return conn.exec_driver_sql(sql, args)  # type: ignore[arg-type]
+        return conn.exec_driver_sql(sql, args)
 
-    def _compile(self, conn: Connection, sizes: tuple[int, ...]) -> tuple[str, Any, dict]:
+    def _compile(self, conn: Connection, sizes: tuple[int, ...]) -> tuple[str, Any, dict[str, Any]]:
         key = (conn.dialect.name, conn.dialect.paramstyle, sizes)
         got = self._compiled.get(key)
         if got is None:
             with self._lock:
-                binds: dict[str, list[BindParameter]] = {
+                binds: dict[str, list[BindParameter[Any]]] = {
                     name: [bindparam(f"{name}_{i}") for i in range(size)]
                     for name, size in zip(self._lists, sizes, strict=True)
                 }
-                compiled = self._build(**binds).compile(dialect=conn.dialect)
+                compiled: Any = self._build(**binds).compile(dialect=conn.dialect)  # SQLCompiler
                 order = tuple(compiled.positiontup or ()) if compiled.positional else None
                 # The statement's own literals (CASE values, constants) are bound too.
                 got = self._compiled[key] = (str(compiled), order, dict(compiled.params))
@@ -115,11 +119,24 @@ class Context:
     names: dict[str, str]  # display names, by slug, of the same
 
 
-def _tagged(tag: str, key, *, a=None, b=None, n1=None, n2=None, n3=None, blob=None):  # type: ignore[no-untyped-def]
+Column = ColumnElement[Any]
+
+
+def _tagged(
+    tag: str,
+    key: Column,
+    *,
+    a: Column | None = None,
+    b: Column | None = None,
+    n1: Column | None = None,
+    n2: Column | None = None,
+    n3: Column | None = None,
+    blob: Column | None = None,
+) -> list[Column]:
     """One branch of the context UNION: (tag, key, a, b, n1, n2, n3, blob), typed for
     PostgreSQL's UNION rules."""
 
-    def typed(value, type_):  # type: ignore[no-untyped-def]
+    def typed(value: Column | None, type_: type[TypeEngine[Any]]) -> Column:
         return cast(null(), type_) if value is None else value
 
     return [
@@ -134,13 +151,15 @@ def _tagged(tag: str, key, *, a=None, b=None, n1=None, n2=None, n3=None, blob=No
     ]
 
 
-def _context_statement(present: list[BindParameter], personas: list[BindParameter]):  # type: ignore[no-untyped-def]
+def _context_statement(
+    present: list[BindParameter[Any]], personas: list[BindParameter[Any]]
+) -> CompoundSelect[Any]:
     r, m, u = t.rooms.c, t.room_members.c, t.users.c
     mute, v, p = t.persona_memory_mute.c, t.persona_memory_versions.c, t.personas.c
-    room = bindparam("room")
+    room: BindParameter[str] = bindparam("room")
     asked = personas
 
-    def ours(col):  # type: ignore[no-untyped-def]
+    def ours(col: Column) -> ColumnElement[bool]:
         return or_(col.in_(select(m.member).where(m.room_id == room)), col.in_(asked))
 
     return union_all(
@@ -176,10 +195,12 @@ def context(
     found = CONTEXT.execute(
         conn, {"room": room_id}, present=sorted(present), personas=sorted(personas)
     ).all()
-    room = None
+    room: Room | None = None
     members, member_humans, humans, memory_on = [], set(), {}, {}
     mutes, versions, names = set(), {}, {}
-    for tag, k, a, b, n1, n2, n3, blob in found:
+    row: Any
+    for row in found:
+        tag, k, a, b, n1, n2, n3, blob = row
         if tag == "room":
             room = Room(
                 id=k,
@@ -230,7 +251,7 @@ REF = case((_pm.subject == SUBJECT_SELF, _pm.counterpart), else_=_pm.subject)
 IS_WORLD = case((_pm.subject == SUBJECT_WORLD, 1), else_=0)
 
 
-def _open_rows_statement(recalled, personas: list[BindParameter]):  # type: ignore[no-untyped-def]
+def _open_rows_statement(recalled: Column, personas: list[BindParameter[Any]]) -> Select[Any]:
     return select(
         _pm.id,
         _pm.persona,
@@ -253,11 +274,11 @@ OPEN_ROWS_SQLITE = Prepared(lambda personas: _open_rows_statement(_JULIAN, perso
 OPEN_ROWS_OTHER = Prepared(lambda personas: _open_rows_statement(_TOUCHED, personas), personas="")
 
 
-def open_rows(conn: Connection, personas: Sequence[str]) -> list[tuple]:
+def open_rows(conn: Connection, personas: Sequence[str]) -> Sequence[Any]:
     """Every open row of these personas as (id, persona, is_world, ref, kind code,
     importance, recalled, chars), in no order; `recalled` is Unix days on SQLite, else a stamp."""
     query = OPEN_ROWS_SQLITE if store.is_sqlite(conn) else OPEN_ROWS_OTHER
-    return query.execute(conn, {}, personas=list(personas)).all()  # type: ignore[return-value]
+    return query.execute(conn, {}, personas=list(personas)).all()
 
 
 EMBEDDINGS_BY_ID = select(_pm.id, _pm.embedding).where(_pm.id.in_(bindparam("ids", expanding=True)))
@@ -266,14 +287,16 @@ EMBEDDINGS_OF_PERSONA = select(_pm.id, _pm.embedding).where(
 )
 
 
-def embeddings(conn: Connection, persona: str, ids: Sequence[int], of_all: int) -> dict:
+def embeddings(
+    conn: Connection, persona: str, ids: Sequence[int], of_all: int
+) -> dict[int, bytes | None]:
     """id → int8 embedding for `ids` (rows of `persona`): by id when they are few against
     the persona's `of_all` open rows, else one scan of the persona's open rows."""
     if len(ids) * 4 > of_all or len(ids) > IDS_PER_STATEMENT:
         wanted = set(ids)
         found = conn.execute(EMBEDDINGS_OF_PERSONA, {"persona": persona})
         return {i: e for i, e in found if i in wanted}
-    return dict(conn.execute(EMBEDDINGS_BY_ID, {"ids": list(ids)}).all())  # type: ignore[arg-type]
+    return {i: e for i, e in conn.execute(EMBEDDINGS_BY_ID, {"ids": list(ids)})}
 
 
 # --- the winners ----------------------------------------------------------------------------
@@ -317,7 +340,7 @@ def versions(
     them and ours; SQLite's BEGIN IMMEDIATE already shuts every other writer out.
     """
     query = VERSIONS.with_for_update() if lock and not store.is_sqlite(conn) else VERSIONS
-    found = dict(conn.execute(query, {"personas": sorted(personas)}).all())  # type: ignore[arg-type]
+    found = {p: v for p, v in conn.execute(query, {"personas": sorted(personas)})}
     return {p: int(found.get(p, 0)) for p in personas}
 
 
