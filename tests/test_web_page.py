@@ -9,8 +9,8 @@ from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
 from memory_worker import app_side, events
+from memory_worker.models.scripted import candidate, gemini_responder
 from memory_worker.web.app import create_app
-from tests.fakes import candidate, gemini_responder
 from tests.scenes import CARA, DAN, people
 from tests.worker import Pipeline
 
