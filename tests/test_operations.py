@@ -84,6 +84,12 @@ def test_a_store_never_initialised_says_run_init_db_not_a_traceback(
     env = {**good_env, "MW_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}"}
     out = run_cli(["parked"], env, tmp_path)
     assert out.returncode == 2
+    assert "run `memory-worker init-db`" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "empty.db").exists(), "a read command created the store"
+    (tmp_path / "empty.db").touch()  # a file that is there but was never migrated
+    out = run_cli(["parked"], env, tmp_path)
+    assert out.returncode == 2
     assert "not initialised: run `memory-worker init-db`" in out.stderr
     assert "Traceback" not in out.stderr
 
