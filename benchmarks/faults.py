@@ -55,9 +55,9 @@ from memory_worker import app_side, embedded, local_worker, store  # noqa: E402
 from memory_worker import settings as settings_mod  # noqa: E402
 from memory_worker import tables as t  # noqa: E402
 from memory_worker.constants import QUEUES  # noqa: E402
+from memory_worker.models.gemini_stub import Fault, GeminiStub  # noqa: E402
+from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids  # noqa: E402
 from memory_worker.settings import Settings  # noqa: E402
-from tests.fakes import candidate, gemini_responder, transcript_ids  # noqa: E402
-from tests.stub_gemini import Fault, GeminiStub  # noqa: E402
 
 FACTS = {  # a line's words → the fact it states (u:N added in front)
     "I keep bees on the roof.": "keeps bees on the roof.",

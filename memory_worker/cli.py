@@ -205,8 +205,8 @@ COMMANDS = {  # name: (one line for the list, what `memory-worker NAME --help` s
     ),
     "reembed": (
         "re-embed rows and room topics with the configured embedder",
-        "Embed every open row and room topic again with the configured embedder (after "
-        "changing MW_EMBEDDER), in batches.",
+        "Re-embed every row, then every room topic, with the configured embedder "
+        "(MW_EMBEDDER), in batches and resumably; a store already on it is left alone.",
     ),
     "cassette-answer": (
         "author a replay answer for a recorded miss",

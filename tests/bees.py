@@ -9,7 +9,7 @@ import re
 from sqlalchemy import Engine
 
 from memory_worker import app_side
-from tests.fakes import candidate, transcript_ids
+from memory_worker.models.scripted import candidate, transcript_ids
 from tests.scenes import DAN
 
 KEEPS = "I keep bees on the roof."

@@ -21,8 +21,8 @@ from memory_worker import app_side, events, local_worker, toast_bus
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.constants import QUEUES
+from memory_worker.models.scripted import gemini_responder, transcript_ids
 from tests import bees
-from tests.fakes import gemini_responder, transcript_ids
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.test_worker_loss import children, other_database
 from tests.worker import SPELL_TIMEOUT_S, Pipeline
@@ -111,7 +111,7 @@ def test_a_spell_redelivered_after_its_worker_died_changes_nothing_a_newer_spell
     respond = gemini_responder(bees.extract)
 
     def held(body: dict) -> object:  # A's extract (line 1 alone) waits until we let it go
-        from tests.stub_gemini import prompt_text
+        from memory_worker.models.gemini_stub import prompt_text
 
         if transcript_ids(prompt_text(body)) == [1]:
             gate.wait(60)
@@ -172,9 +172,9 @@ def test_the_same_spell_enqueued_twice_writes_and_toasts_once(pipeline: Pipeline
 def test_a_toast_whose_message_was_lost_is_delivered_by_the_sweep(
     pipeline: Pipeline, redis_url: str
 ) -> None:
+    from memory_worker.models.scripted import ScriptedChat, sensible_route
     from memory_worker.tasks.rooms import sweep_lagging_rooms
     from memory_worker.write import pipeline as steps
-    from tests.fakes import ScriptedChat, sensible_route
 
     people(pipeline.db)
     lines = private_chat(pipeline.db)
