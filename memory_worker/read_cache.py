@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from memory_worker import settings as settings_mod
-from memory_worker.vectors import int8_cosines, stack_int8
+from memory_worker.vectors import int8_cosines, int8_norms, stack_int8
 
 TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room topic
 ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
@@ -62,6 +62,7 @@ class PersonaRows:
     recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
     chars: np.ndarray  # int64
     vectors: np.ndarray | None = None  # int8 (n - vectors_from, dims)
+    norms: np.ndarray | None = None  # float32: the length of each row of `vectors`
     vectors_from: int = 0
     cosines: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
 
@@ -76,7 +77,9 @@ class PersonaRows:
     @property
     def nbytes(self) -> int:
         held = self.base_bytes + sum(c.nbytes for c in self.cosines.values())
-        return held + (self.vectors.nbytes if self.vectors is not None else 0)
+        if self.vectors is not None and self.norms is not None:
+            held += self.vectors.nbytes + self.norms.nbytes
+        return held
 
     def touched(self, batches: Sequence[tuple[np.ndarray, float]], version: Version) -> PersonaRows:
         """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
@@ -97,6 +100,11 @@ def _columns_of(rows: PersonaRows) -> dict[str, Any]:
     """The columns a refetch renews; vectors and cosines stay."""
     names = ("version", "ids", "groups", "kinds", "importance", "recalled_day", "chars")
     return {n: getattr(rows, n) for n in names}
+
+
+def _norms(rows: PersonaRows) -> np.ndarray:
+    assert rows.vectors is not None
+    return rows.norms if rows.norms is not None else int8_norms(rows.vectors)
 
 
 class ReadCache:
@@ -160,7 +168,7 @@ class ReadCache:
             rows = self._with_vectors(key, rows, None, load, len(topic))
         cos = np.zeros(len(rows))
         if rows.vectors is not None and rows.vectors.shape[1] == len(topic):
-            cos[rows.vectors_from :] = int8_cosines(rows.vectors, topic)
+            cos[rows.vectors_from :] = int8_cosines(rows.vectors, topic, rows.norms)
         if not keep:
             return cos
         with self._lock:
@@ -205,9 +213,13 @@ class ReadCache:
             new = rows.ids[len(old) :]
             found = load(new.tolist()) if new.size else {}
             more = stack_int8([found.get(int(i)) for i in new], dims)
-            out = replace(rows, vectors=np.concatenate([old.vectors, more]), vectors_from=0)
+            vectors = np.concatenate([old.vectors, more])
+            norms = np.concatenate([_norms(old), int8_norms(more)])
+            out = replace(rows, vectors=vectors, norms=norms, vectors_from=0)
             for topic, was in old.cosines.items():
-                out.cosines[topic] = np.concatenate([was, int8_cosines(more, topic)])
+                out.cosines[topic] = np.concatenate(
+                    [was, int8_cosines(more, topic, norms[len(old) :])]
+                )
             return self._keep(key, out)
         vectors = np.zeros((fit, dims), dtype=np.int8)
         have = np.zeros(fit, dtype=bool)
@@ -221,13 +233,14 @@ class ReadCache:
         if need.size:
             found = load(need.tolist())
             vectors[~have] = stack_int8([found.get(int(i)) for i in need], dims)
-        out = replace(rows, vectors=vectors, vectors_from=start, cosines=OrderedDict())
+        norms = int8_norms(vectors)
+        out = replace(rows, vectors=vectors, norms=norms, vectors_from=start, cosines=OrderedDict())
         for topic, was in (old.cosines if old is not None else {}).items():
             cos = np.zeros(len(rows))
             part = cos[start:]  # a view: filling it fills cos
             part[have] = was[clipped[have]]
             if need.size:
-                part[~have] = int8_cosines(vectors[~have], topic)
+                part[~have] = int8_cosines(vectors[~have], topic, norms[~have])
             out.cosines[topic] = cos
         return self._keep(key, out)
 

@@ -16,7 +16,6 @@ from typing import cast
 import numpy as np
 
 INT8_SCALE = 127.0  # a unit vector's components lie in [-1, 1]
-COSINE_CHUNK_ROWS = 4096  # ours: int8 rows turned to float32 at a time, bounded memory at 100k
 
 
 def normalise(v: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -73,23 +72,27 @@ def stack_int8(blobs: Sequence[bytes | None], dims: int) -> np.ndarray:
     return out
 
 
-def int8_cosines(m: np.ndarray, query: bytes) -> np.ndarray:
+def int8_norms(m: np.ndarray) -> np.ndarray:
+    """The length of each int8 row, float32 (exact before the square root: sums < 2**24)."""
+    return np.sqrt(np.einsum("ij,ij->i", m, m, dtype=np.float32, casting="unsafe"))
+
+
+def int8_cosines(m: np.ndarray, query: bytes, norms: np.ndarray | None = None) -> np.ndarray:
     """Cosine of each int8 row of `m` to the int8 `query` (0 for a zero row), as float64.
 
     Exact and order-free: every product and sum of int8 values stays below 2**24, so float32
-    holds it exactly and the result does not depend on how the sum is split. Through einsum,
-    never BLAS: numpy's matrix product would wake OpenBLAS's thread pool,
-    which on a busy host costs a room open more than the arithmetic (issue 10). Chunked, so
-    100k rows never become one 300 MB float32 copy.
+    holds it exactly and the result does not depend on how the sum is split. einsum reads the
+    int8 rows as float32 directly (no copy of the matrix), and never calls BLAS: numpy's
+    matrix product would wake OpenBLAS's thread pool, which on a busy host costs a room open
+    more than the arithmetic (issue 10). `norms` (from `int8_norms`) may be given when kept.
     """
     out = np.zeros(m.shape[0])
     t = np.frombuffer(query, dtype=np.int8).astype(np.float32)
     t_norm = float(np.sqrt(np.einsum("i,i->", t, t)))
-    if t_norm == 0 or m.shape[0] == 0 or m.shape[1] != t.shape[0]:
+    if t_norm == 0 or m.shape[0] == 0 or m.ndim != 2 or m.shape[1] != t.shape[0]:
         return out
-    for start in range(0, m.shape[0], COSINE_CHUNK_ROWS):
-        part = m[start : start + COSINE_CHUNK_ROWS].astype(np.float32)
-        norms = np.sqrt(np.einsum("ij,ij->i", part, part))
-        norms[norms == 0] = 1.0
-        out[start : start + len(part)] = np.einsum("ij,j->i", part, t) / (norms * t_norm)
+    norms = int8_norms(m) if norms is None else norms.copy()
+    norms[norms == 0] = 1.0
+    dots = np.einsum("ij,j->i", m, t, dtype=np.float32, casting="unsafe")
+    out[:] = dots / (norms * t_norm)
     return out
