@@ -17,13 +17,14 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "performance.md"
-PLOT = ROOT / "docs" / "perf" / "open_latency.png"
+PERF = ROOT / "docs" / "perf"
+PLOT = PERF / "open_latency.png"
+READ_JSON, WRITE_JSON = PERF / "read_path.json", PERF / "write_path.json"  # the raw figures
 CASES = {  # read_path's keys → what the page calls them
     "floor": "floor: bare SELECT of the visible rows",
     "warm_touch": "warm, touch on",
@@ -177,25 +178,31 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (same sizes)")
     p.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
+    p.add_argument("--only", choices=("read", "write"), help="re-run one, reuse the other's JSON")
     a = p.parse_args()
-    command = "make perf" if not a.quick else "python -m benchmarks.report --quick"
+    command = (
+        "make perf"
+        if not (a.quick or a.only)
+        else " ".join(["python -m benchmarks.report", *sys.argv[1:]])
+    )
     meta = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "host": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
         "cpus": os.cpu_count(),
         "load": os.getloadavg()[0],
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        read_json, write_json = Path(tmp) / "read.json", Path(tmp) / "write.json"
-        quick = ["--quick"] if a.quick else []
+    PERF.mkdir(parents=True, exist_ok=True)
+    quick = ["--quick"] if a.quick else []
+    if a.only != "write":
         sizes = ["--sizes", *map(str, a.sizes)]
         run(
-            [sys.executable, "-m", "benchmarks.read_path", *sizes, *quick, "--json", str(read_json)]
+            [sys.executable, "-m", "benchmarks.read_path", *sizes, *quick, "--json", str(READ_JSON)]
         )
+    if a.only != "read":
         spells = ["--spells", "120", "--rounds", "2"] if a.quick else []
-        run([sys.executable, "benchmarks/write_path.py", *spells, "--json", str(write_json)])
-        read = json.loads(read_json.read_text())["results"]
-        write = json.loads(write_json.read_text())
+        run([sys.executable, "benchmarks/write_path.py", *spells, "--json", str(WRITE_JSON)])
+    read = json.loads(READ_JSON.read_text())["results"]
+    write = json.loads(WRITE_JSON.read_text())
     plot(read)
     DOC.write_text(page(read, write, meta, command))
     print(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}", file=sys.stderr)

@@ -10,7 +10,7 @@ no-op Celery tasks on the same broker, in the same run.
    (from /proc: user + system time of the worker process).
 2. CPU per step, in-process (thread CPU time of each step function, the stub excluded).
 3. A one-second model: the stub answers every call after 1 s; with the configured global rate
-   limit (MW_MODEL_CALLS_PER_SECOND, 10/s) and a model worker of 32 threads (the Procfile's),
+   limit (MW_MODEL_RPM, 600 a minute = 10/s) and a model worker of 32 threads (the Procfile's),
    model calls per second as a fraction of the limit.
 
 Also prints the tokens a spell costs on the demo conversation (the replay provider's chars/4
@@ -292,10 +292,11 @@ def bench_slow(stub: GeminiStub, base, tmp: str, n: int, latency: float) -> dict
     the default global rate limit: model calls per second against that limit."""
     from memory_worker.celery_app import app
 
-    rate = settings_mod.Settings().model_calls_per_second
+    per_minute = settings_mod.Settings().model_requests_per_minute
+    rate = per_minute / 60.0
     slow_model(stub, latency)
     s = settings_mod.configure(
-        base.with_(database_url=f"sqlite:///{tmp}/slow.db", model_calls_per_second=rate)
+        base.with_(database_url=f"sqlite:///{tmp}/slow.db", model_requests_per_minute=per_minute)
     )
     store.init_db()
     worker = local_worker.start(s, concurrency=32)
