@@ -120,9 +120,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", type=Path)
     a = p.parse_args()
-    from benchmarks.write_path import extract_two
     from tests.fakes import gemini_responder
     from tests.stub_gemini import GeminiStub
+
+    from benchmarks.write_path import extract_two
 
     results: dict[int, list[dict]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
