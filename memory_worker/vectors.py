@@ -74,7 +74,9 @@ def stack_int8(blobs: Sequence[bytes | None], dims: int) -> np.ndarray:
 
 def int8_norms(m: np.ndarray) -> np.ndarray:
     """The length of each int8 row, float32 (exact before the square root: sums < 2**24)."""
-    return np.sqrt(np.einsum("ij,ij->i", m, m, dtype=np.float32, casting="unsafe"))
+    squares = np.einsum("ij,ij->i", m, m, dtype=np.float32, casting="unsafe")
+    norms: np.ndarray = np.sqrt(squares)
+    return norms
 
 
 def int8_cosines(m: np.ndarray, query: bytes, norms: np.ndarray | None = None) -> np.ndarray:

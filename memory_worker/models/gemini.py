@@ -325,7 +325,9 @@ class GeminiEmbedder:
         )
         with model_errors(what):
             response = self._client.models.embed_content(
-                model=self.model, contents=texts, config=config
+                model=self.model,
+                contents=texts,  # type: ignore[arg-type]  # list[str] is fine; list invariance
+                config=config,
             )
         embeddings = response.embeddings or []
         if len(embeddings) != len(texts):
