@@ -120,10 +120,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", type=Path)
     a = p.parse_args()
-    from tests.fakes import gemini_responder
-    from tests.stub_gemini import GeminiStub
-
     from benchmarks.write_path import extract_two
+    from memory_worker.models.gemini_stub import GeminiStub
+    from memory_worker.models.scripted import gemini_responder
 
     results: dict[int, list[dict]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
