@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench perf clean install
+.PHONY: demo test lint bench perf recall clean install
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/write_path.py
 	$(BIN)/python benchmarks/read_path.py
+	$(BIN)/python -m benchmarks.recall_path
+
+# Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder (~5 min).
+recall: $(STAMP)
+	$(BIN)/python benchmarks/locomo_recall.py --conversations 1-10 --embedders hashing,e5 --docs docs/recall.md
 
 # Regenerate docs/performance.md and its plot from one run of both benchmarks.
 perf: $(STAMP)

