@@ -326,7 +326,7 @@ class GeminiEmbedder:
         with model_errors(what):
             response = self._client.models.embed_content(
                 model=self.model,
-                contents=texts,  # type: ignore[arg-type]  # list[str] is fine; list invariance
+                contents=texts,  # type: ignore[arg-type,unused-ignore]  # list[str] is fine; list invariance
                 config=config,
             )
         embeddings = response.embeddings or []
