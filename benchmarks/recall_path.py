@@ -13,7 +13,7 @@ noise the audience rule keeps out). In one run, interleaved, we time:
 Then the query's embedding alone, per local embedder (no network on either): a message's
 recall costs `recall` plus the embedder's row. The aim (issue 9): ≤ 10 ms median at 10k rows.
 
-    .venv/bin/python -m benchmarks.recall_path [--sizes 1000 10000] [--dims 384] [--quick]
+    .venv/bin/python benchmarks/recall_path.py [--sizes 1000 10000] [--dims 384] [--quick]
 
 Figures only, no assertions. Temp SQLite files, built by the real migrations.
 """
@@ -23,21 +23,24 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import statistics
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-from rich.console import Console
-from rich.table import Table
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, too
 
-from benchmarks import read_path
-from benchmarks.read_path import DAN, FLOOR_SQL, NOW, PERSONA, p95, seed, timed
-from memory_worker import reader, store
-from memory_worker.models import named_embedder
-from memory_worker.models.base import Embedder
-from memory_worker.vectors import quantise
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from benchmarks import read_path  # noqa: E402
+from benchmarks.read_path import DAN, FLOOR_SQL, NOW, PERSONA, p95, seed, timed  # noqa: E402
+from memory_worker import reader, store  # noqa: E402
+from memory_worker.models import named_embedder  # noqa: E402
+from memory_worker.models.base import Embedder  # noqa: E402
+from memory_worker.vectors import quantise  # noqa: E402
 
 REPS = {1_000: 200, 10_000: 60, 100_000: 10}
 QUICK = {1_000: 40, 10_000: 15, 100_000: 3}
