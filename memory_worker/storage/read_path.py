@@ -268,10 +268,10 @@ def _open_rows_statement(recalled: Column, personas: list[BindParameter[Any]]) -
 
 # SQLite: Unix days computed in C by julianday(); elsewhere the stamp itself, parsed in
 # Python (PostgreSQL's cast would fail the whole read on one stamp it cannot read).
-_TOUCHED = func.coalesce(_pm.last_recalled, _pm.created)
-_JULIAN = func.julianday(_TOUCHED) - literal(UNIX_EPOCH_JULIAN_DAY)
+_RECALLED = func.coalesce(_pm.last_recalled, _pm.created)
+_JULIAN = func.julianday(_RECALLED) - literal(UNIX_EPOCH_JULIAN_DAY)
 OPEN_ROWS_SQLITE = Prepared(lambda personas: _open_rows_statement(_JULIAN, personas), personas="")
-OPEN_ROWS_OTHER = Prepared(lambda personas: _open_rows_statement(_TOUCHED, personas), personas="")
+OPEN_ROWS_OTHER = Prepared(lambda personas: _open_rows_statement(_RECALLED, personas), personas="")
 
 
 def open_rows(conn: Connection, personas: Sequence[str]) -> Sequence[Any]:
