@@ -323,11 +323,10 @@ class GeminiEmbedder:
         config = types.EmbedContentConfig(
             output_dimensionality=self.dims, task_type=EMBED_TASK_TYPE
         )
+        contents: Any = texts  # list[str] is a valid ContentListUnion; list invariance says no
         with model_errors(what):
             response = self._client.models.embed_content(
-                model=self.model,
-                contents=texts,  # type: ignore[arg-type,unused-ignore]  # list[str] is fine; list invariance
-                config=config,
+                model=self.model, contents=contents, config=config
             )
         embeddings = response.embeddings or []
         if len(embeddings) != len(texts):
