@@ -1,0 +1,45 @@
+"""The touch queue: a promised touch is applied in order, never dropped for lack of room."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from memory_worker.touch import Touch, Toucher
+
+
+def touch(n: int) -> Touch:
+    return Touch("sqlite:///x.db", (n,), ("warren",), "2026-12-01T12:00:00+00:00", 20_000.0)
+
+
+def test_a_full_queue_makes_the_opener_wait_and_every_touch_lands_in_order() -> None:
+    gate, busy = threading.Event(), threading.Event()
+    applied: list[int] = []
+
+    def apply(_url: str, touches: Sequence[Touch]) -> None:
+        busy.set()
+        gate.wait(10)
+        applied.extend(t.ids[0] for t in touches)
+
+    toucher = Toucher(apply, max_pending=2)
+    toucher.promise(touch(0))
+    assert busy.wait(10)  # the thread took it and is stuck applying it
+    for n in (1, 2):
+        toucher.promise(touch(n))  # the queue is now full
+    third = threading.Thread(target=toucher.promise, args=(touch(3),))
+    third.start()
+    third.join(0.3)
+    assert third.is_alive(), "a full queue makes the caller wait instead of dropping the touch"
+    gate.set()
+    third.join(10)
+    assert toucher.flush(10)
+    assert applied == [0, 1, 2, 3] and toucher.dropped == 0
+
+
+def test_flush_reports_a_queue_it_could_not_drain_in_time() -> None:
+    gate = threading.Event()
+    toucher = Toucher(lambda _url, _touches: gate.wait(10))
+    toucher.promise(touch(1))
+    assert not toucher.flush(0.2)
+    gate.set()
+    assert toucher.flush(10)
