@@ -278,7 +278,11 @@ def open_rows(conn: Connection, personas: Sequence[str]) -> Sequence[Any]:
     """Every open row of these personas as (id, persona, is_world, ref, kind code,
     importance, recalled, chars), in no order; `recalled` is Unix days on SQLite, else a stamp."""
     query = OPEN_ROWS_SQLITE if store.is_sqlite(conn) else OPEN_ROWS_OTHER
-    return query.execute(conn, {}, personas=list(personas)).all()
+    result = query.execute(conn, {}, personas=list(personas))
+    try:  # the driver's own tuples: 100k SQLAlchemy Row objects would cost a tenth of the read
+        return result.cursor.fetchall()
+    finally:
+        result.close()
 
 
 EMBEDDINGS_BY_ID = select(_pm.id, _pm.embedding).where(_pm.id.in_(bindparam("ids", expanding=True)))
