@@ -36,6 +36,9 @@ def db(tmp_path: Path) -> Iterator[Engine]:
     try:
         yield store.engine(url)
     finally:
+        from memory_worker import reader
+
+        reader.flush_touches(timeout=30)  # a touch promised here lands here, not in the next test
         settings_mod.configure(before)
         if not url.startswith("postgresql"):
             store.engine(url).dispose()
