@@ -15,7 +15,11 @@ from celery.signals import beat_init, celeryd_init, worker_init, worker_process_
 
 from memory_worker import broker, startup, store
 
-app = Celery("memory_worker", include=["memory_worker.tasks.pipeline", "memory_worker.tasks.rooms"])
+app = Celery(
+    "memory_worker",
+    include=["memory_worker.tasks.pipeline", "memory_worker.tasks.rooms"],
+    task_cls="memory_worker.tasks.boundary:QuietTask",  # no memory text in logs or events
+)
 app.config_from_object("celeryconfig")
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memory_worker.constants import HUMAN_PREFIX, SUBJECT_SELF, SUBJECT_WORLD
+from memory_worker.messages import spell_json
 
 Json = dict[str, Any]  # a JSON object as it travels in a Celery message
 
@@ -190,6 +191,7 @@ class Spell:
     tokens_out: int = 0
     model_calls: int = 0  # sent for this spell, re-asks and embeddings included (the log)
     began: float = field(default=0.0, compare=False)  # epoch s at begin: the log's duration
+    inflight: str | None = None  # the token of its claim (`memory_worker.inflight`)
 
     @property
     def key(self) -> str:
@@ -205,4 +207,6 @@ class Spell:
 
     @classmethod
     def from_json(cls, d: Json) -> Spell:
-        return cls(**d)
+        """The spell a message carries, checked field by field (`messages.SpellMessage`):
+        MalformedMessage for anything that does not fit, before any of it is used."""
+        return cls(**spell_json(d))

@@ -18,7 +18,7 @@ PACKAGE = ROOT / "memory_worker"
 
 # layer → the module names (dotted, under memory_worker) that belong to it; the longest match wins
 LAYERS: dict[str, tuple[str, ...]] = {
-    "leaf": ("constants", "settings", "rows", "clock", "vectors", "tables", "names"),
+    "leaf": ("constants", "settings", "rows", "clock", "vectors", "tables", "names", "messages"),
     "core": ("audience", "ranking", "rank_rows", "block", "read_cache", "toasts"),
     "storage": ("store", "storage"),
     "model interfaces": ("models.base",),
@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "metrics",
         "runner",
         "spell_log",
+        "inflight",
     ),
     "tasks": ("tasks", "celery_app", "startup", "check"),
     "events": ("events",),

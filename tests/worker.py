@@ -112,9 +112,30 @@ class Pipeline:
         raise AssertionError(f"fewer than {count} notices after {timeout}s")
 
 
+def redis_url_of(worker) -> str:  # type: ignore[no-untyped-def]
+    from memory_worker.celery_app import app
+
+    return str(app.conf.broker_url)
+
+
+def forget_inflight(url: str) -> None:
+    """Drop every in-flight claim (`memory_worker.inflight`) in the test Redis."""
+    from memory_worker import broker
+
+    client = broker.client(url)
+    for key in client.scan_iter(match="mw:spell:*"):
+        client.delete(key)
+
+
 @pytest.fixture
 def pipeline(db: Engine, worker, gemini_stub: GeminiStub) -> Iterator[Pipeline]:  # type: ignore[no-untyped-def]
-    """The gemini provider pointed at the stub, with short retry backoffs, for one test."""
+    """The gemini provider pointed at the stub, with short retry backoffs, for one test.
+
+    Each test starts with no spell in flight: an earlier test's claim (a chain it left
+    unfinished, a worker it killed) must not hold this test's rooms.
+    """
+    url = redis_url_of(worker)
+    forget_inflight(url)
     before = settings_mod.current()
     settings_mod.configure(
         gemini_stub.settings(before, retry_backoff_base_s=0.05, model_timeout_ms=10_000)
@@ -123,5 +144,28 @@ def pipeline(db: Engine, worker, gemini_stub: GeminiStub) -> Iterator[Pipeline]:
     try:
         yield Pipeline(db, gemini_stub)
     finally:
+        settle(url)  # this test's chains end in this test's store, not the next one's
         settings_mod.configure(before)
         models.clear_cache()
+
+
+def settle(url: str, timeout: float = SPELL_TIMEOUT_S) -> None:
+    """Wait until the worker has nothing running, reserved or queued (a chain's last steps,
+    a backlog's next window, a retry waiting out its countdown)."""
+    from celery.worker import state
+
+    from memory_worker import broker
+    from memory_worker.constants import QUEUES
+
+    client = broker.client(url)
+    deadline = time.monotonic() + timeout
+    quiet_checks = 0
+    while time.monotonic() < deadline and quiet_checks < 3:
+        busy = (
+            state.active_requests
+            or state.reserved_requests
+            or state.scheduled_requests
+            or any(client.llen(q) for q in QUEUES)
+        )
+        quiet_checks = 0 if busy else quiet_checks + 1
+        time.sleep(0.05)

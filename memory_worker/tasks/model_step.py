@@ -22,13 +22,13 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from celery import Task
-
 from memory_worker import metrics
 from memory_worker import settings as settings_mod
 from memory_worker.constants import MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
+from memory_worker.messages import MalformedMessage
 from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
 from memory_worker.rows import Spell
+from memory_worker.tasks.boundary import QuietTask, reject
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def backoff(retries: int, retry_after: float | None) -> float:
     return min(RETRY_BACKOFF_MAX_S, max(wait, (retry_after or 0.0) + random.uniform(0, 0.5)))
 
 
-class ModelStep(Task):
+class ModelStep(QuietTask):
     """A chain step that calls a model: retry, park."""
 
     abstract = True
@@ -50,7 +50,10 @@ class ModelStep(Task):
     def run_step(self, message: dict[str, Any], step: Callable[[Spell], Spell]) -> dict[str, Any]:
         """Run `step` on the message's spell under the policy; always returns a spell message
         (retrying raises Celery's Retry instead)."""
-        spell = Spell.from_json(message)
+        try:
+            spell = Spell.from_json(message)
+        except MalformedMessage as e:
+            reject(self.name, e)
         if spell.done:
             return spell.to_json()
         try:

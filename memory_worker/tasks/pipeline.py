@@ -1,9 +1,14 @@
 """The chain's tasks: extract → embed → route → commit → notify_toast.
 
-Each is a thin shell over `memory_worker.write.pipeline`: the JSON message in, the step, the
-JSON message out. What a model fault means (retry, park) is the `ModelStep` base class's
-business (`memory_worker.tasks.model_step`); the commit and the toast retry only a locked
-database.
+Each is a thin shell over `memory_worker.write.pipeline`: the JSON message in (checked at the
+boundary, `memory_worker.tasks.boundary`), the step, the JSON message out. What a model fault
+means (retry, park) is the `ModelStep` base class's business (`memory_worker.tasks.model_step`);
+the commit and the toast retry only a locked database.
+
+One spell, one run: `start_spell` claims the persona's key for the room (`memory_worker.inflight`)
+before it sends a chain, and the commit frees it. A backlog drains window by window: a commit
+that moved the cursor starts the next spell at once, so lines that arrived while the key was
+held (their quiet event found it taken) are never left behind.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
-from memory_worker import broker, metrics, models, spell_log, toast_bus
+from memory_worker import broker, inflight, messages, metrics, models, spell_log, toast_bus
 from memory_worker.celery_app import app
 from memory_worker.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
+from memory_worker.messages import MalformedMessage
 from memory_worker.rows import Spell
+from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.model_step import ModelStep
 from memory_worker.write import pipeline
 
@@ -64,7 +71,10 @@ BROKER_ERRORS = (KombuOperationalError, redis.exceptions.ConnectionError, ToastN
 )
 def commit(self: Task, spell: Message) -> Message:
     """The single writer. A stale view of the open rows sends the spell back to the router."""
-    s = Spell.from_json(spell)
+    try:
+        s = Spell.from_json(spell)
+    except MalformedMessage as e:
+        reject(self.name, e)
     started = time.perf_counter()
     outcome = pipeline.run_commit(s)
     metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
@@ -78,6 +88,9 @@ def commit(self: Task, spell: Message) -> Message:
             chain(route.s(s.to_json()), commit.s(), notify_toast.s()).apply_async()
             raise Ignore()
     spell_log.finished(s, outcome.status, len(outcome.row_ids))
+    inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
+    if outcome.status in ("committed", "skipped"):
+        start_spell(s.persona, s.room_id)  # the next window of a backlog, or nothing
     return {"spell": s.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
 
@@ -90,7 +103,11 @@ def commit(self: Task, spell: Message) -> Message:
 def notify_toast(result: Message) -> int:
     """Deliver the toasts the commit wrote: tell each human's channel (ids only), then mark
     them delivered. Returns how many."""
-    return deliver(Spell.from_json(result["spell"]).key)
+    try:
+        checked = messages.parse(messages.CommitResult, result, "commit result")
+    except MalformedMessage as e:
+        reject("memory_worker.notify_toast", e)
+    return deliver(Spell.from_json(checked.spell.model_dump()).key)
 
 
 @app.task(
@@ -101,6 +118,10 @@ def notify_toast(result: Message) -> int:
 )
 def deliver_toasts(spell_key: str) -> int:
     """The sweep's way in: a spell's undelivered toasts, by key."""
+    try:
+        spell_key = messages.spell_key(spell_key)
+    except MalformedMessage as e:
+        reject("memory_worker.deliver_toasts", e)
     return deliver(spell_key)
 
 
@@ -123,3 +144,24 @@ def deliver(spell_key: str) -> int:
 def spell_chain(spell: Spell) -> Signature:
     """The five steps for one persona's spell, as one Celery chain."""
     return chain(extract.s(spell.to_json()), embed.s(), route.s(), commit.s(), notify_toast.s())
+
+
+def start_spell(persona: str, room_id: str) -> str | None:
+    """Begin the persona's next spell in the room and send its chain — unless one is already
+    in flight there, or there is nothing new. Returns the spell's key when one started."""
+    client = broker.client(app.conf.broker_url)
+    token = inflight.claim(client, persona, room_id)
+    if token is None:
+        log.info("%s/%s: a spell is in flight; not starting another", persona, room_id)
+        return None
+    try:
+        spell = pipeline.begin(persona, room_id)
+        if spell is not None:
+            spell.inflight = token
+            spell_chain(spell).apply_async()
+            return spell.key
+    except BaseException:
+        inflight.release(client, persona, room_id, token)
+        raise
+    inflight.release(client, persona, room_id, token)
+    return None

@@ -11,9 +11,13 @@ from memory_worker import models, store
 from memory_worker import settings as settings_mod
 from memory_worker.celery_app import app
 from memory_worker.constants import DB_MAX_RETRIES, SWEEP_WINDOW_S
+from memory_worker.messages import MalformedMessage
+from memory_worker.messages import room_id as checked_room_id
+from memory_worker.messages import user_id as checked_user_id
 from memory_worker.storage import rooms
 from memory_worker.storage.rooms import UnknownRoom
-from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, spell_chain
+from memory_worker.tasks.boundary import reject
+from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, start_spell
 from memory_worker.write import pipeline, reembed
 from memory_worker.write.embed import embed_topic, require_store_embedder
 
@@ -27,7 +31,12 @@ log = logging.getLogger(__name__)
     max_retries=DB_MAX_RETRIES,
 )
 def on_room_quiet(room_id: str) -> list[str]:
-    """Per persona in the room with new lines, start its chain. Returns the spell keys."""
+    """Per persona in the room with new lines, start its chain (unless one is in flight).
+    Returns the spell keys."""
+    try:
+        room_id = checked_room_id(room_id)
+    except MalformedMessage as e:
+        reject("memory_worker.on_room_quiet", e)
     try:
         with store.engine().connect() as conn:
             room = rooms.load_room(conn, room_id)
@@ -37,13 +46,7 @@ def on_room_quiet(room_id: str) -> list[str]:
         return []
     if room.incognito:
         return []  # a room that neither reads nor writes: not even a cursor moves
-    started = []
-    for persona in personas:
-        spell = pipeline.begin(persona, room_id)
-        if spell is not None:
-            spell_chain(spell).apply_async()
-            started.append(spell.key)
-    return started
+    return [key for p in personas if (key := start_spell(p, room_id)) is not None]
 
 
 def sweep_lagging_rooms(*, recent: bool = False, now: float | None = None) -> list[str]:
@@ -92,6 +95,10 @@ def sweep_recent() -> list[str]:
 )
 def room_topic(room_id: str) -> bool:
     """Embed the room's topic off the floor, so opening a room never calls a model."""
+    try:
+        room_id = checked_room_id(room_id)
+    except MalformedMessage as e:
+        reject("memory_worker.room_topic", e)
     with store.engine().connect() as conn:
         topic = rooms.topic(conn, room_id)
     if not topic:
@@ -113,4 +120,8 @@ def room_topic(room_id: str) -> bool:
 def reembed_user(user_id: int) -> int:
     """After a rename: embed again the rows that name the human, off the floor. Returns how
     many rows were embedded."""
+    try:
+        user_id = checked_user_id(user_id)
+    except MalformedMessage as e:
+        reject("memory_worker.reembed_user", e)
     return reembed.reembed_rows_naming(models.embedder(), user_id)

@@ -1,0 +1,138 @@
+"""Every task message, typed: what may arrive at a task is checked before anything runs.
+
+A queue message is input like any other (DESIGN.md "Bad input gets a clear error and loses
+nothing"): a commit whose `last_line_id` is "abc" must not reach the store, where SQLite would
+keep the text in an INTEGER column and stop the sweep for good. Each task parses its message
+with these models; a message that does not fit is `MalformedMessage`, whose text names the
+fields and what is wrong with them — never their values, which may be what someone said.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from memory_worker.constants import EVENTS, IMPORTANCE_MAX, IMPORTANCE_MIN, KINDS, TEXT_MAX_CHARS
+
+LineId = Annotated[StrictInt, Field(ge=0)]
+UserId = Annotated[StrictInt, Field(ge=1)]
+Count = Annotated[StrictInt, Field(ge=0)]
+Id = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
+class MalformedMessage(ValueError):
+    """A task message that does not fit its model; says where, never what it carried."""
+
+    def __init__(self, what: str, error: ValidationError | str):
+        if isinstance(error, ValidationError):
+            where = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(message)'}: {e['type']}"
+                for e in error.errors(include_input=False, include_url=False)[:5]
+            )
+        else:
+            where = error
+        super().__init__(f"malformed {what} message ({where})")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CandidateMessage(_Strict):
+    subject: Id
+    kind: Literal[KINDS]  # type: ignore[valid-type]
+    text: Annotated[StrictStr, Field(min_length=1, max_length=TEXT_MAX_CHARS)]
+    importance: Annotated[StrictInt, Field(ge=IMPORTANCE_MIN, le=IMPORTANCE_MAX)]
+    evidence: list[LineId]
+    valid_from: StrictStr | None = None
+    counterpart: Id | None = None
+    embedding: StrictStr | None = None
+
+
+class DecisionMessage(_Strict):
+    candidate: Count
+    event: Literal[EVENTS]  # type: ignore[valid-type]
+    old_row_id: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+class SpellMessage(_Strict):
+    """`rows.Spell` as it travels between the chain's steps."""
+
+    persona: Id
+    room_id: Id
+    after_line_id: LineId
+    last_line_id: LineId
+    present: list[UserId] = []
+    witnessed: list[UserId] = []
+    candidates: list[CandidateMessage] = []
+    decisions: list[DecisionMessage] = []
+    seen_open_rows: StrictStr | None = None
+    reroutes: Count = 0
+    dropped: dict[StrictStr, Count] = {}
+    skipped: StrictStr | None = None
+    parked: StrictStr | None = None
+    tokens_in: Count = 0
+    tokens_out: Count = 0
+    inflight: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _lines_and_decisions_agree(self) -> SpellMessage:
+        if self.last_line_id <= self.after_line_id:
+            raise ValueError("last_line_id must be after after_line_id")
+        if any(d.candidate >= len(self.candidates) for d in self.decisions):
+            raise ValueError("a decision names a candidate the spell does not carry")
+        return self
+
+
+class CommitResult(_Strict):
+    """What the commit hands the toast step."""
+
+    spell: SpellMessage
+    row_ids: list[Annotated[StrictInt, Field(ge=1)]]
+    status: Literal["committed", "skipped", "parked"]
+
+
+class RoomMessage(_Strict):
+    room_id: Id
+
+
+class UserMessage(_Strict):
+    user_id: UserId
+
+
+def parse(model: type[_Strict], payload: Any, what: str) -> Any:
+    """`payload` as `model`, or MalformedMessage naming the fields that do not fit."""
+    try:
+        return model.model_validate(payload)
+    except ValidationError as e:
+        raise MalformedMessage(what, e) from None
+
+
+def spell_json(payload: Any, what: str = "spell") -> dict[str, Any]:
+    """A spell message, checked, as the plain dict `rows.Spell.from_json` builds from."""
+    return parse(SpellMessage, payload, what).model_dump()
+
+
+def room_id(payload: Any, what: str = "room") -> str:
+    return str(parse(RoomMessage, {"room_id": payload}, what).room_id)
+
+
+def user_id(payload: Any, what: str = "user") -> int:
+    return int(parse(UserMessage, {"user_id": payload}, what).user_id)
+
+
+def spell_key(payload: Any, what: str = "spell key") -> str:
+    """'persona/room/last line' (`rows.Spell.key`)."""
+    checked = str(parse(RoomMessage, {"room_id": payload}, what).room_id)
+    if checked.count("/") < 2 or not checked.rsplit("/", 1)[1].isdigit():
+        raise MalformedMessage(what, "not persona/room/last line")
+    return checked

@@ -1,0 +1,186 @@
+"""Issue 7's holes that live at the task level, through a real Celery worker on a real Redis,
+the real google-genai client and the Gemini stub: one spell one run, a backlog that drains, a
+malformed message refused, and no memory text in task messages' reprs, events or results."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+from celery.signals import before_task_publish
+from sqlalchemy import insert, select
+
+from memory_worker import app_side, events, inflight
+from memory_worker import settings as settings_mod
+from memory_worker import tables as t
+from memory_worker.celery_app import app
+from memory_worker.tasks import pipeline as tasks
+from memory_worker.tasks.rooms import on_room_quiet
+from tests.fakes import candidate, gemini_responder, transcript_ids
+from tests.scenes import DAN, extract_answer, people, private_chat
+from tests.worker import SPELL_TIMEOUT_S, Pipeline, settle
+
+pytestmark = pytest.mark.pipeline
+
+
+def cursor(pipeline: Pipeline, room: str = "dm-dan") -> int:
+    with pipeline.db.connect() as c:
+        q = select(t.cursors.c.last_line_id).where(t.cursors.c.room_id == room)
+        return int(c.execute(q).scalar() or 0)
+
+
+def row_texts(pipeline: Pipeline) -> list[str]:
+    with pipeline.db.connect() as c:
+        return list(c.execute(select(t.persona_memory.c.text)).scalars())
+
+
+def test_hole8_five_quiet_events_at_once_cost_one_extraction(pipeline: Pipeline) -> None:
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    pipeline.stub.hang_next(1.0, kind="chat")  # the spell is still in flight for the others
+    for _ in range(5):
+        on_room_quiet("dm-dan")  # the fan-out itself, five times, as fast as it can run
+    assert pipeline.wait_for_spell("warren", "dm-dan", lines[-1])["status"] == "committed"
+    settle(str(app.conf.broker_url))
+    extracts = [r for r in pipeline.stub.of_kind("chat") if "memory manager" not in str(r.body)]
+    assert len(extracts) == 1 and pipeline.stub.count("chat") == 2
+    assert len(row_texts(pipeline)) == 2
+
+
+def test_hole8_the_claim_is_freed_when_the_spell_ends_so_the_next_quiet_spell_runs(
+    pipeline: Pipeline,
+) -> None:
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    events.room_quiet("dm-dan")
+    pipeline.wait_for_spell("warren", "dm-dan", lines[-1])
+    settle(str(app.conf.broker_url))
+    from memory_worker import broker
+
+    assert broker.client(str(app.conf.broker_url)).get(inflight.key("warren", "dm-dan")) is None
+    with pipeline.db.begin() as conn:
+        more = app_side.say(conn, "dm-dan", DAN, "I adopted a dog called Biscuit.")
+    pipeline.stub.chat_responder = gemini_responder(
+        {"candidates": [candidate("u:42", "fact", "u:42 has a dog called Biscuit.", 6, [more])]}
+    )
+    events.room_quiet("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", more)["status"] == "committed"
+    assert "u:42 has a dog called Biscuit." in row_texts(pipeline)
+
+
+def test_hole7_a_backlog_drains_window_by_window_through_the_worker(pipeline: Pipeline) -> None:
+    settings_mod.configure(settings_mod.current().with_(spell_max_lines=100))
+    people(pipeline.db)
+    with pipeline.db.begin() as conn:
+        app_side.add_room(conn, "dm-dan", "private", [f"u:{DAN}", "warren"])
+        conn.execute(
+            insert(t.lines),
+            [
+                dict(room_id="dm-dan", speaker="u:42", text=f"I tried dish {i}.", created="x")
+                for i in range(1_000)
+            ],
+        )
+    last = 1_000
+
+    def one_fact(prompt: str) -> dict:
+        first = transcript_ids(prompt)[0]
+        return {"candidates": [candidate("u:42", "fact", f"u:42 tried dish {first}.", 4, [first])]}
+
+    pipeline.stub.max_prompt_chars = 60_000
+    pipeline.stub.chat_responder = gemini_responder(one_fact)
+    events.room_quiet("dm-dan")  # once: the rest follows window by window
+    assert pipeline.wait_for_spell("warren", "dm-dan", last)["status"] == "committed"
+    assert cursor(pipeline) == last
+    with pipeline.db.connect() as c:
+        outcomes = list(c.execute(select(t.spells.c.status)).scalars())
+    assert outcomes == ["committed"] * 10
+    assert len(row_texts(pipeline)) == 10
+
+
+def test_hole9_a_malformed_commit_message_is_refused_and_changes_nothing(
+    pipeline: Pipeline, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    bad = {"persona": "warren", "room_id": "dm-dan", "after_line_id": 0, "last_line_id": "abc"}
+    with caplog.at_level(logging.ERROR, logger="memory_worker.tasks.boundary"):
+        tasks.commit.apply_async((bad,))
+        tasks.commit.apply_async(({"persona": "warren"},))
+        on_room_quiet.apply_async(([1, 2],))
+        deadline = time.monotonic() + SPELL_TIMEOUT_S
+        while len(caplog.records) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 3 and all("rejected, nothing changed" in m for m in said)
+    assert any("last_line_id: int_type" in m for m in said)
+    assert cursor(pipeline) == 0
+    # The room is not poisoned: the next quiet event mines it as usual.
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    events.room_quiet("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", lines[-1])["status"] == "committed"
+    assert cursor(pipeline) == lines[-1]
+
+
+def test_hole6_no_task_message_repr_event_or_result_carries_memory_text(
+    pipeline: Pipeline,
+) -> None:
+    people(pipeline.db)
+    with pipeline.db.begin() as conn:
+        app_side.add_room(conn, "dm-dan", "private", [f"u:{DAN}", "warren"])
+        line = app_side.say(conn, "dm-dan", DAN, "My zebra Marmalade is ill.")
+    pipeline.stub.chat_responder = gemini_responder(
+        {"candidates": [candidate("u:42", "fact", "u:42 has a zebra called Marmalade.", 7, [line])]}
+    )
+    published: list[dict] = []
+    lock = threading.Lock()
+
+    def keep(headers=None, body=None, **_: object) -> None:  # type: ignore[no-untyped-def]
+        with lock:
+            published.append({"headers": dict(headers or {}), "body": json.dumps(body)})
+
+    seen_events: list[dict] = []
+    receiver_ready = threading.Event()
+    receivers = []
+
+    def capture() -> None:
+        with app.connection_for_read() as conn:
+            recv = app.events.Receiver(conn, handlers={"*": seen_events.append})
+            receivers.append(recv)
+            receiver_ready.set()
+            try:
+                recv.capture(limit=None, timeout=SPELL_TIMEOUT_S, wakeup=True)
+            except Exception:  # noqa: BLE001 - the capture ends by timeout or by close
+                pass
+
+    listener = threading.Thread(target=capture, daemon=True)
+    listener.start()
+    receiver_ready.wait(10)
+    before_task_publish.connect(keep, weak=False)
+    try:
+        events.room_quiet("dm-dan")
+        assert pipeline.wait_for_spell("warren", "dm-dan", line)["status"] == "committed"
+        pipeline.wait_for_notices(1)
+        settle(str(app.conf.broker_url))
+    finally:
+        before_task_publish.disconnect(keep)
+        for recv in receivers:
+            recv.should_stop = True
+    names = [p["headers"].get("task") for p in published]
+    assert "memory_worker.route" in names and "memory_worker.notify_toast" in names
+    # The text travels in the chain's message bodies (candidates between steps) ...
+    assert any("Marmalade" in p["body"] for p in published)
+    # ... but never in what logs and events show of a task.
+    for p in published:
+        shown = f"{p['headers'].get('argsrepr')} {p['headers'].get('kwargsrepr')}"
+        assert "armalade" not in shown and "zebra" not in shown
+    task_events = [e for e in seen_events if str(e.get("type", "")).startswith("task-")]
+    assert any(e["type"] == "task-succeeded" for e in task_events)
+    assert not any("armalade" in json.dumps(e, default=str) for e in task_events)
+    for name, task in app.tasks.items():
+        if name.startswith("memory_worker."):
+            assert task.resultrepr_maxsize == 0, name
