@@ -16,10 +16,9 @@ from memory_worker import tables as t
 from memory_worker.constants import DAILY_CAP_PER_HUMAN, DAILY_CAP_WORLD
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route, transcript_ids
-from memory_worker.vectors import quantise
 from memory_worker.write.guards import is_one_sentence
 from tests.scenes import CARA, DAN, people
-from tests.write_helpers import drain, notices, prompts, rows, run_spell, spell_records
+from tests.write_helpers import drain, notices, plant, prompts, rows, run_spell, spell_records
 
 pytestmark = pytest.mark.store
 
@@ -43,26 +42,6 @@ def group(db: Engine, *said: tuple[int | str, str], room: str = "g1") -> list[in
 
 def chat(*cands: dict, route: object = sensible_route) -> ScriptedChat:
     return ScriptedChat({"extract": {"candidates": list(cands)}, "route": route})
-
-
-def plant(db: Engine, subject: str, text: str, counterpart: str | None = None, **kw) -> int:  # type: ignore[no-untyped-def]
-    """A row written earlier (in another room), with its embedding, as the commit writes it."""
-    values = dict(
-        persona="warren",
-        subject=subject,
-        counterpart=counterpart,
-        witnessed=json.dumps([CARA]),
-        room_id="dm-cara",
-        kind="promise" if subject == "self" else "fact",
-        text=text,
-        importance=7,
-        evidence="[1]",
-        created="2026-08-01T10:00:00+00:00",
-        embedding=quantise(EMB.embed([text])[0]),
-    )
-    values.update(kw)
-    with db.begin() as conn:
-        return int(conn.execute(insert(t.persona_memory).values(**values)).inserted_primary_key[0])
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from memory_worker import app_side, events, inflight
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.celery_app import app
+from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
 from memory_worker.tasks import pipeline as tasks
 from memory_worker.tasks.rooms import on_room_quiet
-from tests.fakes import candidate, gemini_responder, transcript_ids
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.worker import SPELL_TIMEOUT_S, Pipeline, settle
 
