@@ -333,6 +333,11 @@ class RailNotice:
 
 def rail(user_id: int, after_id: int = 0, limit: int = 20) -> list[RailNotice]:
     """The user's newest toasts (only those after `after_id` when given), newest first."""
+    check_id(user_id, "user_id")
+    check_id(after_id, "after_id")
+    check_id(limit, "limit")
+    if not _in_range(user_id) or not 0 <= after_id <= ID_MAX:
+        return []
     with store.engine().connect() as conn:
         found = notices.of_user(conn, user_id, after_id, limit)
     return [RailNotice(n.id, n.persona, n.room_id, n.text, n.created, n.undone) for n in found]
@@ -385,6 +390,7 @@ class RoomInfo:
 
 def rooms_of(user_id: int) -> list[RoomInfo]:
     """The rooms the user is a member of, newest first, with the personas in each."""
+    check_id(user_id, "user_id")
     with store.engine().connect() as conn:
         found = rooms.rooms_of(conn, human_ref(user_id))
         return [RoomInfo(r.id, r.kind, r.incognito, rooms.members(conn, r.id)[0]) for r in found]
@@ -399,8 +405,11 @@ def persona_names() -> dict[str, str]:
 def start_room(user_id: int, persona: str, *, incognito: bool) -> str:
     """A private room between the user and a persona. Incognito is chosen here, at creation,
     and never flipped later: a switch cannot make a room's past remembered or forgotten."""
+    _check_user_and_persona(user_id, persona)
+    if not isinstance(incognito, bool):
+        raise TypeError(f"incognito must be a bool, not {type(incognito).__name__}")
     with store.transaction() as conn:
-        users.require_user(conn, user_id)
+        _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
             raise LookupError(f"unknown persona {persona!r}")
         room_id = f"room-{secrets.token_hex(6)}"
