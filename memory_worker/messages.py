@@ -65,7 +65,8 @@ class DecisionMessage(_Strict):
 
 
 class SpellMessage(_Strict):
-    """`rows.Spell` as it travels between the chain's steps."""
+    """`rows.Spell` as it travels between the chain's steps (a field added to Spell must be
+    added here too: tests/test_messages.py checks they match)."""
 
     persona: Id
     room_id: Id
@@ -82,6 +83,8 @@ class SpellMessage(_Strict):
     parked: StrictStr | None = None
     tokens_in: Count = 0
     tokens_out: Count = 0
+    model_calls: Count = 0
+    began: Annotated[float, Field(ge=0)] = 0.0
     inflight: StrictStr | None = None
 
     @model_validator(mode="after")
