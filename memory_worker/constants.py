@@ -68,7 +68,7 @@ STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, t
 # --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
 REDIS_RATE_KEY = "mw:rate:{name}:{part}"  # the global model quota's sliding windows and pause
 REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # issue 7: one spell per persona and room
-INFLIGHT_TTL_S = 300  # a chain takes seconds; a claim this old is a lost chain (the sweep retries)
+INFLIGHT_TTL_S = 60  # renewed by each step: a claim this old is a lost chain (the sweep retries)
 
 # --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
 SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule

@@ -2,10 +2,13 @@
 
 `room_quiet` called five times in quick succession, a sweep racing a quiet event, a backlog's
 next window: each would begin a spell at the same cursor and pay the model for the same lines.
-Whoever starts a spell first claims `mw:spell:{persona}:{room_id}` (SET NX with an expiry);
-the others see it held and start nothing. The commit releases it — only if it still holds
-the claimant's token — and a worker lost mid-chain costs at most INFLIGHT_TTL_S, after which
-the sweep picks the room up again. Redis holds nothing here that cannot be rebuilt.
+Whoever starts a spell first claims `mw:spell:{persona}:{room_id}` (SET NX with a short
+expiry); the others see it held and start nothing. Each step of the chain renews the claim
+(`renew`), the commit releases it — both only while it still holds the claimant's token — so a
+chain lost with a killed worker or a wiped broker frees its room within INFLIGHT_TTL_S, and
+the sweep picks the room up again. A claim that lapses while a step waits out a long retry
+lets a second spell begin: that costs a model call, never a row (the commit is exactly-once).
+Redis holds nothing here that cannot be rebuilt.
 """
 
 from __future__ import annotations
@@ -33,6 +36,21 @@ def claim(
     """A fresh token if no spell of this persona in this room is in flight, else None."""
     token = secrets.token_hex(8)
     return token if client.set(key(persona, room_id), token, nx=True, ex=ttl_s) else None
+
+
+_RENEW = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) "
+    "end return 0"
+)
+
+
+def renew(
+    client: redis.Redis, persona: str, room_id: str, token: str | None, ttl_s: int = INFLIGHT_TTL_S
+) -> bool:
+    """Extend the claim if `token` still holds it (each step of the chain). True when it did."""
+    if not token:
+        return False
+    return bool(client.eval(_RENEW, 1, key(persona, room_id), token, ttl_s))
 
 
 def release(client: redis.Redis, persona: str, room_id: str, token: str | None) -> bool:

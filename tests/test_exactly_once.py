@@ -25,7 +25,7 @@ from memory_worker.models.scripted import gemini_responder, transcript_ids
 from tests import bees
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.test_worker_loss import children, other_database
-from tests.worker import SPELL_TIMEOUT_S, Pipeline
+from tests.worker import SPELL_TIMEOUT_S, Pipeline, forget_inflight, redis_url_of
 
 pytestmark = pytest.mark.pipeline
 
@@ -99,6 +99,9 @@ def test_a_spell_held_back_by_a_retry_delay_changes_nothing_a_newer_spell_decide
     while dm.stub.count("chat") < 1:  # A began with line 1 alone
         assert time.monotonic() < deadline, "A's extract never arrived"
         time.sleep(0.02)
+    # A's in-flight claim lapsed while it waited (a retry longer than INFLIGHT_TTL_S): newer
+    # spells of the same room may begin — the case the commit's order check exists for.
+    forget_inflight(redis_url_of(None))
     newer_spells_close_the_bees(dm)
     assert outcome_of(dm.db, "warren/dm-dan/1", timeout=60)["status"] == "covered"
     assert_the_bees_stay_closed_and_were_noted_once(dm)

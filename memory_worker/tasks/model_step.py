@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from memory_worker import metrics
+from memory_worker import broker, inflight, metrics
 from memory_worker import settings as settings_mod
 from memory_worker.constants import MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
 from memory_worker.messages import MalformedMessage
@@ -54,6 +54,7 @@ class ModelStep(QuietTask):
             spell = Spell.from_json(message)
         except MalformedMessage as e:
             reject(self.name, e)
+        renew_claim(self.app, spell)
         if spell.done:
             return spell.to_json()
         try:
@@ -73,3 +74,10 @@ class ModelStep(QuietTask):
         except PermanentModelError as e:
             spell.parked = f"model error: {e}"
             return spell.to_json()
+
+
+def renew_claim(app, spell: Spell) -> None:  # type: ignore[no-untyped-def]
+    """Keep the spell's in-flight claim (`memory_worker.inflight`) while its chain runs."""
+    if spell.inflight:
+        client = broker.client(app.conf.broker_url)
+        inflight.renew(client, spell.persona, spell.room_id, spell.inflight)
