@@ -31,14 +31,31 @@ from sqlalchemy import insert  # noqa: E402
 from memory_worker import app_side, store  # noqa: E402
 from memory_worker import settings as settings_mod  # noqa: E402
 from memory_worker import tables as t  # noqa: E402
+from memory_worker.models.hashing import HashingEmbedder  # noqa: E402
+from memory_worker.models.scripted import (  # noqa: E402
+    ScriptedChat,
+    candidate,
+    sensible_route,
+    transcript_ids,
+)
+from memory_worker.write import pipeline  # noqa: E402
 from memory_worker.write.extract import prompt_line  # noqa: E402
-from tests.fakes import ScriptedChat, candidate, sensible_route, transcript_ids  # noqa: E402
-from tests.write_helpers import drain  # noqa: E402
 
 console = Console(width=160)
 CONTEXT_CHARS = 100_000  # the simulated model context: a longer prompt is refused
 HUGE_LINE_CHARS = 100_000
 WINDOWS = [(200, 24_000), (50, 6_000), (1_000, 120_000)]  # (lines, chars); the first is default
+
+
+def drain(persona: str, room_id: str, chat: ScriptedChat) -> list[str]:
+    """Spells until the cursor reaches the last line, as the worker chains them: the outcomes."""
+    outcomes = []
+    while (spell := pipeline.begin(persona, room_id)) is not None:
+        spell = pipeline.run_extract(spell, chat)
+        spell = pipeline.run_embed(spell, HashingEmbedder())
+        spell = pipeline.run_route(spell, chat)
+        outcomes.append(pipeline.run_commit(spell).status)
+    return outcomes
 
 
 def one_fact(prompt: str) -> dict:
@@ -87,7 +104,7 @@ def drain_once(n_lines: int, max_lines: int, max_chars: int) -> dict:
     return dict(
         window=f"{max_lines} lines / {max_chars:,} chars",
         spells=len(runs),
-        committed=sum(r.status == "committed" for r in runs),
+        committed=sum(status == "committed" for status in runs),
         extract_calls=len(extract),
         refused=len(refused),
         route_calls=sum(1 for what, _, _ in chat.calls if what == "route"),

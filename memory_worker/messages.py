@@ -122,7 +122,8 @@ def parse(model: type[_Strict], payload: Any, what: str) -> Any:
 
 def spell_json(payload: Any, what: str = "spell") -> dict[str, Any]:
     """A spell message, checked, as the plain dict `rows.Spell.from_json` builds from."""
-    return parse(SpellMessage, payload, what).model_dump()
+    checked: SpellMessage = parse(SpellMessage, payload, what)
+    return checked.model_dump()
 
 
 def room_id(payload: Any, what: str = "room") -> str:

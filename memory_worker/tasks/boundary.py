@@ -51,7 +51,7 @@ def describe(value: Any) -> str:
     return f"<{type(value).__name__}>"
 
 
-class QuietTask(Task):  # type: ignore[misc]  # celery ships no type information
+class QuietTask(Task):
     """The base of every task: arguments shown as `describe` shows them, results not at all."""
 
     abstract = True
