@@ -18,7 +18,7 @@ from memory_worker import app_side, store
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.constants import EVENTS, KINDS
-from tests.fakes import ScriptedChat
+from memory_worker.models.scripted import ScriptedChat
 from tests.write_helpers import assert_write_rules, plant, rows, run_spell
 
 pytestmark = pytest.mark.store
