@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -423,6 +423,7 @@ def main() -> None:
     p.add_argument("--redis", help="a Redis URL (default: a private embedded one)")
     p.add_argument("--database", help="a store URL (default: a SQLite file)")
     p.add_argument("--faults", nargs="*", default=None, choices=FAULTS)
+    p.add_argument("--json", type=Path, help="also write the figures here (benchmarks.report)")
     a = p.parse_args()
     if a.faults is None:  # restart needs the embedded Redis
         a.faults = [f for f in FAULTS if not (f == "restart" and a.redis)]
@@ -432,8 +433,10 @@ def main() -> None:
         f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'faults':>7}{'recovery s':>11}{'total s':>8}"
     )
     print(head)
+    figures = []
     for fault in a.faults:
         f = run(fault, rooms=a.rooms, redis_url=a.redis, database_url=a.database)
+        figures.append({**asdict(f), "clean": f.clean})
         print(
             f"{f.fault:<7}{f.spells_committed:>7}{f.rows:>6}{f.lost:>6}{f.duplicate_rows:>9}"
             f"{f.duplicate_toasts:>11}{f.missing_toasts:>8}{f.undelivered_toasts:>8}"
@@ -441,6 +444,8 @@ def main() -> None:
         )
         for note in f.notes:
             print(f"        {note}")
+    if a.json:
+        a.json.write_text(json.dumps({"rooms": a.rooms, "results": figures}, indent=1))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
     make perf                       # = .venv/bin/python -m benchmarks.report
     .venv/bin/python -m benchmarks.report --quick          # fewer repetitions, same sizes
 
-Runs `benchmarks/read_path.py` (1k / 10k / 100k visible rows) and `benchmarks/write_path.py`,
-each in a subprocess, reads their JSON, writes the tables, and draws open latency against
-rows held (docs/perf/open_latency.png; matplotlib is a bench extra, never a runtime need).
+Runs `benchmarks/read_path.py` (1k / 10k / 100k visible rows), `benchmarks/write_path.py` and
+`benchmarks/faults.py`, each in a subprocess, reads their JSON, writes the tables, and draws
+open latency against rows held (docs/perf/open_latency.png; matplotlib is a bench extra).
 Every figure in the page comes from this one run on this machine; ratios are the point.
 """
 
@@ -25,6 +25,7 @@ DOC = ROOT / "docs" / "performance.md"
 PERF = ROOT / "docs" / "perf"
 PLOT = PERF / "open_latency.png"
 READ_JSON, WRITE_JSON = PERF / "read_path.json", PERF / "write_path.json"  # the raw figures
+FAULTS_JSON = PERF / "faults.json"  # benchmarks/faults.py
 CASES = {  # read_path's keys → what the page calls them
     "floor": "floor: bare SELECT of the visible rows",
     "warm_touch": "warm, touch on",
@@ -131,7 +132,29 @@ def write_table(w: dict) -> list[str]:
     return out
 
 
-def page(read: list[dict], write: dict, meta: dict, command: str) -> str:
+def faults_table(f: dict) -> list[str]:
+    out = [
+        f"{f['rooms']} rooms × 3 spells each; two workers (2 threads) and a beat running the "
+        "frequent sweep every second (lag 3 s); SQLite; the stub model. Recovery: from the last "
+        "fault to the last spell committed (chaos, twice: the whole run).",
+        "",
+        "| fault | spells | rows | lost | dup rows | dup toasts | missing toasts | undelivered "
+        "| reopened | faults | recovery s |",
+        "|---|" + "---:|" * 10,
+    ]
+    for r in f["results"]:
+        out.append(
+            f"| {r['fault']} | {r['spells_committed']} | {r['rows']} | {r['lost']} | "
+            f"{r['duplicate_rows']} | {r['duplicate_toasts']} | {r['missing_toasts']} | "
+            f"{r['undelivered_toasts']} | {r['reopened']} | {r['faults_injected']} | "
+            f"{r['recovery_s']:.1f} |"
+        )
+    return out
+
+
+def page(
+    read: list[dict], write: dict, meta: dict, command: str, faults: dict | None = None
+) -> str:
     return "\n".join(
         [
             "# Performance",
@@ -164,6 +187,11 @@ def page(read: list[dict], write: dict, meta: dict, command: str) -> str:
             "",
             *write_table(write),
             "",
+            *(
+                ["## Faults (`benchmarks/faults.py`)", "", *faults_table(faults), ""]
+                if faults
+                else []
+            ),
             "## Reproduce",
             "",
             "```",
@@ -201,10 +229,14 @@ def main() -> None:
     if a.only != "read":
         spells = ["--spells", "120", "--rounds", "2"] if a.quick else []
         run([sys.executable, "benchmarks/write_path.py", *spells, "--json", str(WRITE_JSON)])
+    if a.only is None:
+        rooms = ["--rooms", "6" if a.quick else "12"]
+        run([sys.executable, "benchmarks/faults.py", *rooms, "--json", str(FAULTS_JSON)])
     read = json.loads(READ_JSON.read_text())["results"]
     write = json.loads(WRITE_JSON.read_text())
+    faults = json.loads(FAULTS_JSON.read_text()) if FAULTS_JSON.exists() else None
     plot(read)
-    DOC.write_text(page(read, write, meta, command))
+    DOC.write_text(page(read, write, meta, command, faults))
     print(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}", file=sys.stderr)
 
 

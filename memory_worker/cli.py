@@ -50,8 +50,7 @@ def _check(_: argparse.Namespace) -> int:
 def _run(a: argparse.Namespace) -> int:
     from memory_worker import runner
 
-    timeout = runner.STOP_TIMEOUT_S if a.stop_timeout is None else a.stop_timeout
-    return runner.run(Path(a.procfile), only=a.only, stop_timeout=timeout)
+    return runner.run(Path(a.procfile), only=a.only, stop_after=a.stop_timeout)
 
 
 def _demo(_: argparse.Namespace) -> int:
@@ -234,7 +233,10 @@ def parser() -> argparse.ArgumentParser:
     r = command("run")
     r.add_argument("--procfile", default="Procfile")
     r.add_argument(
-        "--stop-timeout", type=float, default=None, help="seconds a stop waits before it kills"
+        "--stop-timeout",
+        type=float,
+        default=None,
+        help="seconds a stop waits before SIGKILL (default: soft shutdown + model timeout + 10)",
     )
     r.add_argument("only", nargs="*", help="process names to run (default: all)")
     r.set_defaults(run=_run)

@@ -10,9 +10,9 @@ call in flight. Here:
   and left down (Flower without `FLOWER_USER`/`FLOWER_PASSWORD`);
 * with the embedded broker, the supervisor starts it and starts it again on the same address
   if it dies (`embedded.ensure_running`), so the workers' reconnect loops find it;
-* SIGTERM/SIGINT stop everything: SIGTERM to every group (Celery's warm shutdown, then its
-  soft-shutdown timeout hands unfinished tasks back to the queue), SIGKILL after
-  `STOP_TIMEOUT_S`, which is longer than the soft-shutdown timeout.
+* SIGTERM/SIGINT stop everything: SIGTERM to every group (Celery's soft shutdown: no new
+  work; a model call in flight ends by its own HTTP timeout and its task retries through the
+  broker), SIGKILL only after `stop_timeout()` = soft shutdown + model timeout + a margin.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from memory_worker import settings as settings_mod
 from memory_worker.constants import WORKER_SOFT_SHUTDOWN_S
 from memory_worker.settings import EMBEDDED
 
-STOP_TIMEOUT_S = WORKER_SOFT_SHUTDOWN_S + 20  # soft shutdown, then the requeue, then cold exit
+STOP_MARGIN_S = 10.0  # after the soft shutdown and a model call's own timeout
 CRASH_LOOP_S = 10.0  # a process that dies this soon after starting...
 CRASH_LOOP_MAX = 5  # ...this many times in a row is left down
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
@@ -78,7 +78,7 @@ def _pump(name: str, stream: IO[bytes], width: int) -> None:
 
 
 class Supervisor:
-    def __init__(self, processes: list[Process], stop_timeout: float = STOP_TIMEOUT_S):
+    def __init__(self, processes: list[Process], stop_timeout: float):
         self.processes = processes
         self.stop_timeout = stop_timeout
         self.width = max((len(p.name) for p in processes), default=4)
@@ -169,7 +169,13 @@ def _signal_group(p: Process, sig: int) -> None:
         pass
 
 
-def run(procfile: Path, only: list[str] | None = None, stop_timeout: float = STOP_TIMEOUT_S) -> int:
+def stop_timeout(s: settings_mod.Settings) -> float:
+    """How long a stop waits before SIGKILL: the workers' soft shutdown, then a model call's
+    own timeout (a thread inside an HTTP call cannot be interrupted), then a margin."""
+    return WORKER_SOFT_SHUTDOWN_S + s.model_timeout_ms / 1000 + STOP_MARGIN_S
+
+
+def run(procfile: Path, only: list[str] | None = None, stop_after: float | None = None) -> int:
     """Run the Procfile's processes (or `only` those) until SIGTERM/SIGINT. Returns 0."""
     s = settings_mod.current()
     s.state_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +186,7 @@ def run(procfile: Path, only: list[str] | None = None, stop_timeout: float = STO
     started_broker = s.broker_url == EMBEDDED and embedded.running_url(s.state_dir) is None
     if s.broker_url == EMBEDDED:
         embedded.ensure_running(s.state_dir)
-    sup = Supervisor(processes, stop_timeout)
+    sup = Supervisor(processes, stop_timeout(s) if stop_after is None else stop_after)
     stop_now = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop_now.set())

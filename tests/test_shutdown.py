@@ -1,0 +1,62 @@
+"""A stop hands unfinished work back quickly: SIGTERM (Celery's soft shutdown, as the Procfile
+maps it) stops taking work; a model call in flight ends by its own HTTP timeout and its task
+retries — a message in the broker — and the worker exits within the supervisor's stop timeout
+(`runner.stop_timeout`: soft shutdown + model timeout + margin). The next worker commits the
+spell at once, not after a visibility timeout."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from memory_worker import local_worker, runner
+from memory_worker import settings as settings_mod
+from memory_worker.constants import QUEUES
+from tests.fakes import gemini_responder
+from tests.scenes import extract_answer, people, private_chat
+from tests.worker import Pipeline, spare_database
+
+pytestmark = pytest.mark.pipeline
+
+
+def test_a_stopped_worker_hands_its_running_model_call_back_and_the_next_one_commits_it(
+    pipeline: Pipeline, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    pipeline.use_timeout(5_000)
+    pipeline.stub.hang_next(120.0, kind="chat")  # the first extract hangs past its timeout
+    monkeypatch.setenv("REMAP_SIGTERM", "SIGQUIT")  # as the Procfile runs the workers
+    from memory_worker.celery_app import app
+    from memory_worker.tasks.rooms import on_room_quiet
+
+    url = spare_database(redis_url, 4)
+    with app.connection_for_write(url) as conn:
+        for queue in QUEUES:
+            conn.default_channel.queue_purge(queue)
+    s = settings_mod.current().with_(broker_url=url)
+    first = local_worker.start(s, concurrency=2, name="stopped")
+    second: subprocess.Popen | None = None
+    try:
+        with app.connection_for_write(url) as conn:
+            on_room_quiet.apply_async(("dm-dan",), connection=conn)
+        deadline = time.monotonic() + 60
+        while pipeline.stub.count("chat") < 1:
+            assert time.monotonic() < deadline, "the extract call never arrived"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGTERM)  # as `memory-worker run` stops it
+        # It exits on its own within the supervisor's stop timeout: the soft shutdown, then
+        # the call's own HTTP timeout. No SIGKILL needed, nothing left unacked.
+        first.wait(timeout=runner.stop_timeout(settings_mod.current()))
+        second = local_worker.start(s, concurrency=2, name="next")
+        # Well before the visibility timeout: the message went back to the queue at the stop.
+        outcome = pipeline.wait_for_spell("warren", "dm-dan", lines[-1], timeout=60)
+        assert outcome["status"] == "committed", outcome["reason"]
+    finally:
+        local_worker.stop(first)
+        if second is not None:
+            local_worker.stop(second)
