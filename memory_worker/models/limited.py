@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import redis
 
+import redis
+
 from memory_worker import metrics, ratelimit
 from memory_worker.models.base import (
     ChatModel,
