@@ -14,8 +14,6 @@ from typing import Any, TypeVar
 
 import redis
 
-import redis
-
 from memory_worker import metrics, ratelimit
 from memory_worker.models.base import (
     ChatModel,
