@@ -15,7 +15,7 @@ import pytest
 from memory_worker import local_worker, runner
 from memory_worker import settings as settings_mod
 from memory_worker.constants import QUEUES
-from tests.fakes import gemini_responder
+from memory_worker.models.scripted import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline, spare_database
 
