@@ -160,6 +160,14 @@ def test_a_users_own_deleting_works_through_the_same_route(world: Engine, dan, r
     assert rows["dan_row"] not in snapshot(world)["rows"]
 
 
+def test_a_link_cannot_make_the_page_claim_something_happened(world: Engine, dan, rows) -> None:  # type: ignore[no-untyped-def]
+    client, csrf = dan
+    assert "Cleared" not in client.get("/?done=cleared&n=999").text
+    after = client.post("/clear", data={"csrf": csrf})  # redirected to the page
+    assert "Cleared: 1 line deleted." in after.text  # said once, after the real thing
+    assert "Cleared" not in client.get("/").text
+
+
 # --- CSRF: a write without the session's token changes nothing --------------------------------
 
 

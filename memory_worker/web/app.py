@@ -106,13 +106,14 @@ def _render_page(
     note_draft: str | None = None,
 ) -> Response:
     data = page_data(user_id)
+    done, count = request.session.pop("done", None) or (None, None)
     context = {
         **data,
         "csrf": security.csrf_token(request),
-        "done": request.query_params.get("done"),
-        "count": request.query_params.get("n"),
+        "done": done,
+        "count": count,
         "note_error": note_error,
-        "note_draft": data["note"] or "" if note_draft is None else note_draft,
+        "note_draft": (data["note"] or "") if note_draft is None else note_draft,
         "last_notice": max((n["id"] for n in data["notices"]), default=0),
     }
     return templates.TemplateResponse(request, "page.html", context, status_code=status)
@@ -204,9 +205,10 @@ def _html_write(action: Action) -> Endpoint:
             )  # fmt: skip
         except (ValidationError, ValueError, TypeError) as e:
             return _error_page(request, 400, _plain(e))
-        n = result.get("deleted")
-        query = f"?done={action.done}" + (f"&n={n}" if n is not None else "")
-        return RedirectResponse(f"/{query}#{action.anchor}", status_code=303)
+        # What the page says next rides in the signed session, not the URL: a link cannot
+        # make the page claim something happened.
+        request.session["done"] = [action.done, result.get("deleted")]
+        return RedirectResponse(f"/#{action.anchor}", status_code=303)
 
     return handler
 
