@@ -34,6 +34,7 @@ CHROMIUM_ARGS = [
 ]
 ARTEFACTS = Path(__file__).resolve().parent.parent / "artefacts" / "screenshots"
 ARRIVAL_TIMEOUT_MS = 60_000  # a spell through the worker on a loaded machine
+STEP_TIMEOUT_MS = 20_000  # one click and the page it leads to, on a loaded machine
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
@@ -49,8 +50,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def browser():  # type: ignore[no-untyped-def]
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=STEP_TIMEOUT_MS)  # a loaded CI machine: 5 s is Playwright's default
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield b
@@ -78,7 +80,7 @@ def served(pipeline: Pipeline) -> Iterator[Served]:
 def page(browser, served: Served):  # type: ignore[no-untyped-def]
     context = browser.new_context(viewport=DESKTOP)
     p = context.new_page()
-    p.set_default_timeout(15_000)
+    p.set_default_timeout(STEP_TIMEOUT_MS)
     assert served.login_url
     p.goto(served.login_url)
     yield p
