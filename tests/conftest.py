@@ -39,6 +39,9 @@ def db(tmp_path: Path) -> Iterator[Engine]:
         from memory_worker import reader
 
         reader.flush_touches(timeout=30)  # a touch promised here lands here, not in the next test
+        # The next test's store may reuse this URL (PostgreSQL) with its counters back at zero:
+        # a new store, so nothing this process cached of the old one may answer for it.
+        reader.READ_CACHE.clear()
         settings_mod.configure(before)
         if not url.startswith("postgresql"):
             store.engine(url).dispose()
