@@ -6,7 +6,7 @@ delivered once; a parked spell resolves when a later spell covers its lines."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from memory_worker import app_side, cli
 from memory_worker import tables as t
@@ -17,6 +17,7 @@ from memory_worker.storage import rooms
 from memory_worker.write import pipeline
 from tests import bees
 from tests.scenes import DAN, people
+from tests.write_helpers import notices, rows
 
 pytestmark = pytest.mark.store
 
@@ -48,19 +49,8 @@ def committed(spell: Spell) -> str:
     return outcome.status
 
 
-def memory(db: Engine) -> list[dict]:
-    with db.connect() as c:
-        q = select(t.persona_memory).order_by(t.persona_memory.c.id)
-        return [dict(r) for r in c.execute(q).mappings()]
-
-
-def notices(db: Engine) -> list[dict]:
-    with db.connect() as c:
-        return [dict(r) for r in c.execute(select(t.notices).order_by(t.notices.c.id)).mappings()]
-
-
 def bee_rows(db: Engine) -> list[dict]:
-    return [r for r in memory(db) if r["text"] == bees.FACTS[bees.KEEPS]]
+    return [r for r in rows(db) if r["text"] == bees.FACTS[bees.KEEPS]]
 
 
 def test_a_late_spell_whose_lines_are_covered_changes_nothing_and_toasts_nothing(
@@ -74,10 +64,10 @@ def test_a_late_spell_whose_lines_are_covered_changes_nothing_and_toasts_nothing
     assert committed(routed(pipeline.begin("warren", "dm-dan"))) == "committed"  # 3: CLOSE
     (bee,) = bee_rows(dm)
     assert bee["valid_to"] is not None
-    before_rows, before_notices = memory(dm), notices(dm)
+    before_rows, before_notices = rows(dm), notices(dm)
 
     assert pipeline.run_commit(late).status == "covered"
-    assert memory(dm) == before_rows  # the bee fact stays closed, nothing re-added
+    assert rows(dm) == before_rows  # the bee fact stays closed, nothing re-added
     assert notices(dm) == before_notices  # no second "noted"
     assert pipeline.run_notify(late) == []
     assert pipeline.run_commit(late).status == "covered"  # and so on every redelivery
@@ -94,7 +84,7 @@ def test_a_late_spell_reaching_past_the_cursor_keeps_only_what_cites_unread_line
     late = routed(pipeline.begin("warren", "dm-dan"))  # 1..4, routed before anything committed
     assert committed(early) == "committed"
     with dm.begin() as conn:  # a newer spell read lines 2..3 and closed the bee fact
-        (bee,) = [r for r in memory(dm) if r["text"] == bees.FACTS[bees.KEEPS]]
+        (bee,) = [r for r in rows(dm) if r["text"] == bees.FACTS[bees.KEEPS]]
         conn.execute(
             t.persona_memory.update()
             .where(t.persona_memory.c.id == bee["id"])
@@ -103,7 +93,7 @@ def test_a_late_spell_reaching_past_the_cursor_keeps_only_what_cites_unread_line
         conn.execute(t.cursors.update().values(last_line_id=3))
 
     assert pipeline.run_commit(late).status == "committed"
-    texts = [(r["text"], r["valid_to"]) for r in memory(dm)]
+    texts = [(r["text"], r["valid_to"]) for r in rows(dm)]
     assert (bees.FACTS[bees.KEEPS], None) not in texts  # not re-added as open
     assert (bees.FACTS[bees.NEWS], None) in texts  # the unread line is still mined
 

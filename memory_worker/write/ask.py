@@ -6,6 +6,9 @@ A second malformed answer propagates as `MalformedAnswer`; the task shell parks 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
 
 from memory_worker.constants import MALFORMED_REASKS
 from memory_worker.models.base import ChatModel, ChatResult, MalformedAnswer, T
@@ -30,3 +33,21 @@ def ask_json(
             last_error = e
     assert last_error is not None
     raise last_error
+
+
+def keep_valid_items(data: Any, key: str, item: type[BaseModel]) -> tuple[Any, int]:
+    """`data` with `data[key]` cut to the items that pass `item`'s schema, and how many did not.
+
+    One ill-typed item of a model's answer must not lose its siblings: each is checked on its
+    own. Anything that is not a dict holding a list under `key` is returned as it is, for the
+    whole answer's schema to refuse (and the caller to re-ask).
+    """
+    if not (isinstance(data, dict) and isinstance(data.get(key), list)):
+        return data, 0
+    good, bad = [], 0
+    for raw in data[key]:
+        try:
+            good.append(item.model_validate(raw))
+        except ValidationError:
+            bad += 1
+    return {**data, key: good}, bad

@@ -17,7 +17,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from sqlalchemy import Connection
 
 from memory_worker.constants import (
@@ -32,6 +32,7 @@ from memory_worker.constants import (
 from memory_worker.rows import Candidate, Line, Room, human_id, human_ref
 from memory_worker.storage import memories
 from memory_worker.write import guards
+from memory_worker.write.ask import keep_valid_items
 from memory_worker.write.guards import is_one_sentence
 
 HERE = Path(__file__).resolve().parent
@@ -63,15 +64,7 @@ class ExtractAnswer(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _each_candidate_on_its_own(cls, data: Any, handler: Any) -> ExtractAnswer:
-        bad = 0
-        if isinstance(data, dict) and isinstance(data.get("candidates"), list):
-            good = []
-            for c in data["candidates"]:
-                try:
-                    good.append(CandidateOut.model_validate(c))
-                except ValidationError:
-                    bad += 1
-            data = {**data, "candidates": good}
+        data, bad = keep_valid_items(data, "candidates", CandidateOut)
         answer: ExtractAnswer = handler(data)
         answer._ill_formed = bad
         return answer

@@ -18,12 +18,13 @@ from pathlib import Path
 from string import Template
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, PrivateAttr, model_validator
 
 from memory_worker.constants import NEIGHBOUR_MIN_COSINE, NEIGHBOURS_TOP_K, SUBJECT_SELF
 from memory_worker.rows import Candidate, Decision
 from memory_worker.storage.memories import OpenRow
 from memory_worker.vectors import from_b64, top_k
+from memory_worker.write.ask import keep_valid_items
 
 HERE = Path(__file__).resolve().parent
 SYSTEM = Template((HERE / "route_system.txt").read_text())
@@ -55,15 +56,7 @@ class RouteAnswer(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _each_decision_on_its_own(cls, data: Any, handler: Any) -> RouteAnswer:
-        bad = 0
-        if isinstance(data, dict) and isinstance(data.get("decisions"), list):
-            good = []
-            for d in data["decisions"]:
-                try:
-                    good.append(DecisionOut.model_validate(d))
-                except ValidationError:
-                    bad += 1
-            data = {**data, "decisions": good}
+        data, bad = keep_valid_items(data, "decisions", DecisionOut)
         answer: RouteAnswer = handler(data)
         answer._ill_formed = bad
         return answer
