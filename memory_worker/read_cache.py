@@ -4,15 +4,17 @@ Opening a room ranks every row a persona may see, and fetching 100,000 rows into
 more than the whole open should. The columns ranking needs (id, whom, kind, importance, when
 last recalled, length) change only when a row is added, closed, deleted or touched, and every
 such write bumps the persona's counter in `persona_memory_versions` (database triggers). Each
-open reads that counter and refetches only when it moved.
+open reads that counter; when it moved, the persona's change log (`persona_memory_changes`,
+the same triggers) names the rows written since the version held, and only those are read
+again (`PersonaRows.patched`). A process further behind than the log reaches reads them all.
 
 One entry per persona, shared by every audience: a private chat with Dan and one with Cara
 select different rows of the same columns (`groups`), so world rows and vectors are held once.
-A room with a topic needs each row's embedding: they are kept as one int8 matrix per persona
-(768 bytes a row), loaded the first time a topic room opens, and the cosines to each topic
-are kept beside it. A row's embedding is written once, with the row, so a refetch after
-someone else's write keeps the vectors and cosines of the rows it already had and reads only
-the new rows' embeddings.
+A room with a topic needs each row's embedding: they live in one append-only int8 store per
+persona (`Vectors`, 768 bytes a row), loaded the first time a topic room opens, with the
+cosines to each topic beside them, one per slot. A row written elsewhere — new, touched or
+re-embedded — takes a fresh slot with its embedding read again; the slots of rows nobody
+wrote are kept, so catching up after a write costs what the write changed, not the persona.
 
 Memory is bounded by one setting, `read_cache_bytes` (MW_READ_CACHE_BYTES, default 256 MiB),
 least recently used out first. A persona whose vectors alone would pass the bound keeps the
@@ -28,9 +30,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,6 +40,8 @@ from memory_worker.vectors import int8_cosines, int8_norms, stack_int8
 
 TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room topic
 ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
+GROWTH = 1.125  # ours: spare slots a vector store takes as it grows, so an append rarely copies
+NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 
 Version = int  # persona_memory_versions.version: 0 before the persona's first row
 Key = tuple[str, str]  # (database url, persona)
@@ -46,12 +49,103 @@ Key = tuple[str, str]  # (database url, persona)
 LoadVectors = Callable[[Sequence[int]], Mapping[int, bytes | None]]
 
 
+class Vectors:
+    """One persona's int8 embeddings, a slot each, and their cosines to up to four topics.
+
+    Append-only: a slot once written never changes (a row whose embedding may have changed
+    takes a new one), so every generation of a persona's columns shares one store, and a
+    thread ranking on an older generation reads what it read before. It grows with spare room
+    (`GROWTH`); the cache moves the live slots into a new store (`compacted`) when dead ones
+    would pass the byte bound.
+    """
+
+    def __init__(self, dims: int, capacity: int):
+        self.dims = dims
+        self.matrix = np.zeros((capacity, dims), dtype=np.int8)
+        self.norms = np.zeros(capacity, dtype=np.float32)
+        self.cosines: OrderedDict[bytes, np.ndarray] = OrderedDict()  # topic → float64 a slot
+        self.used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def capacity(self) -> int:
+        return int(self.matrix.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        cosines = sum(c.nbytes for c in self.cosines.values())
+        return self.matrix.nbytes + self.norms.nbytes + cosines
+
+    def append(self, blobs: Sequence[bytes | None], room: int) -> np.ndarray:
+        """Write these embeddings (None: a zero vector) into new slots, growing the store up to
+        `room` slots if it must; returns their slot numbers."""
+        block = stack_int8(blobs, self.dims)
+        norms = int8_norms(block)
+        with self._lock:
+            start, end = self.used, self.used + len(blobs)
+            if end > self.capacity:
+                self._grow(max(end, min(room, int(self.capacity * GROWTH) + 64)))
+            self.matrix[start:end] = block
+            self.norms[start:end] = norms
+            for topic, cos in self.cosines.items():
+                cos[start:end] = int8_cosines(block, topic, norms)
+            self.used = end
+        return np.arange(start, end, dtype=np.int64)
+
+    def _grow(self, capacity: int) -> None:
+        """Copy into larger arrays; a reader holding the old ones still finds its slots."""
+        n = self.used
+        matrix = np.zeros((capacity, self.dims), dtype=np.int8)
+        matrix[:n] = self.matrix[:n]
+        norms = np.zeros(capacity, dtype=np.float32)
+        norms[:n] = self.norms[:n]
+        for topic, cos in list(self.cosines.items()):
+            grown = np.zeros(capacity)
+            grown[:n] = cos[:n]
+            self.cosines[topic] = grown
+        self.matrix, self.norms = matrix, norms
+
+    def cosines_to(self, topic: bytes, *, keep: bool) -> np.ndarray:
+        """Each slot's cosine to `topic`, kept for the next open (the last four topics) unless
+        `keep` is False."""
+        with self._lock:
+            got = self.cosines.get(topic)
+            if got is not None:
+                return got
+            cos = np.zeros(self.capacity)
+            n = self.used
+            cos[:n] = int8_cosines(self.matrix[:n], topic, self.norms[:n])
+            if keep:
+                self.cosines[topic] = cos
+                while len(self.cosines) > TOPICS_PER_PERSONA:
+                    self.cosines.popitem(last=False)
+            return cos
+
+    def compacted(self, slots: np.ndarray, capacity: int) -> tuple[Vectors, np.ndarray]:
+        """A new store holding only the slots `slots` uses (NO_SLOT entries stay), in order,
+        with room for `capacity`; and `slots` renumbered into it."""
+        with self._lock:
+            held = slots >= 0
+            live = slots[held]
+            out = Vectors(self.dims, max(capacity, live.size))
+            out.matrix[: live.size] = self.matrix[live]
+            out.norms[: live.size] = self.norms[live]
+            for topic, cos in self.cosines.items():
+                moved = np.zeros(out.capacity)
+                moved[: live.size] = cos[live]
+                out.cosines[topic] = moved
+            out.used = int(live.size)
+        renumbered = np.full(slots.shape[0], NO_SLOT, dtype=np.int64)
+        renumbered[held] = np.arange(live.size, dtype=np.int64)
+        return out, renumbered
+
+
 @dataclass
 class PersonaRows:
     """Every open row of one persona, as columns sorted by id, as of `version`.
 
-    `vectors` holds the int8 embeddings of the rows from `vectors_from` on (all of them unless
-    the byte bound cut the oldest off); `cosines` maps a topic vector to each row's cosine to it.
+    `slots[i]` is row i's place in `vectors` (NO_SLOT: no vector held); `slots` and `vectors`
+    are None until a room with a topic first needs them.
     """
 
     version: Version
@@ -61,10 +155,8 @@ class PersonaRows:
     importance: np.ndarray  # float64
     recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
     chars: np.ndarray  # int64
-    vectors: np.ndarray | None = None  # int8 (n - vectors_from, dims)
-    norms: np.ndarray | None = None  # float32: the length of each row of `vectors`
-    vectors_from: int = 0
-    cosines: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict)
+    slots: np.ndarray | None = None  # int64
+    vectors: Vectors | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -72,14 +164,12 @@ class PersonaRows:
     @property
     def base_bytes(self) -> int:
         cols = (self.ids, self.groups, self.kinds, self.importance, self.recalled_day, self.chars)
-        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols)
+        slots = self.slots.nbytes if self.slots is not None else self.ids.nbytes
+        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots
 
     @property
     def nbytes(self) -> int:
-        held = self.base_bytes + sum(c.nbytes for c in self.cosines.values())
-        if self.vectors is not None and self.norms is not None:
-            held += self.vectors.nbytes + self.norms.nbytes
-        return held
+        return self.base_bytes + (self.vectors.nbytes if self.vectors is not None else 0)
 
     def touched(self, batches: Sequence[tuple[np.ndarray, float]], version: Version) -> PersonaRows:
         """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
@@ -91,20 +181,23 @@ class PersonaRows:
             at = np.searchsorted(self.ids, ids)
             at = at[(at < len(self.ids)) & (self.ids[np.minimum(at, len(self.ids) - 1)] == ids)]
             recalled[at] = day
-        return replace(
-            self, recalled_day=recalled, version=version, cosines=OrderedDict(self.cosines)
-        )
+        return replace(self, recalled_day=recalled, version=version)
 
-
-def _columns_of(rows: PersonaRows) -> dict[str, Any]:
-    """The columns a refetch renews; vectors and cosines stay."""
-    names = ("version", "ids", "groups", "kinds", "importance", "recalled_day", "chars")
-    return {n: getattr(rows, n) for n in names}
-
-
-def _norms(rows: PersonaRows) -> np.ndarray:
-    assert rows.vectors is not None
-    return rows.norms if rows.norms is not None else int8_norms(rows.vectors)
+    def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
+        """The columns after re-reading the `changed` rows: those of them still open are
+        `fresh` (sorted by id, as of its version), the rest were closed or deleted. The other
+        rows keep their vector slots; the changed ones have none until `ReadCache.fill`."""
+        keep = ~np.isin(self.ids, np.fromiter(changed, dtype=np.int64, count=len(changed)))
+        names = ("ids", "groups", "kinds", "importance", "recalled_day", "chars")
+        cols = {n: np.concatenate([getattr(self, n)[keep], getattr(fresh, n)]) for n in names}
+        if self.slots is not None:
+            none = np.full(len(fresh), NO_SLOT, dtype=np.int64)
+            cols["slots"] = np.concatenate([self.slots[keep], none])
+        ids = cols["ids"]
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # not a pure append
+            order = np.argsort(ids, kind="stable")
+            cols = {n: c[order] for n, c in cols.items()}
+        return PersonaRows(version=fresh.version, vectors=self.vectors, **cols)
 
 
 class ReadCache:
@@ -112,6 +205,7 @@ class ReadCache:
 
     def __init__(self, max_bytes: int | None = None):
         self._entries: OrderedDict[Key, PersonaRows] = OrderedDict()
+        self._sizes: dict[Key, int] = {}  # each entry's bytes as last counted in `bytes`
         self._max = max_bytes  # None: the setting, read at first use (importing reads nothing)
         self._lock = threading.Lock()
         self.bytes = 0
@@ -132,7 +226,7 @@ class ReadCache:
             return got
 
     def previous(self, key: Key) -> PersonaRows | None:
-        """Whatever entry is held, fresh or not (a refetch reuses its vectors)."""
+        """Whatever entry is held, fresh or not (a refetch starts from it)."""
         with self._lock:
             return self._entries.get(key)
 
@@ -145,104 +239,91 @@ class ReadCache:
             self._store(key, rows)
 
     def _store(self, key: Key, rows: PersonaRows) -> None:
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self.bytes -= old.nbytes
-        if rows.nbytes > self.max_bytes:
+        if key in self._entries:
+            del self._entries[key]
+            self.bytes -= self._sizes.pop(key)
+        size = rows.nbytes
+        if size > self.max_bytes:
             return  # bigger than the whole bound: ranked, not kept
         self._entries[key] = rows
-        self.bytes += rows.nbytes
-        while self.bytes > self.max_bytes:
-            _, out = self._entries.popitem(last=False)
-            self.bytes -= out.nbytes
+        self._sizes[key] = size
+        self.bytes += size
+        self._trim()
+
+    def _trim(self) -> None:
+        while self.bytes > self.max_bytes and self._entries:
+            out, _ = self._entries.popitem(last=False)
+            self.bytes -= self._sizes.pop(out)
+
+    def _recount(self, key: Key, rows: PersonaRows) -> None:
+        """`rows`' vectors grew in place (a topic's cosines): count its bytes again."""
+        with self._lock:
+            if self._entries.get(key) is rows:
+                size = rows.nbytes
+                self.bytes += size - self._sizes[key]
+                self._sizes[key] = size
+                self._trim()
+
+    def slots_allowed(self, rows: PersonaRows, dims: int) -> int:
+        """How many vector slots (of `dims` bytes, with a norm and every topic's cosine beside
+        each) an entry of `rows` may hold under the bound; its newest rows up to that many get
+        vectors."""
+        per_slot = dims + 4 + 8 * TOPICS_PER_PERSONA
+        return max(0, (self.max_bytes - rows.base_bytes) // per_slot)
 
     def relevance(
-        self, key: Key, rows: PersonaRows, topic: bytes, load: LoadVectors, *, keep: bool = True
-    ) -> np.ndarray:
-        """Each row's cosine to `topic` (0 for rows whose vectors the bound left out); kept
-        beside the rows unless `keep` is False."""
-        got = rows.cosines.get(topic)
-        if got is not None:
-            return got
-        if rows.vectors is None or rows.vectors.shape[1] != len(topic):
-            rows = self._with_vectors(key, rows, None, load, len(topic))
-        cos = np.zeros(len(rows))
-        if rows.vectors is not None and rows.vectors.shape[1] == len(topic):
-            cos[rows.vectors_from :] = int8_cosines(rows.vectors, topic, rows.norms)
-        if not keep:
-            return cos
-        with self._lock:
-            rows.cosines[topic] = cos
-            while len(rows.cosines) > TOPICS_PER_PERSONA:
-                rows.cosines.popitem(last=False)
-            if self._entries.get(key) is rows:
-                self.bytes += cos.nbytes  # may pass the bound until the next put trims it
-        return cos
-
-    def carry_over(self, key: Key, fresh: PersonaRows, load: LoadVectors) -> PersonaRows:
-        """`fresh` with the vectors and cosines of the rows the previous entry already held,
-        reading only the new rows' embeddings. Without a previous topic open: as is."""
-        old = self.previous(key)
-        if old is None or old.vectors is None:
-            return fresh
-        return self._with_vectors(key, fresh, old, load, old.vectors.shape[1])
-
-    def _with_vectors(
         self,
         key: Key,
         rows: PersonaRows,
-        old: PersonaRows | None,
+        topic: bytes,
         load: LoadVectors,
-        dims: int,
-    ) -> PersonaRows:
-        """`rows` with the int8 vectors of its newest rows that fit the bound (and, from
-        `old`, the cosines of rows it shares), stored in the cache."""
-        room = self.max_bytes - rows.base_bytes - TOPICS_PER_PERSONA * 8 * len(rows)
-        fit = max(0, min(len(rows), room // dims))
-        start = len(rows) - fit
-        ids = rows.ids[start:]
-        if old is not None and old.vectors is not None and np.array_equal(old.ids, rows.ids):
-            if old.vectors_from == start:  # the same rows (someone else touched some): share
-                return self._keep(key, replace(old, **_columns_of(rows)))
-        if (
-            old is not None
-            and old.vectors is not None
-            and start == old.vectors_from == 0
-            and np.array_equal(rows.ids[: len(old)], old.ids)
-        ):  # rows only added (the common write): extend rather than rebuild
-            new = rows.ids[len(old) :]
-            found = load(new.tolist()) if new.size else {}
-            more = stack_int8([found.get(int(i)) for i in new], dims)
-            vectors = np.concatenate([old.vectors, more])
-            norms = np.concatenate([_norms(old), int8_norms(more)])
-            out = replace(rows, vectors=vectors, norms=norms, vectors_from=0)
-            for topic, was in old.cosines.items():
-                out.cosines[topic] = np.concatenate(
-                    [was, int8_cosines(more, topic, norms[len(old) :])]
-                )
-            return self._keep(key, out)
-        vectors = np.zeros((fit, dims), dtype=np.int8)
-        have = np.zeros(fit, dtype=bool)
-        clipped = np.zeros(fit, dtype=np.int64)
-        if old is not None and old.vectors is not None and len(old):
-            at = np.searchsorted(old.ids, ids)
-            clipped = np.minimum(at, len(old) - 1)
-            have = (at < len(old)) & (old.ids[clipped] == ids) & (clipped >= old.vectors_from)
-            vectors[have] = old.vectors[clipped[have] - old.vectors_from]
-        need = ids[~have]
+        at: np.ndarray,
+        *,
+        keep: bool = True,
+    ) -> np.ndarray:
+        """The cosine to `topic` of the rows at positions `at` (0 for rows whose vectors the
+        bound left out); the cosines are kept for the next open unless `keep` is False."""
+        if rows.vectors is None or rows.slots is None or rows.vectors.dims != len(topic):
+            fit = min(len(rows), self.slots_allowed(rows, len(topic)))
+            empty = Vectors(len(topic), fit)
+            rows = self.fill(key, replace(rows, slots=None, vectors=empty), load)
+        vectors, slots = rows.vectors, rows.slots
+        assert vectors is not None and slots is not None
+        wanted = slots[at]
+        held = wanted >= 0
+        out = np.zeros(wanted.shape[0])
+        if keep:
+            cos = vectors.cosines_to(topic, keep=True)
+            self._recount(key, rows)
+            out[held] = cos[wanted[held]]
+        else:  # a vector seen once (a message): only the rows asked about
+            some = wanted[held]
+            out[held] = int8_cosines(vectors.matrix[some], topic, vectors.norms[some])
+        return out
+
+    def fill(self, key: Key, rows: PersonaRows, load: LoadVectors) -> PersonaRows:
+        """`rows` with a vector for each of its newest rows that fit the bound — the slots it
+        has kept, the rest loaded into its store (or a compacted copy) — stored in the cache.
+        Rows that never needed vectors are returned as they are."""
+        vectors = rows.vectors
+        if vectors is None:
+            return rows
+        allowed = self.slots_allowed(rows, vectors.dims)
+        start = len(rows) - min(len(rows), allowed)
+        slots = rows.slots.copy() if rows.slots is not None else np.full(len(rows), NO_SLOT)
+        slots[:start] = NO_SLOT  # older than the newest that fit: relevance 0, cold or warm
+        need = start + np.flatnonzero(slots[start:] == NO_SLOT)
+        live = int(np.count_nonzero(slots >= 0))
+        dead = vectors.used - live
+        if vectors.used + need.size > allowed or dead > (live + need.size) // 4 + 64:
+            # past the bound, or a quarter dead (rows written elsewhere took new slots)
+            wanted = live + need.size
+            vectors, slots = vectors.compacted(slots, min(allowed, int(wanted * GROWTH) + 64))
         if need.size:
-            found = load(need.tolist())
-            vectors[~have] = stack_int8([found.get(int(i)) for i in need], dims)
-        norms = int8_norms(vectors)
-        out = replace(rows, vectors=vectors, norms=norms, vectors_from=start, cosines=OrderedDict())
-        for topic, was in (old.cosines if old is not None else {}).items():
-            cos = np.zeros(len(rows))
-            part = cos[start:]  # a view: filling it fills cos
-            part[have] = was[clipped[have]]
-            if need.size:
-                part[~have] = int8_cosines(vectors[~have], topic, norms[~have])
-            out.cosines[topic] = cos
-        return self._keep(key, out)
+            found = load(rows.ids[need].tolist())
+            blobs = [found.get(int(i)) for i in rows.ids[need]]
+            slots[need] = vectors.append(blobs, room=allowed)
+        return self._keep(key, replace(rows, slots=slots, vectors=vectors))
 
     def _keep(self, key: Key, rows: PersonaRows) -> PersonaRows:
         with self._lock:
@@ -258,7 +339,8 @@ class ReadCache:
         moves: Mapping[str, tuple[Version, Version]],
     ) -> None:
         """Apply this process's own touches: `moves[persona]` is its version (before, after)
-        them. An entry that was not at `before` saw someone else's write: dropped."""
+        them. An entry that was not at `before` missed someone else's write: it stays as it
+        is, stale, and the next open brings it up to date from the change log."""
         with self._lock:
             for key in list(self._entries):
                 if key[0] != url or key[1] not in moves:
@@ -267,10 +349,9 @@ class ReadCache:
                 rows = self._entries[key]
                 if rows.version == before:
                     self._entries[key] = rows.touched(batches, after)  # same size
-                else:
-                    self.bytes -= self._entries.pop(key).nbytes
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._sizes.clear()
             self.bytes = 0

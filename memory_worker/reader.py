@@ -239,8 +239,8 @@ def load_candidates(
     held = {p: got for p in seen if (got := READ_CACHE.get((url, p), versions[p])) is not None}
     stale = [p for p in seen if p not in held]
     if stale:
-        for p, fetched in _fetch(conn, stale, versions).items():
-            fresh = READ_CACHE.carry_over((url, p), fetched, _loader(conn, p, len(fetched)))
+        for p, fetched in _fetch(conn, stale, versions, url).items():
+            fresh = READ_CACHE.fill((url, p), fetched, _loader(conn, p, len(fetched)))
             READ_CACHE.put((url, p), fresh)
             held[p] = fresh
     out = {}
@@ -250,8 +250,7 @@ def load_candidates(
         rel = None
         if rows is not None and vector is not None and idx.size:
             load = _loader(conn, p, len(rows))
-            cos = READ_CACHE.relevance((url, p), rows, vector, load, keep=keep_cosines)
-            rel = cos[idx]
+            rel = READ_CACHE.relevance((url, p), rows, vector, load, idx, keep=keep_cosines)
         out[p] = _candidates(rows, idx, now_day, rel)
     return out
 
@@ -261,16 +260,28 @@ def _loader(conn: Connection, persona: str, of_all: int) -> LoadVectors:
 
 
 def _fetch(
-    conn: Connection, personas: Sequence[str], versions: Mapping[str, Version]
+    conn: Connection, personas: Sequence[str], versions: Mapping[str, Version], url: str
 ) -> dict[str, PersonaRows]:
-    """One query over the open rows of every persona given, split into columns each."""
-    found = read_path.open_rows(conn, personas)
-    if len(personas) == 1:
-        return {personas[0]: _columns(found, versions[personas[0]])}
-    by_persona: dict[str, list[Any]] = {p: [] for p in personas}
+    """The columns of every persona given as of `versions`: a persona this process holds at
+    an older version re-reads only the rows its change log names since then; the rest come
+    from one query over all their open rows, split into columns each."""
+    out: dict[str, PersonaRows] = {}
+    for p in personas:
+        old = READ_CACHE.previous((url, p))
+        changed = None if old is None else read_path.changed_rows(conn, p, old.version, versions[p])
+        if old is not None and changed is not None:
+            fresh = _columns(read_path.open_rows(conn, [p], sorted(changed)), versions[p])
+            out[p] = old.patched(changed, fresh)
+    rest = [p for p in personas if p not in out]
+    if not rest:
+        return out
+    found = read_path.open_rows(conn, rest)
+    if len(rest) == 1:
+        return {**out, rest[0]: _columns(found, versions[rest[0]])}
+    by_persona: dict[str, list[Any]] = {p: [] for p in rest}
     for r in found:
         by_persona[r[1]].append(r)
-    return {p: _columns(rows, versions[p]) for p, rows in by_persona.items()}
+    return {**out, **{p: _columns(rows, versions[p]) for p, rows in by_persona.items()}}
 
 
 def _group(ref: str | None) -> int:

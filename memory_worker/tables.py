@@ -153,6 +153,18 @@ persona_memory_versions = Table(
     Column("version", Integer, nullable=False),
 )
 
+persona_memory_changes = Table(
+    "persona_memory_changes",
+    metadata,
+    # The row each version of a persona's counter changed, written by the same triggers
+    # (schema/versions/0006), the last 1,024 versions per persona: a reader whose columns are
+    # a few versions behind re-reads just those rows.
+    Column("persona", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("row_id", Integer, nullable=False),
+    PrimaryKeyConstraint("persona", "version"),
+)
+
 persona_memory_mute = Table(
     "persona_memory_mute",
     metadata,

@@ -5,15 +5,18 @@ persona share one entry; a persona bigger than the bound ranks on the vectors th
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine, create_engine, insert, update
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, create_engine, delete, insert, select, update
 
 from memory_worker import app_side, reader, store
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
-from memory_worker.read_cache import ReadCache
+from memory_worker.read_cache import PersonaRows, ReadCache
 from memory_worker.reader import build_block
 from memory_worker.vectors import quantise
 
@@ -87,12 +90,34 @@ def held(persona: str):  # type: ignore[no-untyped-def]
     return reader.READ_CACHE._entries[(settings_mod.current().database_url, persona)]
 
 
+def row_vectors(entry: PersonaRows) -> np.ndarray:
+    """Each row's int8 vector as the entry holds it (zeros: none held)."""
+    assert entry.vectors is not None and entry.slots is not None
+    out = np.zeros((len(entry), entry.vectors.dims), dtype=np.int8)
+    has = entry.slots >= 0
+    out[has] = entry.vectors.matrix[entry.slots[has]]
+    return out
+
+
+def row_cosines(entry: PersonaRows) -> dict[bytes, np.ndarray]:
+    """Each kept topic's cosine of each row (0: no vector held)."""
+    assert entry.vectors is not None and entry.slots is not None
+    has = entry.slots >= 0
+    out = {}
+    for topic, cos in entry.vectors.cosines.items():
+        out[topic] = np.zeros(len(entry))
+        out[topic][has] = cos[entry.slots[has]]
+    return out
+
+
 def cold() -> list[str]:
     reader.READ_CACHE.clear()
     return texts()
 
 
-@pytest.mark.parametrize("change", ["a new row", "a closed row", "a touch", "nothing"])
+@pytest.mark.parametrize(
+    "change", ["a new row", "a closed row", "a deleted row", "a touch", "nothing"]
+)
 def test_the_block_is_the_same_cold_warm_and_after_another_process_wrote(
     store_rows: np.random.Generator, db: Engine, change: str
 ) -> None:
@@ -109,6 +134,9 @@ def test_the_block_is_the_same_cold_warm_and_after_another_process_wrote(
         elif change == "a closed row":
             winner = build_block("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
             c.execute(update(t.persona_memory).where(pm.id == winner).values(valid_to="2026-11-30"))
+        elif change == "a deleted row":
+            winner = build_block("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
+            c.execute(delete(t.persona_memory).where(pm.id == winner))
         elif change == "a touch":
             c.execute(
                 update(t.persona_memory)
@@ -121,10 +149,10 @@ def test_the_block_is_the_same_cold_warm_and_after_another_process_wrote(
     assert after == cold()
     fresh = held("warren")
     assert np.array_equal(carried.ids, fresh.ids)
-    assert np.array_equal(carried.vectors, fresh.vectors)
-    assert carried.cosines.keys() == fresh.cosines.keys()
-    for topic, cos in fresh.cosines.items():
-        assert np.array_equal(carried.cosines[topic], cos), "the cosines a cold open computes"
+    assert np.array_equal(row_vectors(carried), row_vectors(fresh))
+    assert row_cosines(carried).keys() == row_cosines(fresh).keys()
+    for topic, cos in row_cosines(fresh).items():
+        assert np.array_equal(row_cosines(carried)[topic], cos), "the cosines a cold open computes"
     if change == "a new row":
         assert "Lisbon" in after[0] and "Lisbon" in after[4]
     elif change == "nothing":
@@ -166,7 +194,7 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
     try:
         got = build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
         entry = small._entries[(settings_mod.current().database_url, "warren")]
-        cut = int(entry.vectors_from)
+        cut = int(np.argmax(entry.slots >= 0))  # the oldest row with a vector
         assert 0 < cut < len(entry), "some vectors fit, not all"
         assert small.bytes <= bound
         assert got == build_block("warren", {DAN}, "topic", now=NOW, touch=False).text, "warm"
@@ -190,3 +218,103 @@ def test_the_bound_comes_from_one_setting_named_in_its_error() -> None:
     assert settings_mod.Settings.from_env({}).read_cache_bytes == 256 * 2**20
     with pytest.raises(settings_mod.ConfigError, match="MW_READ_CACHE_BYTES"):
         settings_mod.Settings.from_env({"MW_READ_CACHE_BYTES": "lots"})
+
+
+# --- any writes elsewhere, in any order: the warm block is the cold block ---------------------
+
+ROOMS = (("dm", DAN), ("dm-cara", CARA), ("topic", DAN), ("topic-cara", CARA))
+writes = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("add"),
+            st.sampled_from(["warren", "nolan"]),
+            st.sampled_from(["u:42", "u:17", "world"]),
+            st.integers(3, 10),
+            st.booleans(),  # with an embedding
+        ),
+        st.tuples(st.sampled_from(["close", "delete", "touch", "reembed"]), st.integers(0, 10**6)),
+        st.tuples(st.just("open"), st.sampled_from(range(len(ROOMS))), st.booleans()),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def write_elsewhere(other: Engine, op: tuple[Any, ...], rng: np.random.Generator, n: int) -> None:
+    """One write to Warren's or Nolan's rows as another process would make it."""
+    pm = t.persona_memory.c
+    with other.begin() as c:
+        if op[0] == "add":
+            _, persona, subject, importance, embedded = op
+            row = new_row(rng, persona, subject, n)
+            row.update(importance=importance, created="2026-11-30T10:00:00+00:00")
+            if not embedded:
+                row["embedding"] = None
+            c.execute(insert(t.persona_memory).values(**row))
+            return
+        ids = [i for (i,) in c.execute(select(pm.id).where(pm.valid_to.is_(None)).order_by(pm.id))]
+        if not ids:
+            return
+        target = pm.id == ids[op[1] % len(ids)]
+        if op[0] == "close":
+            c.execute(update(t.persona_memory).where(target).values(valid_to="2026-11-30"))
+        elif op[0] == "delete":
+            c.execute(delete(t.persona_memory).where(target))
+        elif op[0] == "touch":
+            day = 1 + op[1] % 30
+            stamp = f"2026-11-{day:02d}T09:00:00+00:00"
+            c.execute(update(t.persona_memory).where(target).values(last_recalled=stamp))
+        else:  # an operator's re-embed: the same row, another vector
+            c.execute(update(t.persona_memory).where(target).values(embedding=vector(rng)))
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(ops=writes, bound=st.sampled_from([None, 19_700]))
+def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
+    store_rows: np.random.Generator,
+    db: Engine,
+    ops: list[tuple[object, ...]],
+    bound: int | None,
+) -> None:
+    other = create_engine(db.url.render_as_string(hide_password=False))  # not the reader's
+    warm, saved = ReadCache(max_bytes=bound), reader.READ_CACHE
+    try:
+        reader.READ_CACHE = warm
+        texts()  # every persona held, with the topics' vectors
+        for n, op in enumerate(ops):
+            if op[0] == "open":
+                room, who = ROOMS[op[1]]
+                build_block("warren" if op[2] else "nolan", {who}, room, now=NOW, touch=False)
+            else:
+                write_elsewhere(other, op, store_rows, 10_000 + n)
+        after = texts()
+        reader.READ_CACHE = ReadCache(max_bytes=bound)
+        assert after == texts(), "the warm cache, brought up to date, ranks as a cold one"
+    finally:
+        reader.READ_CACHE = saved
+        other.dispose()
+
+
+def test_a_row_re_embedded_elsewhere_ranks_on_its_new_vector_at_the_next_open(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """`memory-worker reembed` in another process rewrites vectors in place: a warm cache must
+    not go on ranking a row on the vector it had."""
+    first = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    pm, r = t.persona_memory.c, t.rooms.c
+    with db.connect() as c:
+        topic = c.execute(select(r.topic_embedding).where(r.id == "topic")).scalar_one()
+    away = (-np.frombuffer(topic, dtype=np.int8).astype(np.int16)).clip(-127, 127)
+    blob = away.astype(np.int8).tobytes()
+    other = create_engine(db.url.render_as_string(hide_password=False))
+    with other.begin() as c:  # the top row now points away from the room's topic
+        top = first.row_ids[0]
+        c.execute(update(t.persona_memory).where(pm.id == top).values(embedding=blob))
+    other.dispose()
+    warm = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    assert warm.text == cold()[4], "topic room, Warren"
+    assert warm.row_ids[:1] != first.row_ids[:1], "the re-embedded row lost its place"

@@ -191,6 +191,55 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_open(
         assert "Tesla" not in warm
 
 
+def memory_reads(eng: Engine) -> list[tuple[str, object]]:
+    """Every SELECT that reads persona_memory on this engine from now on, with its parameters."""
+    seen: list[tuple[str, object]] = []
+
+    @event.listens_for(eng, "before_cursor_execute")
+    def _note(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+        if re.match(r"\s*SELECT\b.*\bFROM persona_memory\b", statement, re.S):
+            seen.append((statement, params))
+
+    return seen
+
+
+def test_a_process_behind_by_a_few_writes_re_reads_only_the_rows_they_changed(
+    cast: dict[str, int], db: Engine
+) -> None:
+    for i in range(40):  # more than a handful, so "only the changed rows" means something
+        with store.transaction() as c:
+            add_row(c, "warren", "u:42", f"u:42 mentioned thing {i}.")
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
+    pm = t.persona_memory.c
+    with store.transaction() as c:  # another process: a new row, a closed one, a deleted one
+        add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
+        c.execute(update(t.persona_memory).where(pm.id == cast["interview"]).values(valid_to=NOW))
+        c.execute(delete(t.persona_memory).where(pm.id == cast["shares"]))
+    reads = memory_reads(db)
+    warm = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    columns = [(sql, params) for sql, params in reads if "length(" in sql]
+    assert len(columns) == 1, "one read of ranking columns"
+    listed = re.search(r"persona_memory\.id IN \((.*?)\)(?:\s|$)", columns[0][0], re.S)
+    assert listed and listed.group(1).count(",") + 1 == 4, "3 changed rows (an IN list of 4)"
+    assert warm == block_text_cold("warren", {DAN}, "dm")
+    assert "adopted a dog" in warm and "interview" not in warm and "Tesla" not in warm
+
+
+def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
+    cast: dict[str, int], db: Engine
+) -> None:
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
+    with store.transaction() as c:
+        add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
+        c.execute(delete(t.persona_memory_changes))  # as if pruned past this process's version
+    reads = memory_reads(db)
+    warm = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    columns = [sql for sql, _ in reads if "length(" in sql]
+    assert len(columns) == 1 and "persona_memory.id IN" not in columns[0], "all read again"
+    assert warm == block_text_cold("warren", {DAN}, "dm")
+    assert "adopted a dog" in warm
+
+
 def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
     cast: dict[str, int], db: Engine
 ) -> None:
@@ -554,7 +603,7 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
 def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
     """The rows the reader's audience index selects from the persona's cached columns."""
     with store.engine(url).connect() as c:
-        rows = reader._fetch(c, [scope.persona], {scope.persona: 0})[scope.persona]
+        rows = reader._fetch(c, [scope.persona], {scope.persona: 0}, url)[scope.persona]
     return set(rows.ids[reader.visible_index(rows, scope)].tolist())
 
 

@@ -19,6 +19,18 @@ from memory_worker.tables import metadata
 
 pytestmark = pytest.mark.store
 
+ROW = dict(  # a persona_memory row, whatever its content
+    persona="warren",
+    subject="u:1",
+    witnessed="[1]",
+    room_id="r",
+    kind="fact",
+    text="x",
+    importance=5,
+    evidence="[1]",
+    created="2026-08-18",
+)
+
 
 def test_the_migrations_build_exactly_the_tables_in_code(db: Engine) -> None:
     with db.connect() as conn:
@@ -125,17 +137,6 @@ def test_ids_of_deleted_rows_and_notices_are_never_given_again(db: Engine) -> No
     """Hole 6: a stale toast's undo must never reach a newer row that took a deleted id."""
     from memory_worker import tables as t
 
-    row = dict(
-        persona="warren",
-        subject="u:1",
-        witnessed="[1]",
-        room_id="r",
-        kind="fact",
-        text="x",
-        importance=5,
-        evidence="[1]",
-        created="2026-08-18",
-    )
     note = dict(
         user_id=1,
         persona="warren",
@@ -146,9 +147,9 @@ def test_ids_of_deleted_rows_and_notices_are_never_given_again(db: Engine) -> No
         created="2026-08-18",
     )
     with db.begin() as conn:
-        first = conn.execute(t.persona_memory.insert().values(**row)).inserted_primary_key[0]
+        first = conn.execute(t.persona_memory.insert().values(**ROW)).inserted_primary_key[0]
         conn.execute(t.persona_memory.delete())
-        again = conn.execute(t.persona_memory.insert().values(**row)).inserted_primary_key[0]
+        again = conn.execute(t.persona_memory.insert().values(**ROW)).inserted_primary_key[0]
         n1 = conn.execute(t.notices.insert().values(**note, spell_key="a")).inserted_primary_key[0]
         conn.execute(t.notices.delete())
         n2 = conn.execute(t.notices.insert().values(**note, spell_key="b")).inserted_primary_key[0]
@@ -167,3 +168,43 @@ def test_a_cursor_that_is_not_an_integer_is_refused_by_the_schema(db: Engine) ->
                 persona="warren", room_id="r", last_line_id="abc", updated="2026-08-18"
             )
         )
+
+
+def test_every_write_to_a_persona_logs_its_row_under_one_version_and_the_log_keeps_1024(
+    db: Engine,
+) -> None:
+    """The change log (0006) names the row each version changed — insert, update, delete, on
+    SQLite and PostgreSQL alike — and prunes itself to the persona's last 1,024 versions."""
+    from sqlalchemy import func, select
+
+    from memory_worker import tables as t
+
+    pm, ch, v = t.persona_memory.c, t.persona_memory_changes.c, t.persona_memory_versions.c
+
+    def log() -> list[tuple[int, int]]:
+        with db.connect() as conn:
+            found = conn.execute(select(ch.version, ch.row_id).where(ch.persona == "warren"))
+            return sorted((int(a), int(b)) for a, b in found)
+
+    with db.begin() as conn:
+        first = conn.execute(t.persona_memory.insert().values(**ROW)).inserted_primary_key[0]
+        second = conn.execute(t.persona_memory.insert().values(**ROW)).inserted_primary_key[0]
+        conn.execute(t.persona_memory.update().where(pm.id == first).values(recall_count=1))
+        conn.execute(t.persona_memory.delete().where(pm.id == second))
+        conn.execute(t.persona_memory.insert().values(**{**ROW, "persona": "nolan"}))
+    # insert, insert, update, delete: one version each
+    assert log() == [(1, first), (2, second), (3, first), (4, second)]
+    with db.begin() as conn:
+        for n in range(1200):
+            conn.execute(t.persona_memory.update().where(pm.id == first).values(recall_count=n))
+        version = conn.execute(select(v.version).where(v.persona == "warren")).scalar_one()
+        nolan = conn.execute(select(func.count()).where(ch.persona == "nolan")).scalar_one()
+    kept = log()
+    with db.begin() as conn:  # a row moved to another persona is a change of both
+        conn.execute(t.persona_memory.update().where(pm.id == first).values(persona="nolan"))
+    assert version == 1204
+    assert [k for k, _ in kept] == list(range(version - 1023, version + 1)), "the last 1,024"
+    assert nolan == 1, "another persona's log is its own"
+    with db.connect() as conn:
+        moved = conn.execute(select(ch.persona, ch.row_id).where(ch.version > 1)).all()
+    assert ("warren", first) in moved and ("nolan", first) in moved

@@ -10,7 +10,7 @@ one file:
     spells     spells (outcomes, the commit's idempotency key) and cursors
     users      users (names, note, memory_on), personas, persona_memory_mute
     notices    notices (toasts and their undo)
-
-The reader's ranking columns (`reader._fetch_columns` and friends) still build their own SQL
-on the hot path; they move here with the reader's split (see docs/architecture.md).
+    embedder   store_embedder (which embedder the store's vectors are from)
+    read_path  what a room open reads and touches, compiled once per process, and the change
+               log persona_memory_changes (which rows each version changed)
 """

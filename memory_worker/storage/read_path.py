@@ -251,8 +251,12 @@ REF = case((_pm.subject == SUBJECT_SELF, _pm.counterpart), else_=_pm.subject)
 IS_WORLD = case((_pm.subject == SUBJECT_WORLD, 1), else_=0)
 
 
-def _open_rows_statement(recalled: Column, personas: list[BindParameter[Any]]) -> Select[Any]:
-    return select(
+def _open_rows_statement(
+    recalled: Column,
+    personas: list[BindParameter[Any]],
+    ids: list[BindParameter[Any]] | None = None,
+) -> Select[Any]:
+    found = select(
         _pm.id,
         _pm.persona,
         IS_WORLD,
@@ -264,6 +268,7 @@ def _open_rows_statement(recalled: Column, personas: list[BindParameter[Any]]) -
     ).where(
         _pm.persona.in_(personas), _pm.valid_to.is_(None)
     )  # no ORDER BY: the index walks (persona, valid_to, subject); numpy sorts ids for less
+    return found if ids is None else found.where(_pm.id.in_(ids))
 
 
 # SQLite: Unix days computed in C by julianday(); elsewhere the stamp itself, parsed in
@@ -272,17 +277,53 @@ _RECALLED = func.coalesce(_pm.last_recalled, _pm.created)
 _JULIAN = func.julianday(_RECALLED) - literal(UNIX_EPOCH_JULIAN_DAY)
 OPEN_ROWS_SQLITE = Prepared(lambda personas: _open_rows_statement(_JULIAN, personas), personas="")
 OPEN_ROWS_OTHER = Prepared(lambda personas: _open_rows_statement(_RECALLED, personas), personas="")
+OPEN_ROWS_BY_ID_SQLITE = Prepared(
+    lambda personas, ids: _open_rows_statement(_JULIAN, personas, ids), personas="", ids=-1
+)
+OPEN_ROWS_BY_ID_OTHER = Prepared(
+    lambda personas, ids: _open_rows_statement(_RECALLED, personas, ids), personas="", ids=-1
+)
 
 
-def open_rows(conn: Connection, personas: Sequence[str]) -> Sequence[Any]:
-    """Every open row of these personas as (id, persona, is_world, ref, kind code,
-    importance, recalled, chars), in no order; `recalled` is Unix days on SQLite, else a stamp."""
-    query = OPEN_ROWS_SQLITE if store.is_sqlite(conn) else OPEN_ROWS_OTHER
-    result = query.execute(conn, {}, personas=list(personas))
+def open_rows(
+    conn: Connection, personas: Sequence[str], ids: Sequence[int] | None = None
+) -> Sequence[Any]:
+    """Every open row of these personas (of those with these `ids`, if given) as (id, persona,
+    is_world, ref, kind code, importance, recalled, chars), in no order; `recalled` is Unix
+    days on SQLite, else a stamp."""
+    sqlite = store.is_sqlite(conn)
+    if ids is None:
+        query = OPEN_ROWS_SQLITE if sqlite else OPEN_ROWS_OTHER
+        result = query.execute(conn, {}, personas=list(personas))
+    else:
+        query = OPEN_ROWS_BY_ID_SQLITE if sqlite else OPEN_ROWS_BY_ID_OTHER
+        result = query.execute(conn, {}, personas=list(personas), ids=list(ids))
     try:  # the driver's own tuples: 100k SQLAlchemy Row objects would cost a tenth of the read
         return result.cursor.fetchall()
     finally:
         result.close()
+
+
+_ch = t.persona_memory_changes.c
+CHANGES = Prepared(
+    lambda: select(_ch.row_id).where(
+        _ch.persona == bindparam("persona"),
+        _ch.version > bindparam("since"),
+        _ch.version <= bindparam("upto"),
+    )
+)
+
+
+def changed_rows(conn: Connection, persona: str, since: Version, upto: Version) -> set[int] | None:
+    """The ids of the rows `persona`'s writes after version `since` up to `upto` touched, or
+    None when the change log no longer holds all of them (it keeps the last 1,024 versions:
+    schema/versions/0006). Each version logs exactly one row, so counting proves it whole."""
+    if not since < upto:
+        return None
+    found = CHANGES.execute(conn, {"persona": persona, "since": since, "upto": upto}).all()
+    if len(found) != upto - since:
+        return None
+    return {int(r[0]) for r in found}
 
 
 EMBEDDINGS_BY_ID = select(_pm.id, _pm.embedding).where(_pm.id.in_(bindparam("ids", expanding=True)))
