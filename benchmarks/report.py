@@ -172,8 +172,9 @@ def page(
             "(N/10 each). The floor is stdlib sqlite3 selecting exactly the visible rows, whole, "
             "through the same index. A warm open reads two statements (the room's context; the "
             "winners) and ranks on the per-persona columns the read cache holds; the touch is "
-            "applied by a background flush. A miss refetches the persona's light columns and "
-            "keeps the vectors of rows it already had.",
+            "applied by a background flush. A miss reads the persona's change log and re-reads "
+            "only the rows written since the version it held (here one new row); the vectors of "
+            "the rest stay in their slots. Bytes per row include the vector store's spare slots.",
             "",
             *read_table(read),
             "",

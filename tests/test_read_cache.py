@@ -292,6 +292,8 @@ def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
             else:
                 write_elsewhere(other, op, store_rows, 10_000 + n)
         after = texts()
+        held = list(warm._entries.values())
+        assert warm.bytes == sum(e.nbytes for e in held) <= warm.max_bytes, "the bound holds"
         reader.READ_CACHE = ReadCache(max_bytes=bound)
         assert after == texts(), "the warm cache, brought up to date, ranks as a cold one"
     finally:
