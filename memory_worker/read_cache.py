@@ -121,6 +121,15 @@ class Vectors:
                     self.cosines.popitem(last=False)
             return cos
 
+    def forget(self, slots: np.ndarray) -> None:
+        """Zero these slots (rows deleted, closed or written again): a deleted row's embedding
+        does not stay in the process's memory until the next compaction."""
+        with self._lock:
+            self.matrix[slots] = 0
+            self.norms[slots] = 0
+            for cos in self.cosines.values():
+                cos[slots] = 0
+
     def compacted(self, slots: np.ndarray, capacity: int) -> tuple[Vectors, np.ndarray]:
         """A new store holding only the slots `slots` uses (NO_SLOT entries stay), in order,
         with room for `capacity`; and `slots` renumbered into it."""
@@ -186,11 +195,14 @@ class PersonaRows:
     def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
         """The columns after re-reading the `changed` rows: those of them still open are
         `fresh` (sorted by id, as of its version), the rest were closed or deleted. The other
-        rows keep their vector slots; the changed ones have none until `ReadCache.fill`."""
+        rows keep their vector slots; the changed ones have none until `ReadCache.fill`, and
+        their old slots are zeroed (`Vectors.forget`)."""
         keep = ~np.isin(self.ids, np.fromiter(changed, dtype=np.int64, count=len(changed)))
         names = ("ids", "groups", "kinds", "importance", "recalled_day", "chars")
         cols = {n: np.concatenate([getattr(self, n)[keep], getattr(fresh, n)]) for n in names}
-        if self.slots is not None:
+        if self.slots is not None and self.vectors is not None:
+            gone = self.slots[~keep]
+            self.vectors.forget(gone[gone >= 0])
             none = np.full(len(fresh), NO_SLOT, dtype=np.int64)
             cols["slots"] = np.concatenate([self.slots[keep], none])
         ids = cols["ids"]

@@ -320,3 +320,31 @@ def test_a_row_re_embedded_elsewhere_ranks_on_its_new_vector_at_the_next_open(
     warm = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
     assert warm.text == cold()[4], "topic room, Warren"
     assert warm.row_ids[:1] != first.row_ids[:1], "the re-embedded row lost its place"
+
+
+def test_a_row_deleted_elsewhere_leaves_no_copy_of_its_vector_in_the_cache(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """A delete reaches every copy: the embedding of a deleted row is zeroed in the vector
+    store at the next open, not kept in a dead slot."""
+    first = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    pm = t.persona_memory.c
+    gone = first.row_ids[0]
+    with db.connect() as c:
+        blob = c.execute(select(pm.embedding).where(pm.id == gone)).scalar_one()
+    entry = held("warren")
+    assert entry.vectors is not None
+
+    def copies() -> int:
+        assert entry.vectors is not None
+        m = entry.vectors.matrix
+        return int(np.all(m == np.frombuffer(blob, dtype=np.int8), axis=1).sum())
+
+    assert copies() == 1
+    other = create_engine(db.url.render_as_string(hide_password=False))
+    with other.begin() as c:
+        c.execute(delete(t.persona_memory).where(pm.id == gone))
+    other.dispose()
+    build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    assert held("warren").vectors is entry.vectors, "the same store, caught up in place"
+    assert copies() == 0
