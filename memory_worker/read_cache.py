@@ -243,11 +243,11 @@ class ReadCache:
             return self._entries.get(key)
 
     def put(self, key: Key, rows: PersonaRows) -> None:
-        """Keep `rows` unless a newer version is already held (the counter only grows)."""
+        """Keep `rows`: the last read wins. An entry older than the store (another thread read
+        a newer version first) is caught up by the next open from the change log; a counter
+        lower than the one held means the store was restored or made anew, and what was held
+        described another store."""
         with self._lock:
-            held = self._entries.get(key)
-            if held is not None and held.version > rows.version:
-                return
             self._store(key, rows)
 
     def _store(self, key: Key, rows: PersonaRows) -> None:
@@ -315,10 +315,11 @@ class ReadCache:
 
     def fill(self, key: Key, rows: PersonaRows, load: LoadVectors) -> PersonaRows:
         """`rows` with a vector for each of its newest rows that fit the bound — the slots it
-        has kept, the rest loaded into its store (or a compacted copy) — stored in the cache.
-        Rows that never needed vectors are returned as they are."""
+        has kept, the rest loaded into its store (or a compacted copy) — kept in the cache.
+        Rows that never needed vectors are kept as they are."""
         vectors = rows.vectors
         if vectors is None:
+            self.put(key, rows)
             return rows
         allowed = self.slots_allowed(rows, vectors.dims)
         start = len(rows) - min(len(rows), allowed)
@@ -335,14 +336,9 @@ class ReadCache:
             found = load(rows.ids[need].tolist())
             blobs = [found.get(int(i)) for i in rows.ids[need]]
             slots[need] = vectors.append(blobs, room=allowed)
-        return self._keep(key, replace(rows, slots=slots, vectors=vectors))
-
-    def _keep(self, key: Key, rows: PersonaRows) -> PersonaRows:
-        with self._lock:
-            held = self._entries.get(key)
-            if held is None or held.version <= rows.version:
-                self._store(key, rows)
-        return rows
+        out = replace(rows, slots=slots, vectors=vectors)
+        self.put(key, out)
+        return out
 
     def touched(
         self,

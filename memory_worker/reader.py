@@ -240,9 +240,7 @@ def load_candidates(
     stale = [p for p in seen if p not in held]
     if stale:
         for p, fetched in _fetch(conn, stale, versions, url).items():
-            fresh = READ_CACHE.fill((url, p), fetched, _loader(conn, p, len(fetched)))
-            READ_CACHE.put((url, p), fresh)
-            held[p] = fresh
+            held[p] = READ_CACHE.fill((url, p), fetched, _loader(conn, p, len(fetched)))
     out = {}
     for p, scope in scopes.items():
         rows = held.get(p)

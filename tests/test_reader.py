@@ -23,6 +23,7 @@ from memory_worker import touch as touch_mod
 from memory_worker.app_side import UnknownRoom
 from memory_worker.audience import Consent, scope_for, visible_memories
 from memory_worker.constants import KINDS
+from memory_worker.read_cache import ReadCache
 from memory_worker.reader import blocks_for_room, build_block, format_block
 from memory_worker.rows import Room, Row, human_id
 from memory_worker.storage import read_path
@@ -238,6 +239,38 @@ def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
     assert len(columns) == 1 and "persona_memory.id IN" not in columns[0], "all read again"
     assert warm == block_text_cold("warren", {DAN}, "dm")
     assert "adopted a dog" in warm
+
+
+def test_a_store_made_anew_at_the_same_url_is_never_ranked_on_what_the_old_one_held(
+    cast: dict[str, int], db: Engine
+) -> None:
+    """Counters that went backwards (a store restored or recreated under a running app) mean
+    the cache describes another store: the first open that sees them reads everything again,
+    so later writes are patched onto the right rows."""
+    for i in range(8):
+        with store.transaction() as c:
+            add_row(c, "warren", "u:42", f"u:42 mentioned old thing {i}.", importance=9)
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # held at the old counter
+    with store.transaction() as c:  # the same URL, a new store: rows and counters from zero
+        for table in (t.persona_memory, t.persona_memory_versions, t.persona_memory_changes):
+            c.execute(delete(table))
+        add_row(c, "warren", "u:42", "u:42 is new here.")
+    assert build_block("warren", {DAN}, "dm", now=NOW, touch=False).text == cold_elsewhere()
+    for i in range(20):  # past the old counter: the log now covers it again
+        with store.transaction() as c:
+            add_row(c, "warren", "u:42", f"u:42 mentioned new thing {i}.", importance=3)
+    warm = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    assert warm == cold_elsewhere()
+    assert "new thing" in warm
+
+
+def cold_elsewhere() -> str:
+    """Warren's block in the dm as a process with an empty cache builds it; this one's kept."""
+    saved, reader.READ_CACHE = reader.READ_CACHE, ReadCache()
+    try:
+        return build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    finally:
+        reader.READ_CACHE = saved
 
 
 def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
