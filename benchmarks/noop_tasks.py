@@ -1,4 +1,5 @@
-"""Five no-op tasks on the pipeline's five queues: the floor the write path is compared with.
+"""The floor the write path is compared with: a chain of six no-op tasks, as many as a spell's
+(the quiet event's fan-out and the five steps), one on each of the pipeline's five queues.
 
 Loaded into the benchmark's worker with `--include benchmarks.noop_tasks`; the last task
 counts finished chains in Redis.

@@ -109,7 +109,7 @@ def write_table(w: dict) -> list[str]:
         "| figure | value |",
         "|---|---:|",
         f"| spells/s, zero-latency model | {w['spells_per_s']:.1f} |",
-        f"| bare chain of five no-op tasks, chains/s | {w['chains_per_s']:.1f} |",
+        f"| bare chain of six no-op tasks (a spell's count), chains/s | {w['chains_per_s']:.1f} |",
         f"| **ratio spell / bare chain** (target ≥ 0.5) | **{w['ratio']:.2f}** |",
         "| worker CPU ms per spell (all six tasks, Celery included) | "
         f"{w['worker_cpu_ms_per_spell']:.1f} |",

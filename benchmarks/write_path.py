@@ -1,5 +1,6 @@
-"""Write-path throughput and CPU: spells through a real worker, beside a bare chain of five
-no-op Celery tasks on the same broker, in the same run.
+"""Write-path throughput and CPU: spells through a real worker, beside a bare chain of six
+no-op Celery tasks (as many as a spell: the fan-out and five steps) on the same broker, in the
+same run.
 
     .venv/bin/python benchmarks/write_path.py [--spells 200] [--rounds 3] [--slow-spells 60]
 
@@ -330,7 +331,7 @@ def print_tables(a, f: dict, spell_rates: list[float], noop_rates: list[float]) 
         " ".join(f"{x:.1f}" for x in spell_rates),
     )
     table.add_row(
-        "chains/s, five no-op tasks",
+        "chains/s, six no-op tasks",
         f"{f['chains_per_s']:.1f}",
         " ".join(f"{x:.1f}" for x in noop_rates),
     )

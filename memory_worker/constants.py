@@ -69,6 +69,9 @@ STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, t
 REDIS_RATE_KEY = "mw:rate:{name}:{part}"  # the global model quota's sliding windows and pause
 REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # issue 7: one spell per persona and room
 INFLIGHT_TTL_S = 60  # renewed by each step: a claim this old is a lost chain (the sweep retries)
+# A step renews the claim only when it was taken or renewed longer ago than this (issue 10: a
+# Redis round trip per step saved), so every step starts with at least 50 s of it left.
+INFLIGHT_RENEW_AFTER_S = 10
 
 # --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
 SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule

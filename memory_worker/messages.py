@@ -86,6 +86,7 @@ class SpellMessage(_Strict):
     model_calls: Count = 0
     began: Annotated[float, Field(ge=0)] = 0.0
     inflight: StrictStr | None = None
+    renewed: Annotated[float, Field(ge=0)] = 0.0
 
     @model_validator(mode="after")
     def _lines_and_decisions_agree(self) -> SpellMessage:

@@ -192,6 +192,7 @@ class Spell:
     model_calls: int = 0  # sent for this spell, re-asks and embeddings included (the log)
     began: float = field(default=0.0, compare=False)  # epoch s at begin: the log's duration
     inflight: str | None = None  # the token of its claim (`memory_worker.inflight`)
+    renewed: float = field(default=0.0, compare=False)  # epoch s the claim was taken or renewed
 
     @property
     def key(self) -> str:

@@ -130,6 +130,7 @@ persona_memory = Table(
     Column("embedding", LargeBinary, nullable=True),  # int8 vector
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
     Index("ix_persona_memory_subject", "subject"),
+    Index("ix_persona_memory_created", "persona", "created"),  # the daily caps (0007)
     sqlite_autoincrement=True,
 )
 

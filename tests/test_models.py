@@ -111,6 +111,36 @@ def test_an_answer_that_is_not_json_at_all_is_malformed_too(stub: GeminiStub) ->
     assert caught.value.raw == "Sure! Here is the JSON you asked for:"
 
 
+@pytest.mark.parametrize("body", [b"<html>proxy login</html>", b"[1, 2]"])
+def test_a_200_that_is_not_a_json_object_is_transient_not_a_crash(
+    stub: GeminiStub, body: bytes
+) -> None:
+    """A proxy in the way answers 200 with a page: a retry may find the API, a crash never."""
+    import http.server
+    import threading
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's naming
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(TransientModelError, match="not"):
+            chat(stub, gemini_base_url=url).chat_json("s", "p", Fact, purpose="extract")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # --- gemini: faults -------------------------------------------------------------------------
 
 

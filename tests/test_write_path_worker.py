@@ -73,6 +73,29 @@ def test_hole8_the_claim_is_freed_when_the_spell_ends_so_the_next_quiet_spell_ru
     assert "u:42 has a dog called Biscuit." in row_texts(pipeline)
 
 
+def test_a_step_renews_the_claim_only_when_it_was_taken_more_than_ten_seconds_ago(
+    redis_url: str,
+) -> None:
+    from types import SimpleNamespace
+
+    from memory_worker import broker
+    from memory_worker.rows import Spell
+    from memory_worker.tasks.model_step import renew_claim
+
+    client = broker.client(redis_url)
+    claimant = SimpleNamespace(conf=SimpleNamespace(broker_url=redis_url))
+    token = inflight.claim(client, "warren", "dm-renew", ttl_s=5)
+    assert token is not None
+    try:
+        spell = Spell("warren", "dm-renew", 0, 3, inflight=token, renewed=1_000.0)
+        renew_claim(claimant, spell, now=1_009.0)  # taken 9 s ago: left alone
+        assert client.ttl(inflight.key("warren", "dm-renew")) <= 5 and spell.renewed == 1_000.0
+        renew_claim(claimant, spell, now=1_010.0)  # 10 s: renewed, and the spell says when
+        assert client.ttl(inflight.key("warren", "dm-renew")) > 5 and spell.renewed == 1_010.0
+    finally:
+        inflight.release(client, "warren", "dm-renew", token)
+
+
 def test_hole7_a_backlog_drains_window_by_window_through_the_worker(pipeline: Pipeline) -> None:
     settings_mod.configure(settings_mod.current().with_(spell_max_lines=100))
     people(pipeline.db)

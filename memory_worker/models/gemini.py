@@ -8,8 +8,21 @@ Three things this module exists to get right (DESIGN.md "Traps we know of"):
   type: 429/5xx/timeouts/dropped connections → `TransientModelError` (with `retry_after`
   from the error's `google.rpc.RetryInfo`, else the `Retry-After` header); other 4xx and a
   missing key → `PermanentModelError`; an answer that does not fit the schema →
-  `MalformedAnswer` (the SDK only sets `parsed` to None, silently).
+  `MalformedAnswer` (validated here: the SDK would only set `parsed` to None, silently).
 * Embeddings at 768 dims come back *not* normalised; we L2-normalise every vector.
+
+Why the request bodies are written here (issue 10, "cheaper spells"): the SDK's
+`generate_content` converts the pydantic `GenerateContentConfig` (response schema, system
+instruction) into the REST body on every call (~5% of the worker's CPU) and parses every answer
+into pydantic models (~1.5%), and `embed_content` does the same for embeddings. So `chat_json` and
+`embed` build the Gemini Developer API's JSON bodies as plain dicts (the per-schema part once
+per process, `_generation_config`) and read the answer's JSON dict themselves, exactly as the SDK
+would read it (text of the first candidate without thought parts, usage, finish reasons,
+continuation hops). They still send through the same client's transport,
+`Client._api_client.request` — so the URL, the key header, the timeout, retries off and every
+error raised are the SDK's own — but that is a private seam, hence the `google-genai>=3.6,<3.7`
+pin. tests/test_gemini_requests.py proves the bodies equal what the SDK itself would send, and
+the answers read equal what the SDK's response objects say; bump the pin only with it passing.
 
 This is the only module that imports `google.genai`; `memory_worker.models` imports it lazily,
 only when the provider is 'gemini'.
@@ -17,8 +30,10 @@ only when the provider is 'gemini'.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import email.utils
+import json
 import math
 import re
 import time
@@ -203,43 +218,167 @@ def model_errors(what: str) -> Iterator[None]:
         raise PermanentModelError(f"{what}: {type(err).__name__}: {err}") from err
 
 
-# --- the two providers ----------------------------------------------------------------------
+# --- the two providers ---------------------------------------------------------------------
+#
+# The bodies are the Gemini Developer API's (make_client pins vertexai=False), written as the
+# SDK's `_GenerateContentParameters_to_mldev` / `_EmbedContentParametersPrivate_to_mldev` write
+# them; the answers are read as `GenerateContentResponse` / `EmbedContentResponse` read them.
 
-
-def _usage(response: types.GenerateContentResponse) -> Usage:
-    """Tokens in and out; thinking tokens are billed as output, so they count as output."""
-    meta = response.usage_metadata
-    if meta is None:
-        return Usage(0, 0)
-    out = (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)
-    return Usage(tokens_in=meta.prompt_token_count or 0, tokens_out=out)
-
-
-def _finish_reasons(response: types.GenerateContentResponse) -> str:
-    reasons = []
-    feedback = response.prompt_feedback
-    if feedback is not None and feedback.block_reason is not None:
-        reasons.append(f"prompt blocked: {feedback.block_reason}")
-    for cand in response.candidates or []:
-        if cand.finish_reason is not None:
-            reasons.append(f"finish reason {cand.finish_reason}")
-    return "; ".join(reasons) or "no candidates"
+_CONTINUATION = "CONTINUATION"
 
 
 @cache
 def response_schema(schema: type) -> types.Schema:
     """The API's schema for a pydantic answer class, built once per process.
 
-    Handing the SDK the class makes it regenerate the JSON schema on every request (~0.5 ms
-    of CPU each, issue 10); handing it this Schema skips that. The SDK then leaves `parsed`
-    as plain JSON and `chat_json` validates the text itself — one validation either way.
-    `_transformers.t_schema` is the SDK's own conversion (pinned to google-genai 3.6.x).
+    `_transformers.t_schema` is the SDK's own conversion (pinned to google-genai 3.6.x); building
+    it costs ~0.5 ms of CPU, so never per request (issue 10).
     """
     return genai_transformers.t_schema(None, schema)  # type: ignore[return-value]  # typed Optional; a class always converts
 
 
+@cache
+def _generation_config(schema: type) -> dict[str, Any]:
+    """`generationConfig` for one answer class: JSON out, this schema, temperature 0.
+
+    Built once per process and shared by every request for `schema`, so nothing may change it:
+    the transport only serialises it (it would merge `HttpOptions.extra_body` into it, which
+    make_client never sets). `model_dump(exclude_none=True)` is what the SDK's `convert_to_dict`
+    does to the Schema; mode="json" turns its enums into the strings they serialise as.
+    """
+    return {
+        "temperature": 0.0,
+        "responseMimeType": "application/json",
+        "responseSchema": response_schema(schema).model_dump(mode="json", exclude_none=True),
+    }
+
+
+def _user_content(text: str) -> dict[str, Any]:
+    """A text as the SDK's `t_content` + `_Content_to_mldev` send it."""
+    return {"parts": [{"text": text}], "role": "user"}
+
+
+def generate_content_body(system: str, prompt: str, schema: type) -> dict[str, Any]:
+    """The generateContent body `chat_json` sends (a continuation hop adds its token)."""
+    return {
+        "contents": [_user_content(prompt)],
+        "systemInstruction": _user_content(system),
+        "generationConfig": _generation_config(schema),
+    }
+
+
+def embed_body(model: str, texts: list[str], dims: int) -> dict[str, Any]:
+    """The batchEmbedContents body: one request per text; `model` as `t_model` spells it.
+
+    One difference from the SDK, on purpose: for a multimodal embedding model (a 'gemini-…' id
+    other than gemini-embedding-001/-exp) the SDK's `embed_content` folds a list of strings into
+    ONE content of many parts, i.e. one embedding for the whole list; each text is its own
+    request here, as for every other model.
+    """
+    return {
+        "requests": [
+            {
+                "content": _user_content(text),
+                "taskType": EMBED_TASK_TYPE,
+                "outputDimensionality": dims,
+                "model": model,
+            }
+            for text in texts
+        ]
+    }
+
+
+def _model_path(client: genai.Client, model: str) -> str:
+    """'models/<id>' as the SDK's `t_model` spells (and checks) a model name."""
+    return genai_transformers.t_model(client._api_client, model)
+
+
+def _post(client: genai.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One POST through the SDK's own transport, its answer as a JSON dict (as the SDK reads it).
+
+    `request` raises `genai_errors.APIError` for a non-200 and lets transport errors through,
+    exactly as inside `generate_content`; call it within `model_errors`.
+    """
+    response = client._api_client.request("post", path, body, None)
+    try:
+        answer = json.loads(response.body) if response.body else {}
+    except ValueError as err:  # a 200 whose body is not JSON: a proxy in the way, not the model
+        raise TransientModelError(f"{path}: the answer is not JSON ({err})") from err
+    if not isinstance(answer, dict):
+        raise TransientModelError(f"{path}: the answer is JSON but not an object")
+    return answer
+
+
+def _first_candidate(answer: dict[str, Any]) -> dict[str, Any] | None:
+    candidates = answer.get("candidates")
+    return candidates[0] if candidates else None
+
+
+def _continuation_token(answer: dict[str, Any]) -> str | None:
+    """The token to send back when the SDK would follow this answer with another hop.
+
+    The SDK follows (automatic continuation, on by default) when the first candidate carries a
+    `continuationToken` and its finish reason is absent or CONTINUATION. It reads the token as
+    bytes (base64, either alphabet) and sends it back URL-safe and padded; so does this.
+    """
+    first = _first_candidate(answer)
+    if not first or not first.get("continuationToken"):
+        return None
+    if first.get("finishReason") not in (None, _CONTINUATION):
+        return None
+    token = str(first["continuationToken"]).replace("+", "-").replace("/", "_")
+    raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
+    return base64.urlsafe_b64encode(raw).decode("ascii") if raw else None
+
+
+def _text(hops: list[dict[str, Any]]) -> str | None:
+    """The SDK's `response.text`: the first candidate's text parts, thoughts left out, joined
+    across continuation hops; None when there is no text part at all ('' is a text)."""
+    pieces: list[str] = []
+    for answer in hops:
+        first = _first_candidate(answer)
+        for part in ((first or {}).get("content") or {}).get("parts") or []:
+            text = part.get("text")
+            if isinstance(text, str) and part.get("thought") is not True:
+                pieces.append(text)
+    return "".join(pieces) if pieces else None
+
+
+def _usage(hops: list[dict[str, Any]]) -> Usage:
+    """Tokens in and out, summed over hops; thinking tokens are billed as output, so count there."""
+    tokens_in = tokens_out = 0
+    for answer in hops:
+        meta = answer.get("usageMetadata") or {}
+        tokens_in += int(meta.get("promptTokenCount") or 0)
+        tokens_out += int(meta.get("candidatesTokenCount") or 0)
+        tokens_out += int(meta.get("thoughtsTokenCount") or 0)
+    return Usage(tokens_in=tokens_in, tokens_out=tokens_out)
+
+
+def _finish_reasons(hops: list[dict[str, Any]]) -> str:
+    """Why an answer has no usable text, worded as the SDK's enums print ('FinishReason.STOP').
+
+    Across hops, as the SDK merges them: the last block reason given; per candidate, the last
+    hop's finish reason (a hop without candidates clears them all).
+    """
+    blocked: Any = None
+    finish: list[Any] = []
+    for answer in hops:
+        feedback = answer.get("promptFeedback") or {}
+        if feedback.get("blockReason") is not None:
+            blocked = feedback["blockReason"]
+        candidates = answer.get("candidates")
+        if candidates:
+            finish[: len(candidates)] = [(c or {}).get("finishReason") for c in candidates]
+        else:
+            finish = [None] * len(finish)
+    reasons = [f"prompt blocked: BlockedReason.{blocked}"] if blocked is not None else []
+    reasons.extend(f"finish reason FinishReason.{r}" for r in finish if r is not None)
+    return "; ".join(reasons) or "no candidates"
+
+
 class GeminiChat:
-    """`ChatModel` over `models.generate_content` with a JSON response schema, temperature 0."""
+    """`ChatModel` over generateContent with a JSON response schema, temperature 0."""
 
     def __init__(self, settings: Settings, client: genai.Client | None = None):
         self.settings = settings
@@ -250,38 +389,33 @@ class GeminiChat:
         self, system: str, prompt: str, schema: type[T], *, purpose: str
     ) -> ChatResult[T]:
         what = f"gemini {self.model} ({purpose})"
-        config = types.GenerateContentConfig(
-            system_instruction=system,
-            response_mime_type="application/json",
-            response_schema=response_schema(schema),
-            temperature=0,
-        )
+        body = generate_content_body(system, prompt, schema)
+        hops: list[dict[str, Any]] = []
         with model_errors(what):
-            response = self._client.models.generate_content(
-                model=self.model, contents=prompt, config=config
-            )
-        raw = response.text
-        parsed = response.parsed
-        if not isinstance(parsed, schema):
-            parsed = self._validate_or_raise(raw, schema, response, what)
-        return ChatResult(parsed=parsed, usage=_usage(response), raw=raw or "")
+            path = f"{_model_path(self._client, self.model)}:generateContent"
+            while True:  # one hop, unless the model asks to be continued (as the SDK follows)
+                hops.append(_post(self._client, path, body))
+                token = _continuation_token(hops[-1])
+                if token is None:
+                    break
+                body = {**body, "continuationToken": token}
+        raw = _text(hops)
+        parsed = self._validate_or_raise(raw, schema, hops, what)
+        return ChatResult(parsed=parsed, usage=_usage(hops), raw=raw or "")
 
     @staticmethod
     def _validate_or_raise(
-        raw: str | None, schema: type[T], response: types.GenerateContentResponse, what: str
+        raw: str | None, schema: type[T], hops: list[dict[str, Any]], what: str
     ) -> T:
-        """Validate the text ourselves: the SDK's `parsed` is None with no reason given.
-
-        If our validation passes where the SDK's did not, the answer *does* fit the schema and
-        is used; otherwise the pydantic error (which field, why) goes into MalformedAnswer.
-        """
+        """Validate the text ourselves; the pydantic error (which field, why) goes into
+        MalformedAnswer, and an answer without text says why the model gave none."""
         if raw is None:
-            raise MalformedAnswer(f"{what}: the answer had no text ({_finish_reasons(response)})")
+            raise MalformedAnswer(f"{what}: the answer had no text ({_finish_reasons(hops)})")
         try:
             return schema.model_validate_json(raw)
         except ValidationError as err:
             shown = raw if len(raw) <= _SHOWN_CHARS else raw[:_SHOWN_CHARS] + "…"
-            finish = _finish_reasons(response)
+            finish = _finish_reasons(hops)
             raise MalformedAnswer(
                 f"{what}: the answer does not fit {schema.__name__} ({finish}): "
                 f"{err.error_count()} error(s): {_first_errors(err)}; answer: {shown}",
@@ -298,7 +432,7 @@ def _first_errors(err: ValidationError, limit: int = 3) -> str:
 
 
 class GeminiEmbedder:
-    """`Embedder` over `models.embed_content`: one batched call, unit vectors of `dims` floats."""
+    """`Embedder` over batchEmbedContents: one batched call, unit vectors of `dims` floats."""
 
     def __init__(
         self, settings: Settings, client: genai.Client | None = None, dims: int = EMBEDDING_DIMS
@@ -320,15 +454,11 @@ class GeminiEmbedder:
 
     def _embed_batch(self, texts: list[str], purpose: str) -> list[list[float]]:
         what = f"gemini {self.model} ({purpose})"
-        config = types.EmbedContentConfig(
-            output_dimensionality=self.dims, task_type=EMBED_TASK_TYPE
-        )
-        contents: Any = texts  # list[str] is a valid ContentListUnion; list invariance says no
         with model_errors(what):
-            response = self._client.models.embed_content(
-                model=self.model, contents=contents, config=config
-            )
-        embeddings = response.embeddings or []
+            model = _model_path(self._client, self.model)
+            body = embed_body(model, texts, self.dims)
+            answer = _post(self._client, f"{model}:batchEmbedContents", body)
+        embeddings = answer.get("embeddings") or []
         if len(embeddings) != len(texts):
             raise MalformedAnswer(
                 f"{what}: asked for {len(texts)} embeddings, got {len(embeddings)}",
@@ -336,7 +466,7 @@ class GeminiEmbedder:
             )
         vectors: list[list[float]] = []
         for i, emb in enumerate(embeddings):
-            values = np.asarray(emb.values or [], dtype=np.float64)
+            values = np.asarray((emb or {}).get("values") or [], dtype=np.float64)
             norm = float(np.linalg.norm(values)) if values.size else 0.0
             if values.size != self.dims or not math.isfinite(norm) or norm == 0.0:
                 raise MalformedAnswer(

@@ -13,4 +13,8 @@ one file:
     embedder   store_embedder (which embedder the store's vectors are from)
     read_path  what a room open reads and touches, compiled once per process, and the change
                log persona_memory_changes (which rows each version changed)
+    prepared   `Prepared`: a Core statement compiled once per process, run as driver SQL (the
+               hot statements of a room open and of a spell)
+    spell_context  what a spell reads about its room (switches, members, names, mutes, the
+               cursor) in one statement
 """

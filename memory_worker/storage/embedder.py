@@ -16,6 +16,7 @@ from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_worker import tables as t
+from memory_worker.storage.prepared import Prepared
 
 e = t.store_embedder.c
 THE_ROW = 1
@@ -42,8 +43,12 @@ class Identity:
         return self.name, self.dims
 
 
+# Read by every embed step: compiled once per process (`memory_worker.storage.prepared`).
+IDENTITY = Prepared(lambda: select(t.store_embedder).where(e.id == THE_ROW))
+
+
 def identity(conn: Connection) -> Identity | None:
-    found = conn.execute(select(t.store_embedder).where(e.id == THE_ROW)).mappings().first()
+    found = IDENTITY.execute(conn, {}).mappings().first()
     if found is None:
         return None
     return Identity(

@@ -3,21 +3,49 @@
 The commit inserts and closes (never deletes); the human's controls delete and reopen; the
 router and extraction read a persona's open rows. `persona_memory_versions` is bumped by
 database triggers (schema/versions/0002), never written here.
+
+The statements a spell runs on every call are `Prepared` (`memory_worker.storage.prepared`):
+compiled once per process, run as the driver's SQL. That skips SQLAlchemy's type processing,
+which here is only LargeBinary's (`embedding` comes back as bytes: `_blob`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from memory_worker import tables as t
 from memory_worker.constants import SUBJECT_SELF, SUBJECT_WORLD
 from memory_worker.rows import Candidate, Row, human_ref
+from memory_worker.storage.prepared import Prepared
 
 pm = t.persona_memory.c
+ms = t.memory_sources.c
+# An id list up to this long runs prepared (a handful of IN shapes); a longer one (a human's
+# clear) is built per call, so padding never pushes it past a driver's parameter cap.
+PREPARED_IDS = 1024
+
+
+def _blob(value: Any) -> bytes | None:
+    """LargeBinary's result processing: a driver's buffer (psycopg's memoryview) as bytes."""
+    return None if value is None else bytes(value)
 
 
 @dataclass(frozen=True)
@@ -34,15 +62,38 @@ class OpenRow:
 # --- the write path -------------------------------------------------------------------------
 
 
-def _audience(present: Iterable[int]) -> ColumnElement[bool]:
+def _refs(present: Iterable[int]) -> list[str]:
+    """The present humans' refs, in the order the audience rule lists them."""
+    return [human_ref(u) for u in sorted(set(present))]
+
+
+def _audience(refs: Sequence[str | BindParameter[Any]]) -> ColumnElement[bool]:
     """What the audience rule allows the write path's model calls for a present set (DESIGN.md
     "The model sees only what the audience allows"): rows about present humans, the persona's
-    promises and loops with them, world rows. Never a row about an absent human."""
-    refs = [human_ref(u) for u in sorted(set(present))]
+    promises and loops with them, world rows. Never a row about an absent human.
+
+    `refs` are the present humans' (`_refs`), or a `Prepared` statement's bind parameters for
+    them; an empty set is padded with NULL there, which, like an empty IN, matches nothing."""
     return or_(
         pm.subject.in_([SUBJECT_WORLD, *refs]),
         and_(pm.subject == SUBJECT_SELF, pm.counterpart.in_(refs)),
     )
+
+
+OPEN_ROWS = Prepared(
+    lambda subjects, refs: (
+        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart)
+        .where(
+            pm.persona == bindparam("persona"),
+            pm.valid_to.is_(None),
+            pm.subject.in_(subjects),
+            _audience(refs),
+        )
+        .order_by(pm.id)
+    ),
+    subjects=None,
+    refs=None,
+)
 
 
 def open_rows(
@@ -53,57 +104,103 @@ def open_rows(
     wanted = sorted(set(subjects))
     if not wanted:
         return []
-    q = (
-        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart)
-        .where(
-            pm.persona == persona,
-            pm.valid_to.is_(None),
-            pm.subject.in_(wanted),
-            _audience(present),
-        )
-        .order_by(pm.id)
-    )
-    return [OpenRow(*r) for r in conn.execute(q)]
+    found: Any = OPEN_ROWS.execute(conn, {"persona": persona}, subjects=wanted, refs=_refs(present))
+    return [OpenRow(i, subject, text, _blob(e), cp) for i, subject, text, e, cp in found.all()]
+
+
+KNOWN_TEXTS = Prepared(
+    lambda refs: (
+        select(pm.text)
+        .where(pm.persona == bindparam("persona"), pm.valid_to.is_(None), _audience(refs))
+        .order_by(pm.importance.desc(), pm.id.desc())
+        .limit(bindparam("limit"))
+    ),
+    refs=None,
+)
 
 
 def known_texts(conn: Connection, persona: str, present: Iterable[int], limit: int) -> list[str]:
     """The texts of the persona's open rows the audience allows, most important first."""
-    q = (
-        select(pm.text)
-        .where(pm.persona == persona, pm.valid_to.is_(None), _audience(present))
-        .order_by(pm.importance.desc(), pm.id.desc())
-        .limit(limit)
+    found = KNOWN_TEXTS.execute(conn, {"persona": persona, "limit": limit}, refs=_refs(present))
+    return [str(x) for x in found.scalars().all()]  # all(): one fetchall, not one per row
+
+
+WRITTEN_SINCE = Prepared(
+    lambda: (
+        select(pm.subject, pm.counterpart, func.count())
+        .where(pm.persona == bindparam("persona"), pm.created >= bindparam("since"))
+        .group_by(pm.subject, pm.counterpart)
     )
-    return [str(x) for x in conn.execute(q).scalars()]
+)
 
 
 def written_since(conn: Connection, persona: str, since: str) -> list[tuple[str, str | None, int]]:
     """(subject, counterpart, count) of the rows the persona wrote with `created >= since`
     (the daily caps: `guards.counts_by_cap` turns them into counts per cap)."""
-    q = (
-        select(pm.subject, pm.counterpart, func.count())
-        .where(pm.persona == persona, pm.created >= since)
-        .group_by(pm.subject, pm.counterpart)
+    found: Any = WRITTEN_SINCE.execute(conn, {"persona": persona, "since": since})
+    return [(str(s), c, int(n)) for s, c, n in found.all()]
+
+
+ADD_SOURCE = Prepared(
+    lambda: insert(t.memory_sources).values(
+        row_id=bindparam("row_id"), user_id=bindparam("user_id")
     )
-    return [(str(s), c, int(n)) for s, c, n in conn.execute(q)]
+)
 
 
 def add_sources(conn: Connection, row_id: int, humans: Iterable[int]) -> None:
     """The humans whose lines a world row cites: they see it on their page and may delete it."""
     for uid in sorted(set(humans)):
-        conn.execute(insert(t.memory_sources).values(row_id=row_id, user_id=uid))
+        ADD_SOURCE.execute(conn, {"row_id": row_id, "user_id": uid})
+
+
+def _sources_statement(ids: Sequence[int | BindParameter[Any]]) -> Select[Any]:
+    return select(ms.row_id, ms.user_id).where(ms.row_id.in_(ids)).order_by(ms.user_id)
+
+
+SOURCES_OF = Prepared(_sources_statement, ids=-1)  # ids start at 1
 
 
 def sources_of(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
     """row id → the humans whose lines it cites (world rows; others have none)."""
     if not ids:
         return {}
-    ms = t.memory_sources.c
+    found: Any
+    if len(ids) <= PREPARED_IDS:
+        found = SOURCES_OF.execute(conn, {}, ids=list(ids))
+    else:
+        found = conn.execute(_sources_statement(list(ids)))
     out: dict[int, list[int]] = {}
-    q = select(ms.row_id, ms.user_id).where(ms.row_id.in_(list(ids))).order_by(ms.user_id)
-    for row_id, uid in conn.execute(q):
+    for row_id, uid in found.all():
         out.setdefault(int(row_id), []).append(int(uid))
     return out
+
+
+INSERTED = (  # the columns a new row takes from its call; the rest are an open row's own
+    "persona",
+    "subject",
+    "counterpart",
+    "witnessed",
+    "room_id",
+    "kind",
+    "text",
+    "importance",
+    "valid_from",
+    "evidence",
+    "created",
+    "embedding",
+)
+
+INSERT_ROW = Prepared(
+    lambda: (
+        insert(t.persona_memory)
+        .values(
+            {name: bindparam(name) for name in INSERTED}
+            | {"valid_to": None, "closed_by": None, "last_recalled": None, "recall_count": 0}
+        )
+        .returning(pm.id)
+    )
+)
 
 
 def insert_row(
@@ -118,54 +215,77 @@ def insert_row(
 ) -> int:
     """A new open row from a guarded candidate. Returns its id."""
     c = candidate
-    new = (
-        insert(t.persona_memory).values(
-            persona=persona,
-            subject=c.subject,
-            counterpart=c.counterpart,
-            witnessed=json.dumps(sorted(witnessed)),
-            room_id=room_id,
-            kind=c.kind,
-            text=c.text,
-            importance=c.importance,
-            valid_from=c.valid_from,
-            valid_to=None,
-            closed_by=None,
-            evidence=json.dumps(list(c.evidence)),
-            created=now,
-            last_recalled=None,
-            recall_count=0,
-            embedding=embedding,
-        )
-    ).returning(pm.id)
-    return int(conn.execute(new).scalar_one())
+    new = INSERT_ROW.execute(
+        conn,
+        {
+            "persona": persona,
+            "subject": c.subject,
+            "counterpart": c.counterpart,
+            "witnessed": json.dumps(sorted(witnessed)),
+            "room_id": room_id,
+            "kind": c.kind,
+            "text": c.text,
+            "importance": c.importance,
+            "valid_from": c.valid_from,
+            "evidence": json.dumps(list(c.evidence)),
+            "created": now,
+            "embedding": embedding,  # bytes: what LargeBinary would have bound
+        },
+    )
+    return int(new.scalar_one())
+
+
+CLOSE = Prepared(  # a column's name is the SET clause's own bind name: k_* here
+    lambda: (
+        update(t.persona_memory)
+        .where(pm.id == bindparam("k_id"), pm.valid_to.is_(None))
+        .values(valid_to=bindparam("k_valid_to"), closed_by=bindparam("k_closed_by"))
+    )
+)
 
 
 def close(conn: Connection, row_id: int, valid_to: str, closed_by: int | None) -> None:
     """Close an open row (a closed arc: never deleted by the write path)."""
-    conn.execute(
-        update(t.persona_memory)
-        .where(pm.id == row_id, pm.valid_to.is_(None))
-        .values(valid_to=valid_to, closed_by=closed_by)
-    )
+    CLOSE.execute(conn, {"k_id": row_id, "k_valid_to": valid_to, "k_closed_by": closed_by})
 
 
 # --- whole rows -----------------------------------------------------------------------------
 
 
+def _row(m: Mapping[Any, Any]) -> Row:
+    row = Row.from_mapping(m)
+    row.embedding = _blob(row.embedding)
+    return row
+
+
+def _with_sources(conn: Connection, rows: list[Row]) -> list[Row]:
+    """World rows with their `sources` filled."""
+    sources = sources_of(conn, [r.id for r in rows if r.subject == SUBJECT_WORLD])
+    return [replace(r, sources=tuple(sources[r.id])) if r.id in sources else r for r in rows]
+
+
 def _rows(conn: Connection, where: ColumnElement[bool]) -> list[Row]:
     """Whole rows, world rows with their `sources` filled."""
     found = conn.execute(select(t.persona_memory).where(where).order_by(pm.id)).mappings()
-    rows = [Row.from_mapping(m) for m in found]
-    sources = sources_of(conn, [r.id for r in rows if r.subject == SUBJECT_WORLD])
-    return [replace(r, sources=tuple(sources[r.id])) if r.id in sources else r for r in rows]
+    return _with_sources(conn, [Row.from_mapping(m) for m in found])
+
+
+def _by_id_statement(ids: Sequence[int | BindParameter[Any]]) -> Select[Any]:
+    return select(t.persona_memory).where(pm.id.in_(ids)).order_by(pm.id)
+
+
+ROWS_BY_ID = Prepared(_by_id_statement, ids=-1)  # ids start at 1
 
 
 def rows_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
     """Whole rows by id (ids that do not exist are simply absent)."""
     if not ids:
         return {}
-    return {r.id: r for r in _rows(conn, pm.id.in_(list(ids)))}
+    if len(ids) <= PREPARED_IDS:
+        found = [_row(m) for m in ROWS_BY_ID.execute(conn, {}, ids=list(ids)).mappings().all()]
+    else:
+        found = [Row.from_mapping(m) for m in conn.execute(_by_id_statement(list(ids))).mappings()]
+    return {r.id: r for r in _with_sources(conn, found)}
 
 
 def about_user(user_id: int) -> ColumnElement[bool]:

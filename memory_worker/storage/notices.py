@@ -1,6 +1,8 @@
 """Notices (`notices`): the toast a human gets for a spell, and its undo (seed §5).
 
 Written with the rows (an outbox), keyed by (spell, user) so a second run posts nothing.
+What every spell runs here is `Prepared` (`memory_worker.storage.prepared`): compiled once
+per process, run as the driver's SQL.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from memory_worker import tables as t
+from memory_worker.storage.prepared import Prepared
 
 n = t.notices.c
 TOAST_KIND = "memory_toast"
+IDS_PER_STATEMENT = 1024  # a longer list of ids is marked in parts: a handful of IN shapes
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,21 @@ class Notice:
     created: str
 
 
+POSTED = Prepared(
+    lambda: select(n.id).where(
+        n.spell_key == bindparam("spell_key"), n.user_id == bindparam("user_id")
+    )
+)
+POSTED_COLUMNS = ("user_id", "persona", "room_id", "text", "row_ids", "spell_key", "created")
+POST = Prepared(
+    lambda: (
+        insert(t.notices)
+        .values({k: bindparam(k) for k in POSTED_COLUMNS} | {"kind": TOAST_KIND})
+        .returning(n.id)
+    )
+)
+
+
 def post(
     conn: Connection,
     *,
@@ -41,25 +60,25 @@ def post(
     row_ids: list[int],
     now: str,
 ) -> int | None:
-    """Insert the toast unless this spell already posted one to this user: its id, else None."""
-    exists = conn.execute(
-        select(n.id).where(n.spell_key == spell_key, n.user_id == user_id)
-    ).first()
-    if exists:
+    """Insert the toast unless this spell already posted one to this user: its id, else None.
+
+    A look first, not ON CONFLICT DO NOTHING: on PostgreSQL that would spend an identity value
+    on every second run, leaving gaps in the notice ids."""
+    if POSTED.execute(conn, {"spell_key": spell_key, "user_id": user_id}).first():
         return None
-    new = (
-        insert(t.notices).values(
-            user_id=user_id,
-            persona=persona,
-            room_id=room_id,
-            kind=TOAST_KIND,
-            text=text,
-            row_ids=json.dumps(row_ids),
-            spell_key=spell_key,
-            created=now,
-        )
-    ).returning(n.id)
-    return int(conn.execute(new).scalar_one())
+    new = POST.execute(
+        conn,
+        {
+            "user_id": user_id,
+            "persona": persona,
+            "room_id": room_id,
+            "text": text,
+            "row_ids": json.dumps(row_ids),
+            "spell_key": spell_key,
+            "created": now,
+        },
+    )
+    return int(new.scalar_one())
 
 
 def _notice(row: Row[Any]) -> Notice:
@@ -117,15 +136,29 @@ def reword(conn: Connection, notice_id: int, text: str, row_ids: list[int]) -> N
 # --- the outbox -------------------------------------------------------------------------------
 
 
+UNDELIVERED = Prepared(
+    lambda: (
+        select(t.notices)
+        .where(n.spell_key == bindparam("spell_key"), n.delivered == 0)
+        .order_by(n.id)
+    )
+)
+
+
 def undelivered(conn: Connection, spell_key: str) -> list[Notice]:
     """The spell's notices not yet handed to the app's channel, oldest first."""
-    q = select(t.notices).where(n.spell_key == spell_key, n.delivered == 0).order_by(n.id)
-    return [_notice(r) for r in conn.execute(q)]
+    return [_notice(r) for r in UNDELIVERED.execute(conn, {"spell_key": spell_key}).all()]
+
+
+MARK_DELIVERED = Prepared(
+    lambda ids: update(t.notices).where(n.id.in_(ids)).values(delivered=1),
+    ids=-1,  # ids start at 1
+)
 
 
 def mark_delivered(conn: Connection, notice_ids: list[int]) -> None:
-    if notice_ids:
-        conn.execute(update(t.notices).where(n.id.in_(notice_ids)).values(delivered=1))
+    for start in range(0, len(notice_ids), IDS_PER_STATEMENT):
+        MARK_DELIVERED.execute(conn, {}, ids=notice_ids[start : start + IDS_PER_STATEMENT])
 
 
 def waiting_spells(conn: Connection, written_before: str) -> list[str]:

@@ -5,28 +5,22 @@ mutes, and the personas' versions and names, folded into one UNION ALL) and `win
 few rows that made the blocks). `open_rows` and `embeddings` run only when a persona's
 version moved since this process last read it; `touch` runs off the caller's path.
 
-The hot statements are SQLAlchemy Core, compiled to the driver's SQL once per process,
-dialect and IN-list shape (`Prepared`) and run with `exec_driver_sql`: a room open pays
-neither SQLAlchemy's statement building nor its cache-key walk (issue 10 measured both above
-SQLite's own work), and a fresh process compiles two small statements, not nine.
+The hot statements are `memory_worker.storage.prepared.Prepared`: compiled to the driver's
+SQL once per process, so a room open pays neither SQLAlchemy's statement building nor its
+cache-key walk, and a fresh process compiles two small statements, not nine.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     BindParameter,
-    ClauseElement,
     ColumnElement,
     CompoundSelect,
     Connection,
-    CursorResult,
-    Integer,
-    LargeBinary,
     Select,
     Text,
     bindparam,
@@ -34,75 +28,25 @@ from sqlalchemy import (
     cast,
     func,
     literal,
-    literal_column,
     null,
     or_,
     select,
     union_all,
     update,
 )
-from sqlalchemy.types import TypeEngine
 
 from memory_worker import store
 from memory_worker import tables as t
 from memory_worker.block import Human
 from memory_worker.constants import KINDS, SUBJECT_SELF, SUBJECT_WORLD
 from memory_worker.rows import Room, Row, human_id
+from memory_worker.storage.prepared import Prepared, tagged
 
 UNIX_EPOCH_JULIAN_DAY = 2440587.5  # SQLite's julianday('1970-01-01')
 UNKNOWN_KIND = len(KINDS)  # the kind code of a kind outside KINDS (ranked, never riding)
 IDS_PER_STATEMENT = 10_000  # an IN list this long stays under every driver's parameter cap
 
 Version = int  # persona_memory_versions.version: 0 before the persona's first row
-
-
-def _bucket(n: int) -> int:
-    """An IN list's length rounded up to a power of two, at least 1: a handful of shapes."""
-    return 1 << max(n - 1, 0).bit_length()
-
-
-class Prepared:
-    """A Core statement compiled once per dialect and IN-list shape, run as driver SQL.
-
-    `build` takes, for each name in `lists`, a list of bind parameters to put in an IN; a list
-    of values is padded to a power of two by repeating its last value (IN ignores repeats), and
-    an empty one holds the `lists` value given for it: one that matches no row.
-    """
-
-    def __init__(self, build: Callable[..., ClauseElement], **lists: Any):
-        self._build = build
-        self._lists = tuple(lists)
-        self._nothing = lists
-        self._compiled: dict[tuple[Any, ...], tuple[str, Any, dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-
-    def execute(
-        self, conn: Connection, params: dict[str, Any], **lists: Sequence[Any]
-    ) -> CursorResult[Any]:
-        sizes = tuple(_bucket(len(lists[n])) for n in self._lists)
-        sql, order, constants = self._compile(conn, sizes)
-        values = {**constants, **params}
-        for name, size in zip(self._lists, sizes, strict=True):
-            items = list(lists[name]) or [self._nothing[name]]
-            items += items[-1:] * (size - len(items))
-            values.update({f"{name}_{i}": v for i, v in enumerate(items)})
-        args = tuple(values[k] for k in order) if order is not None else values
-        return conn.exec_driver_sql(sql, args)
-
-    def _compile(self, conn: Connection, sizes: tuple[int, ...]) -> tuple[str, Any, dict[str, Any]]:
-        key = (conn.dialect.name, conn.dialect.paramstyle, sizes)
-        got = self._compiled.get(key)
-        if got is None:
-            with self._lock:
-                binds: dict[str, list[BindParameter[Any]]] = {
-                    name: [bindparam(f"{name}_{i}") for i in range(size)]
-                    for name, size in zip(self._lists, sizes, strict=True)
-                }
-                compiled: Any = self._build(**binds).compile(dialect=conn.dialect)  # SQLCompiler
-                order = tuple(compiled.positiontup or ()) if compiled.positional else None
-                # The statement's own literals (CASE values, constants) are bound too.
-                got = self._compiled[key] = (str(compiled), order, dict(compiled.params))
-        return got
 
 
 @dataclass(frozen=True)
@@ -122,49 +66,13 @@ class Context:
 Column = ColumnElement[Any]
 
 
-def _tagged(
-    tag: str,
-    key: Column,
-    *,
-    a: Column | None = None,
-    b: Column | None = None,
-    n1: Column | None = None,
-    n2: Column | None = None,
-    n3: Column | None = None,
-    blob: Column | None = None,
-) -> list[Column]:
-    """One branch of the context UNION: (tag, key, a, b, n1, n2, n3, blob), typed for
-    PostgreSQL's UNION rules."""
-
-    def typed(value: Column | None, type_: type[TypeEngine[Any]]) -> Column:
-        return cast(null(), type_) if value is None else value
-
+def room_branches(room: BindParameter[str]) -> list[Select[Any]]:
+    """The room and its members as two branches of a `tagged` UNION ('room', 'member'): what
+    both a room open and a spell read first, parsed by `room_from`."""
+    r, m = t.rooms.c, t.room_members.c
     return [
-        literal_column(f"'{tag}'", Text).label("tag"),
-        typed(key, Text).label("k"),
-        typed(a, Text).label("a"),
-        typed(b, Text).label("b"),
-        typed(n1, Integer).label("n1"),
-        typed(n2, Integer).label("n2"),
-        typed(n3, Integer).label("n3"),
-        typed(blob, LargeBinary).label("blob"),
-    ]
-
-
-def _context_statement(
-    present: list[BindParameter[Any]], personas: list[BindParameter[Any]]
-) -> CompoundSelect[Any]:
-    r, m, u = t.rooms.c, t.room_members.c, t.users.c
-    mute, v, p = t.persona_memory_mute.c, t.persona_memory_versions.c, t.personas.c
-    room: BindParameter[str] = bindparam("room")
-    asked = personas
-
-    def ours(col: Column) -> ColumnElement[bool]:
-        return or_(col.in_(select(m.member).where(m.room_id == room)), col.in_(asked))
-
-    return union_all(
         select(
-            *_tagged(
+            *tagged(
                 "room",
                 r.id,
                 a=r.kind,
@@ -175,13 +83,43 @@ def _context_statement(
                 blob=r.topic_embedding,
             )
         ).where(r.id == room),
-        select(*_tagged("member", m.member)).where(m.room_id == room),
-        select(*_tagged("user", cast(u.id, Text), a=u.name, b=u.memory_note, n1=u.memory_on)).where(
+        select(*tagged("member", m.member)).where(m.room_id == room),
+    ]
+
+
+def room_from(row: Any) -> Room:
+    """The Room of a 'room' branch row of `room_branches`."""
+    _, k, a, b, n1, n2, n3, blob = row
+    return Room(
+        id=k,
+        kind=a,
+        incognito=bool(n1),
+        kit_mounted=bool(n2),
+        archived=bool(n3),
+        topic=b,
+        topic_embedding=None if blob is None else bytes(blob),
+    )
+
+
+def _context_statement(
+    present: list[BindParameter[Any]], personas: list[BindParameter[Any]]
+) -> CompoundSelect[Any]:
+    m, u = t.room_members.c, t.users.c
+    mute, v, p = t.persona_memory_mute.c, t.persona_memory_versions.c, t.personas.c
+    room: BindParameter[str] = bindparam("room")
+    asked = personas
+
+    def ours(col: Column) -> ColumnElement[bool]:
+        return or_(col.in_(select(m.member).where(m.room_id == room)), col.in_(asked))
+
+    return union_all(
+        *room_branches(room),
+        select(*tagged("user", cast(u.id, Text), a=u.name, b=u.memory_note, n1=u.memory_on)).where(
             u.id.in_(present)
         ),
-        select(*_tagged("mute", mute.persona, n1=mute.user_id)).where(mute.user_id.in_(present)),
-        select(*_tagged("version", v.persona, n1=v.version)).where(ours(v.persona)),
-        select(*_tagged("name", p.slug, a=p.name)).where(ours(p.slug)),
+        select(*tagged("mute", mute.persona, n1=mute.user_id)).where(mute.user_id.in_(present)),
+        select(*tagged("version", v.persona, n1=v.version)).where(ours(v.persona)),
+        select(*tagged("name", p.slug, a=p.name)).where(ours(p.slug)),
     )
 
 
@@ -202,15 +140,7 @@ def context(
     for row in found:
         tag, k, a, b, n1, n2, n3, blob = row
         if tag == "room":
-            room = Room(
-                id=k,
-                kind=a,
-                incognito=bool(n1),
-                kit_mounted=bool(n2),
-                archived=bool(n3),
-                topic=b,
-                topic_embedding=None if blob is None else bytes(blob),
-            )
+            room = room_from(row)
         elif tag == "member":
             uid = human_id(k)
             if uid is None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
 from memory_worker import broker, inflight, metrics
 from memory_worker import settings as settings_mod
-from memory_worker.constants import MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
+from memory_worker.constants import INFLIGHT_RENEW_AFTER_S, MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
 from memory_worker.messages import MalformedMessage
 from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
 from memory_worker.rows import Spell
@@ -76,8 +77,12 @@ class ModelStep(QuietTask):
             return spell.to_json()
 
 
-def renew_claim(app, spell: Spell) -> None:  # type: ignore[no-untyped-def]
-    """Keep the spell's in-flight claim (`memory_worker.inflight`) while its chain runs."""
-    if spell.inflight:
+def renew_claim(app, spell: Spell, now: float | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Keep the spell's in-flight claim (`memory_worker.inflight`) while its chain runs: renewed
+    when it was last taken or renewed more than INFLIGHT_RENEW_AFTER_S ago (the spell carries
+    when), so a chain of quick steps costs one Redis round trip, not one per step."""
+    now = time.time() if now is None else now
+    if spell.inflight and now - spell.renewed >= INFLIGHT_RENEW_AFTER_S:
         client = broker.client(app.conf.broker_url)
         inflight.renew(client, spell.persona, spell.room_id, spell.inflight)
+        spell.renewed = now

@@ -89,8 +89,8 @@ def commit(self: Task, spell: Message) -> Message:
             raise Ignore()
     spell_log.finished(s, outcome.status, len(outcome.row_ids))
     inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
-    if outcome.status in ("committed", "skipped"):
-        start_spell(s.persona, s.room_id)  # the next window of a backlog, or nothing
+    if outcome.status in ("committed", "skipped") and pipeline.has_lines_after(s):
+        start_spell(s.persona, s.room_id)  # the next window of a backlog, or lines said meanwhile
     return {"spell": s.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
 
@@ -157,7 +157,7 @@ def start_spell(persona: str, room_id: str) -> str | None:
     try:
         spell = pipeline.begin(persona, room_id)
         if spell is not None:
-            spell.inflight = token
+            spell.inflight, spell.renewed = token, time.time()
             spell_chain(spell).apply_async()
             return spell.key
     except BaseException:

@@ -15,6 +15,7 @@ from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
 from memory_worker.rows import Candidate, Spell
 from memory_worker.storage import memories, notices, rooms, users
 from memory_worker.storage.embedder import EmbedderMismatch
+from memory_worker.storage.spell_context import spell_context
 from memory_worker.write import commit, embed, extract, route
 from memory_worker.write import spell as spells
 from memory_worker.write.ask import ask_json
@@ -36,16 +37,16 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
     if spell.done:
         return spell
     with store.engine().connect() as conn:
-        room = rooms.load_room(conn, spell.room_id)
-        present = users.eligible_humans(conn, spell.persona, spell.witnessed)
+        ctx = spell_context(conn, spell.persona, spell.room_id, spell.witnessed)
+        present = ctx.eligible(spell.witnessed) if ctx is not None else []
         spell.present = [u for u in spell.present if u in present]
-        if room.incognito or room.kit_mounted or not spell.present:
+        if ctx is None or ctx.room.incognito or ctx.room.kit_mounted or not spell.present:
             spell.skipped = "the room or its people no longer allow memory"
             return spell
+        room, persona_name = ctx.room, ctx.persona_name
         lines = spells.load_slice(conn, spell)
-        names = users.user_names(conn, spell.present)
-        room_names = list(users.user_names(conn, spell.witnessed).values())
-        persona_name = users.persona_name(conn, spell.persona)
+        names = {u: ctx.names[u] for u in spell.present if u in ctx.names}
+        room_names = [ctx.names[u] for u in sorted(spell.witnessed) if u in ctx.names]
         known = extract.known_rows(conn, spell.persona, spell.present)
         already = extract.rows_today(conn, spell.persona, clock.today())
     while True:
@@ -129,6 +130,14 @@ def run_commit(spell: Spell) -> commit.Outcome:
     """One transaction under the persona's writer lock. 'stale' means: route again."""
     with store.writer(spell.persona) as conn:
         return commit.commit_spell(conn, spell, now=clock.now(), today=clock.today())
+
+
+def has_lines_after(spell: Spell) -> bool:
+    """True when the room has lines after the spell's last: a backlog's next window, or lines
+    said while it ran (their quiet event found the claim held). One indexed read, so a commit
+    with nothing after it claims and begins nothing."""
+    with store.engine().connect() as conn:
+        return rooms.last_line_id(conn, spell.room_id) > spell.last_line_id
 
 
 def pending_toasts(spell_key: str) -> list[notices.Notice]:

@@ -19,7 +19,8 @@ from sqlalchemy import Connection
 from memory_worker import settings as settings_mod
 from memory_worker.constants import LINE_MAX_CHARS
 from memory_worker.rows import Line, Spell
-from memory_worker.storage import rooms, spells, users
+from memory_worker.storage import rooms
+from memory_worker.storage.spell_context import spell_context
 
 
 def line_chars(line_id: int, speaker: str, text_chars: int) -> int:
@@ -48,23 +49,27 @@ def next_window(conn: Connection, room_id: str, after: int) -> int:
 
 
 def begin_spell(conn: Connection, persona: str, room_id: str) -> Spell | None:
-    """The spell for `persona` in `room_id` now, or None when there are no new lines.
+    """The spell for `persona` in `room_id` now, or None when there are no new lines (or no
+    such room).
 
     A spell that must not reach a model comes back with `skipped` set: it still travels to the
     commit, which advances the cursor so those lines are never mined later (a kit unmounted
     tomorrow must not turn yesterday's role-play into facts).
     """
-    room = rooms.load_room(conn, room_id)
-    after = spells.cursor(conn, persona, room_id)
-    last = next_window(conn, room_id, after)
-    if last <= after:
+    ctx = spell_context(conn, persona, room_id)
+    if ctx is None:
         return None
-    _, humans = rooms.members(conn, room_id)
-    present = users.eligible_humans(conn, persona, humans)
-    spell = Spell(persona, room_id, after, last, present=present, witnessed=humans)
-    if room.incognito:
+    last = next_window(conn, room_id, ctx.cursor)
+    if last <= ctx.cursor:
+        return None
+    humans = ctx.humans
+    if humans:  # the members' switches, now that we know who they are
+        ctx = spell_context(conn, persona, room_id, humans) or ctx
+    present = ctx.eligible(humans)
+    spell = Spell(persona, room_id, ctx.cursor, last, present=present, witnessed=humans)
+    if ctx.room.incognito:
         spell.skipped = "incognito room"
-    elif room.kit_mounted:
+    elif ctx.room.kit_mounted:
         spell.skipped = "kit mounted (role-play)"
     elif not present:
         spell.skipped = "no human present who lets this persona remember"
