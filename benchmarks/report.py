@@ -114,6 +114,9 @@ def write_table(w: dict) -> list[str]:
         "| worker CPU ms per spell (all six tasks, Celery included) | "
         f"{w['worker_cpu_ms_per_spell']:.1f} |",
         f"| worker CPU ms per bare chain | {w['worker_cpu_ms_per_chain']:.1f} |",
+        f"| a fresh worker's first {w.get('warmup', '?')} spells and chains (imports, "
+        "connections; not in the figures above): CPU ms per pair | "
+        f"{w.get('worker_cpu_ms_first_spells', 0):.1f} |",
         f"| CPU ms per spell in our steps, in-process | {sum(steps.values()):.1f} |",
     ]
     out.append("")
