@@ -14,6 +14,7 @@ from memory_worker import store
 from memory_worker import tables as t
 from memory_worker.rows import Candidate, Spell
 from memory_worker.storage import embedder, memories, notices, spells
+from memory_worker.storage.prepared import PREPARED_IN_MAX
 
 pytestmark = pytest.mark.store
 
@@ -105,13 +106,13 @@ def test_rows_by_id_long_lists_and_sources_read_the_same(db: Engine) -> None:
     with store.transaction() as conn:
         ids = [
             _row_by_core(conn, **base, subject="world" if i % 3 == 0 else "u:1", text=f"t{i}")
-            for i in range(memories.PREPARED_IDS + 6)
+            for i in range(PREPARED_IN_MAX + 6)
         ]
         world = ids[0]
         memories.add_sources(conn, world, [3, 1, 3])
         memories.add_sources(conn, ids[3], [2])
         short = memories.rows_by_id(conn, ids[:5])
-        long = memories.rows_by_id(conn, ids[::-1])  # past PREPARED_IDS: built per call
+        long = memories.rows_by_id(conn, ids[::-1])  # past PREPARED_IN_MAX: built per call
         assert list(short) == ids[:5] and list(long) == ids
         assert all(short[i] == long[i] for i in short)
         assert short[world].sources == (1, 3) and short[ids[3]].sources == (2,)

@@ -34,13 +34,10 @@ from sqlalchemy import (
 from memory_worker import tables as t
 from memory_worker.constants import SUBJECT_SELF, SUBJECT_WORLD
 from memory_worker.rows import Candidate, Row, human_ref
-from memory_worker.storage.prepared import Prepared
+from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 pm = t.persona_memory.c
 ms = t.memory_sources.c
-# An id list up to this long runs prepared (a handful of IN shapes); a longer one (a human's
-# clear) is built per call, so padding never pushes it past a driver's parameter cap.
-PREPARED_IDS = 1024
 
 
 def _blob(value: Any) -> bytes | None:
@@ -166,7 +163,7 @@ def sources_of(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
     if not ids:
         return {}
     found: Any
-    if len(ids) <= PREPARED_IDS:
+    if len(ids) <= PREPARED_IN_MAX:
         found = SOURCES_OF.execute(conn, {}, ids=list(ids))
     else:
         found = conn.execute(_sources_statement(list(ids)))
@@ -281,7 +278,7 @@ def rows_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
     """Whole rows by id (ids that do not exist are simply absent)."""
     if not ids:
         return {}
-    if len(ids) <= PREPARED_IDS:
+    if len(ids) <= PREPARED_IN_MAX:
         found = [_row(m) for m in ROWS_BY_ID.execute(conn, {}, ids=list(ids)).mappings().all()]
     else:
         found = [Row.from_mapping(m) for m in conn.execute(_by_id_statement(list(ids))).mappings()]

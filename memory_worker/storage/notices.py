@@ -14,11 +14,10 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from memory_worker import tables as t
-from memory_worker.storage.prepared import Prepared
+from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 n = t.notices.c
 TOAST_KIND = "memory_toast"
-IDS_PER_STATEMENT = 1024  # a longer list of ids is marked in parts: a handful of IN shapes
 
 
 @dataclass(frozen=True)
@@ -157,8 +156,8 @@ MARK_DELIVERED = Prepared(
 
 
 def mark_delivered(conn: Connection, notice_ids: list[int]) -> None:
-    for start in range(0, len(notice_ids), IDS_PER_STATEMENT):
-        MARK_DELIVERED.execute(conn, {}, ids=notice_ids[start : start + IDS_PER_STATEMENT])
+    for start in range(0, len(notice_ids), PREPARED_IN_MAX):
+        MARK_DELIVERED.execute(conn, {}, ids=notice_ids[start : start + PREPARED_IN_MAX])
 
 
 def waiting_spells(conn: Connection, written_before: str) -> list[str]:

@@ -31,6 +31,11 @@ from sqlalchemy.types import TypeEngine
 Column = ColumnElement[Any]
 
 
+# The longest IN list the write path hands a `Prepared` statement: eleven shapes (1, 2, 4 …
+# 1,024), far under SQLite's 32,766 parameters; a longer list is cut in parts or built per call.
+PREPARED_IN_MAX = 1024
+
+
 def _bucket(n: int) -> int:
     """An IN list's length rounded up to a power of two, at least 1: a handful of shapes."""
     return 1 << max(n - 1, 0).bit_length()
