@@ -331,3 +331,33 @@ def test_an_answer_that_is_not_json_twice_parks_the_spell_and_writes_nothing(att
     (outcome,) = spell_records(scene.db)
     assert outcome["status"] == "parked"
     assert_after(scene, run, new_rows=[], chat_calls=2)  # asked, re-asked once, parked
+
+
+ECHOES = [
+    pytest.param(lambda p: "You said: " + p, id="the-prompt-as-prose"),
+    pytest.param(lambda p: {"candidates": p}, id="the-prompt-as-candidates"),
+    pytest.param(lambda p: {p[-150:]: "Cara stole money", "candidates": None}, id="as-a-key"),
+]
+
+
+@pytest.mark.parametrize("echo", ECHOES)
+def test_a_malformed_answer_that_repeats_the_chat_parks_without_keeping_a_word_of_it(
+    attack, echo: Answer
+) -> None:  # type: ignore[no-untyped-def]
+    """A parked spell's reason is kept and shown to operators, out of a human's delete: the
+    model's answer — here the transcript and block echoed back — must not ride into it."""
+    scene, runner = attack
+    said = ("stole money", "Wuyuan Road", "loaf", "Xuhui")
+    if runner.mode == "in-process":
+        from memory_worker.models.base import MalformedAnswer
+
+        with pytest.raises(MalformedAnswer) as caught:
+            runner.spell("dm-dan", scene.ids["warren_loaf"], echo, sensible_route)
+        assert not any(w in str(caught.value) for w in said)
+        return
+    run = runner.spell("dm-dan", scene.ids["warren_loaf"], echo, sensible_route)
+    (outcome,) = spell_records(scene.db)
+    assert outcome["status"] == "parked" and outcome["reason"]
+    assert not any(w in outcome["reason"] for w in said), outcome["reason"]
+    assert any(w in run.extract_prompts[0] for w in said)  # the answer did repeat them
+    assert_after(scene, run, new_rows=[], chat_calls=2)

@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from memory_worker.constants import EMBEDDING_DIMS
 from memory_worker.models import gemini
-from memory_worker.models.base import ChatResult, MalformedAnswer, Usage
+from memory_worker.models.base import ChatResult, MalformedAnswer, Usage, describe_invalid
 from memory_worker.models.gemini import (
     EMBED_TASK_TYPE,
     GeminiChat,
@@ -315,10 +315,9 @@ def sdk_chat_json(
     try:
         parsed = schema.model_validate_json(raw)
     except ValidationError as err:
-        shown = raw if len(raw) <= 300 else raw[:300] + "…"
         raise MalformedAnswer(
             f"{what}: the answer does not fit {schema.__name__} ({finish}): "
-            f"{err.error_count()} error(s): {gemini._first_errors(err)}; answer: {shown}",
+            f"{describe_invalid(err, schema)}",
             raw=raw,
         ) from err
     meta = response.usage_metadata

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from memory_worker import models
 from memory_worker.models.base import (
@@ -35,6 +35,7 @@ from memory_worker.models.gemini_stub import (
 )
 from memory_worker.models.hashing import HashingEmbedder, tokens
 from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
+from memory_worker.models.scripted import ScriptedChat
 from memory_worker.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +110,50 @@ def test_an_answer_that_is_not_json_at_all_is_malformed_too(stub: GeminiStub) ->
     with pytest.raises(MalformedAnswer) as caught:
         chat(stub).chat_json("s", "p", Fact, purpose="route")
     assert caught.value.raw == "Sure! Here is the JSON you asked for:"
+
+
+SAID = "Ada told me she is pregnant"  # what a malformed answer quotes back
+QUOTING = [
+    pytest.param(f"{SAID}, so no JSON today.", id="prose"),
+    pytest.param(json.dumps({"subject": SAID, "text": 7, "importance": SAID}), id="values"),
+    pytest.param(json.dumps({SAID: 1, "text": "t", "importance": 2}), id="a-made-up-key"),
+    pytest.param(json.dumps([SAID]), id="not-an-object"),
+    pytest.param(json.dumps({"subject": {"in": SAID}, "text": "t", "importance": 1}), id="nested"),
+]  # fmt: skip
+
+
+class StrictFact(Fact):
+    model_config = ConfigDict(extra="forbid")  # a made-up key is an error that names the key
+
+
+def malformed_from(provider: str, answer: str, tmp_path: Path, stub: GeminiStub) -> MalformedAnswer:
+    """The MalformedAnswer one provider raises for `answer`."""
+    if provider == "gemini":
+        stub.malformed_next(answer)
+        model: object = chat(stub)
+    elif provider == "replay":
+        s = replay_settings(tmp_path)
+        add_entry(s.cassette, fingerprint("extract", "s", "p", StrictFact), "extract", answer)  # type: ignore[arg-type]
+        model = ReplayChat(s)
+    else:
+        model = ScriptedChat({"extract": answer})
+    with pytest.raises(MalformedAnswer) as caught:
+        model.chat_json("s", "p", StrictFact, purpose="extract")  # type: ignore[attr-defined]
+    return caught.value
+
+
+@pytest.mark.parametrize("provider", ["gemini", "replay", "scripted"])
+@pytest.mark.parametrize("answer", QUOTING)
+def test_a_malformed_answer_names_what_failed_but_never_quotes_the_answer(
+    provider: str, answer: str, tmp_path: Path, stub: GeminiStub
+) -> None:
+    """The message is logged, re-asked with and kept as a parked spell's reason, which a
+    human's delete never reaches: the answer (it may repeat what someone said) rides on .raw."""
+    err = malformed_from(provider, answer, tmp_path, stub)
+
+    assert "pregnant" not in str(err).lower() and "ada" not in str(err).lower()
+    assert err.raw == answer
+    assert "error(s)" in str(err)  # still says what was wrong, in the schema's words
 
 
 @pytest.mark.parametrize("body", [b"<html>proxy login</html>", b"[1, 2]"])

@@ -208,3 +208,34 @@ def test_every_write_to_a_persona_logs_its_row_under_one_version_and_the_log_kee
     with db.connect() as conn:
         moved = conn.execute(select(ch.persona, ch.row_id).where(ch.version > 1)).all()
     assert ("warren", first) in moved and ("nolan", first) in moved
+
+
+def test_migrating_cuts_the_quoted_answer_off_reasons_stored_before(db: Engine) -> None:
+    """Reasons written before 0008 quoted the model's answer; after the upgrade none does."""
+    from alembic import command
+
+    old = (
+        "malformed model answer (asked twice): gemini m (extract): the answer does not fit "
+        "ExtractAnswer (finish reason FinishReason.STOP): 1 error(s): candidates: Field "
+        'required; answer: {"Dan said": "I am pregnant"}'
+    )
+    cfg = store.alembic_config(str(db.url))
+    with db.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0007")
+        for line, reason in ((7, old), (8, "model error: 403"), (9, None)):
+            conn.execute(
+                text(
+                    "INSERT INTO spells (persona, room_id, last_line_id, status, reason, created)"
+                    " VALUES ('warren', 'r', :line, 'parked', :reason, '2026-12-01')"
+                ),
+                {"line": line, "reason": reason},
+            )
+    store.init_db(str(db.url))
+    with db.connect() as conn:
+        reasons = conn.execute(text("SELECT reason FROM spells ORDER BY last_line_id")).scalars()
+        assert list(reasons) == [
+            old.split("; answer: ")[0] + "; the answer is not kept",
+            "model error: 403",
+            None,
+        ]

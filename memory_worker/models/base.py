@@ -8,10 +8,11 @@ at once (`PermanentModelError`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -30,11 +31,65 @@ class TransientModelError(ModelError):
 
 
 class MalformedAnswer(ModelError):
-    """The answer did not validate against the schema (google-genai's `parsed` was None)."""
+    """The answer did not validate against the schema.
+
+    The message says what was wrong in the schema's words only (`describe_invalid`): it is
+    logged, sent back to the model in the re-ask and kept as a parked spell's reason, where a
+    human's delete never reaches. The answer itself, which may quote what someone said, rides
+    on `.raw` and nowhere else."""
 
     def __init__(self, message: str, raw: str | None = None):
         super().__init__(message)
         self.raw = raw
+
+
+# pydantic error types whose message is built from the schema alone, never from the input;
+# any other type is named by its code (a `union_tag_invalid` message quotes the input's tag).
+_SCHEMA_ONLY_MESSAGES = frozenset(
+    {
+        "missing", "extra_forbidden", "json_invalid", "json_type", "model_type",
+        "model_attributes_type", "dict_type", "list_type", "string_type", "int_type",
+        "int_parsing", "int_from_float", "float_type", "float_parsing", "bool_type",
+        "bool_parsing", "literal_error", "string_too_long", "string_too_short", "too_long",
+        "too_short", "greater_than", "greater_than_equal", "less_than", "less_than_equal",
+    }
+)  # fmt: skip
+
+
+def describe_invalid(err: ValidationError, schema: type[BaseModel], limit: int = 3) -> str:
+    """How many errors, and where and why for the first few — where as the schema's own field
+    names and item numbers (a key the model made up shows as `<key>`), why as pydantic's
+    message when that comes from the schema alone, else its error type. Nothing of the
+    answer's text: see MalformedAnswer."""
+    names = _field_names(schema)
+    parts = []
+    for e in err.errors()[:limit]:
+        loc = ".".join(
+            str(x) if isinstance(x, int) or x in names else "<key>" for x in e.get("loc", ())
+        )
+        why = e["msg"] if e["type"] in _SCHEMA_ONLY_MESSAGES else e["type"]
+        parts.append(f"{loc or '<root>'}: {why}")
+    return f"{err.error_count()} error(s): " + "; ".join(parts)
+
+
+@functools.cache
+def _field_names(schema: type[BaseModel]) -> frozenset[str]:
+    """Every property name anywhere in the schema (nested models included)."""
+    names: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                names.update(props)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema.model_json_schema())
+    return frozenset(names)
 
 
 class PermanentModelError(ModelError):

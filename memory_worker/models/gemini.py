@@ -58,6 +58,7 @@ from memory_worker.models.base import (
     T,
     TransientModelError,
     Usage,
+    describe_invalid,
 )
 from memory_worker.settings import Settings
 
@@ -70,8 +71,6 @@ TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # Gemini's 400 for an over-long prompt: "The input token count (N) exceeds the maximum number
 # of tokens allowed (M)." A 413 says the same at the HTTP layer.
 _TOO_LARGE = re.compile(r"exceeds the maximum number of tokens|too large|too long", re.I)
-# How much of a bad answer goes into an error message (the whole thing rides on `.raw`).
-_SHOWN_CHARS = 300
 
 _RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)s\s*$")
@@ -408,27 +407,18 @@ class GeminiChat:
         raw: str | None, schema: type[T], hops: list[dict[str, Any]], what: str
     ) -> T:
         """Validate the text ourselves; the pydantic error (which field, why) goes into
-        MalformedAnswer, and an answer without text says why the model gave none."""
+        MalformedAnswer (`describe_invalid`: never the answer's text), and an answer without text
+        says why the model gave none."""
         if raw is None:
             raise MalformedAnswer(f"{what}: the answer had no text ({_finish_reasons(hops)})")
         try:
             return schema.model_validate_json(raw)
         except ValidationError as err:
-            shown = raw if len(raw) <= _SHOWN_CHARS else raw[:_SHOWN_CHARS] + "…"
-            finish = _finish_reasons(hops)
             raise MalformedAnswer(
-                f"{what}: the answer does not fit {schema.__name__} ({finish}): "
-                f"{err.error_count()} error(s): {_first_errors(err)}; answer: {shown}",
+                f"{what}: the answer does not fit {schema.__name__} ({_finish_reasons(hops)}): "
+                f"{describe_invalid(err, schema)}",
                 raw=raw,
             ) from err
-
-
-def _first_errors(err: ValidationError, limit: int = 3) -> str:
-    parts = []
-    for e in err.errors()[:limit]:
-        loc = ".".join(str(x) for x in e.get("loc", ())) or "<root>"
-        parts.append(f"{loc}: {e.get('msg')}")
-    return "; ".join(parts)
 
 
 class GeminiEmbedder:

@@ -36,6 +36,7 @@ from memory_worker.models.base import (
     PermanentModelError,
     T,
     Usage,
+    describe_invalid,
 )
 from memory_worker.settings import Settings
 
@@ -152,7 +153,7 @@ class ReplayChat:
         except ValidationError as err:
             raise MalformedAnswer(
                 f"replay {fp} ({purpose}): the recorded answer does not fit {schema.__name__}: "
-                f"{err.error_count()} error(s): {err.errors()[0].get('msg')}",
+                f"{describe_invalid(err, schema)}",
                 raw=raw,
             ) from err
         usage = Usage(

@@ -14,7 +14,16 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from memory_worker.models.base import ChatResult, MalformedAnswer, PromptTooLarge, T, Usage
+from pydantic import ValidationError
+
+from memory_worker.models.base import (
+    ChatResult,
+    MalformedAnswer,
+    PromptTooLarge,
+    T,
+    Usage,
+    describe_invalid,
+)
 from memory_worker.models.gemini_stub import prompt_text, system_text
 
 ENDINGS = ("sold", "no longer", "quit", "stopped", "ended")
@@ -74,8 +83,8 @@ class ScriptedChat:
         raw = answer if isinstance(answer, str) else json.dumps(answer)
         try:
             parsed = schema.model_validate_json(raw)
-        except ValueError as e:
-            raise MalformedAnswer(str(e), raw) from e
+        except ValidationError as e:
+            raise MalformedAnswer(f"{purpose}: {describe_invalid(e, schema)}", raw) from e
         return ChatResult(parsed, Usage(len(prompt) // 4, len(raw) // 4, True), raw)
 
 
