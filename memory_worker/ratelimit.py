@@ -60,9 +60,13 @@ class Quota:
         return cls(max(1, math.floor(rpm)), 60.0, tpm)  # no whole count: round down
 
 
-# KEYS: requests zset, tokens zset, pause key.
+# KEYS: requests zset, tokens zset, pause key, tokens total.
 # ARGV: requests, window ms, tokens/min, cost, id, token window ms.
 # Returns 0 when the slot is taken, else the milliseconds until one may be free.
+# The tokens in the window are kept as a running total beside the zset (members "id:cost"):
+# a call reads only the entries that left the window since the last one, not the whole
+# minute's (thousands a call at a high quota, in the one Redis every worker shares). A total
+# that is missing (first use, or lost) is counted again from the zset.
 _ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -70,33 +74,46 @@ local paused = redis.call('PTTL', KEYS[3])
 if paused > 0 then return paused end
 local limit, window = tonumber(ARGV[1]), tonumber(ARGV[2])
 local budget, cost = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tw = tonumber(ARGV[6])
+local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local n = redis.call('ZCARD', KEYS[1])
 if n >= limit then
   local first = redis.call('ZRANGE', KEYS[1], n - limit, n - limit, 'WITHSCORES')
   return math.max(1, tonumber(first[2]) + window - now)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[6]))
-local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
-local used = 0
-for i = 1, #entries, 2 do used = used + tonumber(string.match(entries[i], ':(%d+)$')) end
+local used = redis.call('GET', KEYS[4])
+if used and redis.call('EXISTS', KEYS[2]) == 0 then used = false end  -- outlived its window
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tw)
+if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tw) end
+if used then
+  used = tonumber(used)
+  for i = 1, #gone do used = used - cost_of(gone[i]) end
+else
+  used = 0
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do used = used + cost_of(member) end
+end
 if used > 0 and used + cost > budget then
+  redis.call('SET', KEYS[4], used, 'PX', tw + 1000)
+  local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
   local over = used + cost - budget
   for i = 1, #entries, 2 do
-    over = over - tonumber(string.match(entries[i], ':(%d+)$'))
-    if over <= 0 then return math.max(1, tonumber(entries[i + 1]) + tonumber(ARGV[6]) - now) end
+    over = over - cost_of(entries[i])
+    if over <= 0 then return math.max(1, tonumber(entries[i + 1]) + tw - now) end
   end
 end
 redis.call('ZADD', KEYS[1], now, ARGV[5])
 redis.call('PEXPIRE', KEYS[1], window + 1000)
 redis.call('ZADD', KEYS[2], now, ARGV[5] .. ':' .. ARGV[4])
-redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[6]) + 1000)
+redis.call('PEXPIRE', KEYS[2], tw + 1000)
+redis.call('SET', KEYS[4], used + cost, 'PX', tw + 1000)
 return 0
 """
 
 
 def _keys(name: str) -> list[str]:
-    return [REDIS_RATE_KEY.format(name=name, part=p) for p in ("requests", "tokens", "pause")]
+    parts = ("requests", "tokens", "pause", "tokens_total")
+    return [REDIS_RATE_KEY.format(name=name, part=p) for p in parts]
 
 
 def acquire(

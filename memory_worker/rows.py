@@ -204,7 +204,14 @@ class Spell:
         return bool(self.skipped or self.parked)
 
     def to_json(self) -> Json:
-        return asdict(self)
+        """The message: every field, its lists and candidate/decision dicts copied (what
+        `asdict` gives, without its deep walk: each step sends one)."""
+        d = dict(self.__dict__)
+        d["present"], d["witnessed"] = list(self.present), list(self.witnessed)
+        d["candidates"] = [{**c, "evidence": list(c["evidence"])} for c in self.candidates]
+        d["decisions"] = [dict(x) for x in self.decisions]
+        d["dropped"] = dict(self.dropped)
+        return d
 
     @classmethod
     def from_json(cls, d: Json) -> Spell:

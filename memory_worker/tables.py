@@ -130,7 +130,8 @@ persona_memory = Table(
     Column("embedding", LargeBinary, nullable=True),  # int8 vector
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
     Index("ix_persona_memory_subject", "subject"),
-    Index("ix_persona_memory_created", "persona", "created"),  # the daily caps (0007)
+    # The daily caps: today's rows about the spell's people, a range each (0009).
+    Index("ix_persona_memory_day", "persona", "subject", "counterpart", "created"),
     sqlite_autoincrement=True,
 )
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from memory_worker.messages import MalformedMessage, SpellMessage, spell_json
-from memory_worker.rows import Spell
+from memory_worker.rows import Candidate, Spell
 
 
 def test_the_spell_message_has_exactly_the_fields_of_the_spell() -> None:
@@ -18,6 +18,25 @@ def test_the_spell_message_has_exactly_the_fields_of_the_spell() -> None:
 def test_a_spell_round_trips_through_its_message() -> None:
     spell = Spell("warren", "dm-dan", 3, 9, present=[42], witnessed=[42, 17])
     assert Spell.from_json(spell.to_json()) == spell
+
+
+def test_a_spells_message_holds_every_field_as_a_copy_the_spell_does_not_share() -> None:
+    candidate = Candidate("u:42", "fact", "u:42 bakes.", 5, (7,), embedding="AAE=").to_json()
+    spell = Spell(
+        "warren", "dm-dan", 3, 9, present=[42], witnessed=[42, 17], candidates=[candidate],
+        decisions=[{"candidate": 0, "event": "ADD", "old_row_id": None}], dropped={"cap": 1},
+        began=1.5, inflight="t", renewed=2.5,
+    )  # fmt: skip
+    message = spell.to_json()
+    assert message == dataclasses.asdict(spell)
+    message["present"].append(7)
+    message["candidates"][0]["evidence"].append(8)
+    message["candidates"][0]["text"] = "changed"
+    message["decisions"][0]["event"] = "NONE"
+    message["dropped"]["cap"] = 9
+    assert (spell.present, spell.dropped) == ([42], {"cap": 1})
+    assert spell.candidates[0]["evidence"] == [7]
+    assert spell.candidates[0]["text"] == "u:42 bakes." and spell.decisions[0]["event"] == "ADD"
 
 
 @pytest.mark.parametrize(

@@ -168,8 +168,14 @@ def test_the_audience_rule_holds_for_no_one_present_and_for_many(db: Engine) -> 
         assert memories.open_rows(conn, "warren", [1], ["u:1"]) == []
         closed = memories.rows_by_id(conn, [made[("u:1", None)]])[made[("u:1", None)]]
         assert (closed.valid_to, closed.closed_by) == ("2026-08-19", None)
-        assert set(memories.written_since(conn, "warren", NOW)) == {(s, cp, 1) for s, cp in rows}
-        assert memories.written_since(conn, "warren", LATER) == []
+        counted = {(s, cp, 1) for s, cp in rows if s != "self" or cp == "u:1"}
+        assert set(memories.written_since(conn, "warren", NOW, [1, 2])) == counted
+        assert set(memories.written_since(conn, "warren", NOW, [])) == {("world", None, 1)}
+        assert set(memories.written_since(conn, "warren", NOW, [9])) == {
+            ("self", "u:9", 1),
+            ("world", None, 1),
+        }
+        assert memories.written_since(conn, "warren", LATER, [1, 2]) == []
 
 
 def test_the_cursor_only_moves_forward_and_keeps_its_stamp_otherwise(db: Engine) -> None:
@@ -280,3 +286,53 @@ def test_identity_reads_the_one_row(db: Engine) -> None:
             "hash", 256, "gemini", 768, after_row_id=40, after_room_id="dm-3"
         )
         assert started.pending_name == "gemini"
+
+
+def test_the_daily_caps_read_todays_rows_about_the_spells_people_as_index_ranges(
+    db: Engine,
+) -> None:
+    """Each branch of the caps' count is a range on ix_persona_memory_day: what others said
+    today, however much, is never read (SQLite's plan; PostgreSQL plans by its statistics)."""
+    if not store.is_sqlite(db):
+        pytest.skip("the plan asked for is SQLite's")
+    params = {"persona": "warren", "since": NOW}
+    with db.connect() as conn:
+        memories.written_since(conn, "warren", NOW, [1, 2])  # compiles the statement
+        (sql, order, constants) = next(
+            v for k, v in memories.WRITTEN_SINCE._compiled.items() if k[-1] == (4, 2)
+        )  # three subjects (the world's and two humans') padded to four, two refs
+        values = {**constants, **params, **{n: "u:1" for n in order if n not in params}}
+        plan = conn.exec_driver_sql(
+            "EXPLAIN QUERY PLAN " + sql, tuple(values[n] for n in order)
+        ).all()
+    searches = [row[-1] for row in plan if "persona_memory" in row[-1]]
+    assert (
+        searches
+        == [
+            "SEARCH persona_memory USING COVERING INDEX ix_persona_memory_day "
+            "(persona=? AND subject=? AND counterpart=? AND created>?)"
+        ]
+        * 2
+    )
+
+
+def test_a_quiet_rooms_fan_out_reads_the_room_and_its_members_as_the_app_wrote_them(
+    db: Engine,
+) -> None:
+    from memory_worker import app_side
+    from memory_worker.storage.spell_context import room_members
+
+    with store.transaction() as conn:
+        app_side.add_persona(conn, "warren", "Warren")
+        app_side.add_persona(conn, "ada", "Ada")
+        for uid in (42, 7):
+            app_side.add_user(conn, uid, f"human {uid}")
+        app_side.add_room(conn, "g1", "group", ["warren", "u:42", "ada", "u:7"])
+        app_side.add_room(conn, "hush", "private", ["warren", "u:7"], incognito=True)
+    with db.connect() as conn:
+        g1, hush = room_members(conn, "g1"), room_members(conn, "hush")
+        assert room_members(conn, "nowhere") is None
+        expected = app_side.load_room(conn, "g1")
+    assert g1 is not None and hush is not None
+    assert (g1.room, g1.personas, g1.humans) == (expected, ["ada", "warren"], [7, 42])
+    assert hush.room.incognito and (hush.personas, hush.humans) == (["warren"], [7])

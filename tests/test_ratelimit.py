@@ -104,6 +104,35 @@ def test_tokens_per_minute_are_counted_and_a_big_call_still_goes_alone(
     ratelimit.acquire(client, name(), quota, tokens=500, max_wait=0)  # alone: allowed
 
 
+def test_tokens_that_leave_the_window_give_their_budget_back_and_no_more(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window's tokens are a running total: each call takes its cost off when it leaves."""
+    monkeypatch.setattr(ratelimit, "TOKEN_WINDOW_MS", 300)  # a short "minute"
+    quota = Quota.per_minute(60_000, 100)
+    n = name()
+    ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
+    with pytest.raises(ratelimit.RateLimited):
+        ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
+    waited = ratelimit.acquire(client, n, quota, tokens=60, max_wait=5)  # once the first left
+    assert waited > 0
+    ratelimit.acquire(client, n, quota, tokens=40, max_wait=0)  # 60 + 40: the whole budget
+    with pytest.raises(ratelimit.RateLimited):
+        ratelimit.acquire(client, n, quota, tokens=1, max_wait=0)
+
+
+def test_a_lost_running_total_is_counted_again_from_the_window(client: redis.Redis) -> None:
+    quota = Quota.per_minute(6000, 100)
+    n = name()
+    ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
+    client.delete(ratelimit._keys(n)[3])  # the total only: an eviction, a hand-run DEL
+    with pytest.raises(ratelimit.RateLimited):
+        ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
+    client.delete(ratelimit._keys(n)[1])  # the window itself: its total no longer counts
+    ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
+    assert float(client.get(ratelimit._keys(n)[3]) or 0) == 60
+
+
 def test_a_pause_holds_every_caller_for_the_time_the_server_asked(client: redis.Redis) -> None:
     n = name()
     ratelimit.pause(client, n, 1.5)

@@ -28,6 +28,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    union_all,
     update,
 )
 
@@ -122,19 +123,41 @@ def known_texts(conn: Connection, persona: str, present: Iterable[int], limit: i
     return [str(x) for x in found.scalars().all()]  # all(): one fetchall, not one per row
 
 
-WRITTEN_SINCE = Prepared(
-    lambda: (
+def _written_since(subjects: Sequence[Any], refs: Sequence[Any]) -> Any:
+    """The rows that count towards these caps (`guards.cap_key`), per (subject, counterpart):
+    rows about a human or the world (only `self` rows have a counterpart), and `self` rows by
+    their counterpart. Two branches, so each is a range on `ix_persona_memory_day` (persona,
+    subject, counterpart, created): the count reads today's rows about these people only."""
+    since = pm.created >= bindparam("since")
+    persona = pm.persona == bindparam("persona")
+    return union_all(
         select(pm.subject, pm.counterpart, func.count())
-        .where(pm.persona == bindparam("persona"), pm.created >= bindparam("since"))
-        .group_by(pm.subject, pm.counterpart)
+        .where(persona, pm.subject.in_(subjects), pm.counterpart.is_(None), since)
+        .group_by(pm.subject, pm.counterpart),
+        select(pm.subject, pm.counterpart, func.count())
+        .where(persona, pm.subject == SUBJECT_SELF, pm.counterpart.in_(refs), since)
+        .group_by(pm.subject, pm.counterpart),
     )
-)
 
 
-def written_since(conn: Connection, persona: str, since: str) -> list[tuple[str, str | None, int]]:
+WRITTEN_SINCE = Prepared(_written_since, subjects=SUBJECT_WORLD, refs=None)
+
+
+def written_since(
+    conn: Connection, persona: str, since: str, humans: Iterable[int]
+) -> list[tuple[str, str | None, int]]:
     """(subject, counterpart, count) of the rows the persona wrote with `created >= since`
-    (the daily caps: `guards.counts_by_cap` turns them into counts per cap)."""
-    found: Any = WRITTEN_SINCE.execute(conn, {"persona": persona, "since": since})
+    that count towards these humans' caps or the world's (the daily caps:
+    `guards.counts_by_cap` turns them into counts per cap). However many rows the persona
+    wrote today about others, this reads none of them."""
+    refs = _refs(humans)
+    subjects = [SUBJECT_WORLD, *refs]
+    params = {"persona": persona, "since": since}
+    found: Any
+    if len(subjects) <= PREPARED_IN_MAX:
+        found = WRITTEN_SINCE.execute(conn, params, subjects=subjects, refs=refs)
+    else:
+        found = conn.execute(_written_since(subjects, refs), params)
     return [(str(s), c, int(n)) for s, c, n in found.all()]
 
 

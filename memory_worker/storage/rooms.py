@@ -8,11 +8,13 @@ columns the worker owns (`archived`, `topic`, `topic_embedding`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from memory_worker import tables as t
 from memory_worker.rows import Line, Room, human_id, human_ref, now_iso
+from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 r = t.rooms.c
 m = t.room_members.c
@@ -149,19 +151,42 @@ def members(conn: Connection, room_id: str) -> tuple[list[str], list[int]]:
     return sorted(personas), sorted(humans)
 
 
+LAST_LINE_ID = Prepared(lambda: select(func.max(ln.id)).where(ln.room_id == bindparam("room")))
+
+
 def last_line_id(conn: Connection, room_id: str) -> int:
-    """The newest line's id in the room (0: no lines yet)."""
-    q = select(func.max(ln.id)).where(ln.room_id == room_id)
-    return int(conn.execute(q).scalar() or 0)
+    """The newest line's id in the room (0: no lines yet). Each commit asks."""
+    return int(LAST_LINE_ID.execute(conn, {"room": room_id}).scalar() or 0)
+
+
+SPEAKERS = Prepared(
+    lambda ids: select(ln.id, ln.speaker).where(ln.room_id == bindparam("room"), ln.id.in_(ids)),
+    ids=0,  # line ids start at 1
+)
 
 
 def speakers(conn: Connection, room_id: str, ids: Iterable[int]) -> dict[int, str]:
-    """line id → speaker, for these lines of the room."""
+    """line id → speaker, for these lines of the room (the evidence a commit checks)."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    q = select(ln.id, ln.speaker).where(ln.room_id == room_id, ln.id.in_(wanted))
-    return {int(i): str(who) for i, who in conn.execute(q)}
+    found: Any
+    if len(wanted) <= PREPARED_IN_MAX:
+        found = SPEAKERS.execute(conn, {"room": room_id}, ids=wanted).all()
+    else:
+        q = select(ln.id, ln.speaker).where(ln.room_id == room_id, ln.id.in_(wanted))
+        found = conn.execute(q).all()
+    return {int(i): str(who) for i, who in found}
+
+
+LINE_SIZES = Prepared(
+    lambda: (
+        select(ln.id, ln.speaker, func.length(ln.text))
+        .where(ln.room_id == bindparam("room"), ln.id > bindparam("after"))
+        .order_by(ln.id)
+        .limit(bindparam("limit"))
+    )
+)
 
 
 def line_sizes(
@@ -169,23 +194,25 @@ def line_sizes(
 ) -> list[tuple[int, str, int]]:
     """(id, speaker, characters of text) of up to `limit` lines after line `after`, oldest
     first: what a spell's window is cut from, without reading the texts."""
-    q = (
-        select(ln.id, ln.speaker, func.length(ln.text))
-        .where(ln.room_id == room_id, ln.id > after)
+    found: Any = LINE_SIZES.execute(conn, {"room": room_id, "after": after, "limit": limit})
+    return [(int(i), str(who), int(n or 0)) for i, who, n in found.all()]
+
+
+LINES_BETWEEN = Prepared(
+    lambda: (
+        select(ln.id, ln.room_id, ln.speaker, ln.text, ln.created)
+        .where(
+            ln.room_id == bindparam("room"), ln.id > bindparam("after"), ln.id <= bindparam("last")
+        )
         .order_by(ln.id)
-        .limit(limit)
     )
-    return [(int(i), str(who), int(n or 0)) for i, who, n in conn.execute(q)]
+)
 
 
 def lines_between(conn: Connection, room_id: str, after: int, last: int) -> list[Line]:
     """The room's lines with `after < id <= last`, oldest first (a spell's slice)."""
-    found = conn.execute(
-        select(ln.id, ln.room_id, ln.speaker, ln.text, ln.created)
-        .where(ln.room_id == room_id, ln.id > after, ln.id <= last)
-        .order_by(ln.id)
-    )
-    return [Line(*row) for row in found]
+    found: Any = LINES_BETWEEN.execute(conn, {"room": room_id, "after": after, "last": last})
+    return [Line(*row) for row in found.all()]
 
 
 def lagging_rooms(

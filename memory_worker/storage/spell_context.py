@@ -68,6 +68,38 @@ def _statement(humans: list[BindParameter[Any]]) -> CompoundSelect[Any]:
 
 
 SPELL_CONTEXT = Prepared(_statement, humans=-1)  # no user -1
+ROOM = Prepared(lambda: union_all(*room_branches(bindparam("room"))))
+
+
+@dataclass(frozen=True)
+class RoomMembers:
+    room: Room
+    personas: list[str]  # sorted
+    humans: list[int]  # sorted
+
+
+def room_members(conn: Connection, room_id: str) -> RoomMembers | None:
+    """The room and who is in it, or None for an unknown room: what a quiet room's fan-out
+    needs to start each persona's spell, in one statement."""
+    personas: list[str] = []
+    humans: list[int] = []
+    room: Room | None = None
+    row: Any
+    for row in ROOM.execute(conn, {"room": room_id}).all():
+        room = _room_or_member(row, personas, humans) or room
+    return None if room is None else RoomMembers(room, sorted(personas), sorted(humans))
+
+
+def _room_or_member(row: Any, personas: list[str], humans: list[int]) -> Room | None:
+    """A row of `room_branches`: the Room, or a member added to its list (then None)."""
+    if row[0] == "room":
+        return room_from(row)
+    uid = human_id(row[1])
+    if uid is None:
+        personas.append(row[1])
+    else:
+        humans.append(uid)
+    return None
 
 
 def spell_context(
@@ -89,14 +121,8 @@ def spell_context(
     row: Any
     for row in found:
         tag, k, a, b, n1, n2, n3, _ = row
-        if tag == "room":
-            room = room_from(row)
-        elif tag == "member":
-            uid = human_id(k)
-            if uid is None:
-                personas.append(k)
-            else:
-                members.append(uid)
+        if tag in ("room", "member"):
+            room = _room_or_member(row, personas, members) or room
         elif tag == "user":
             names[int(k)] = a
             memory_on[int(k)] = bool(n1)

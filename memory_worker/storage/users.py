@@ -8,12 +8,13 @@ them; the app adds users and personas.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
 
 from memory_worker import tables as t
 from memory_worker.names import word_ngrams
+from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 u = t.users.c
 p = t.personas.c
@@ -39,11 +40,19 @@ def require_user(conn: Connection, user_id: int) -> None:
         raise LookupError(f"unknown user {user_id}")
 
 
+USER_NAMES = Prepared(lambda ids: select(u.id, u.name).where(u.id.in_(ids)), ids=0)
+
+
 def user_names(conn: Connection, user_ids: Sequence[int]) -> dict[int, str]:
-    """Display names by user id (only users that exist)."""
+    """Display names by user id (only users that exist). Each spell asks (embed, commit)."""
     if not user_ids:
         return {}
-    found = conn.execute(select(u.id, u.name).where(u.id.in_(list(user_ids))))
+    ids = list(user_ids)
+    found: Any
+    if len(ids) <= PREPARED_IN_MAX:
+        found = USER_NAMES.execute(conn, {}, ids=ids).all()
+    else:
+        found = conn.execute(select(u.id, u.name).where(u.id.in_(ids))).all()
     return {int(i): str(n) for i, n in found}
 
 
@@ -103,8 +112,12 @@ def persona_names(conn: Connection, slugs: Sequence[str]) -> dict[str, str]:
     return {s: found.get(s) or s for s in slugs}
 
 
+PERSONA_NAME = Prepared(lambda: select(p.name).where(p.slug == bindparam("slug")))
+
+
 def persona_name(conn: Connection, slug: str) -> str:
-    return persona_names(conn, [slug])[slug]
+    """The persona's display name, its slug if the app never named it (route, commit)."""
+    return PERSONA_NAME.execute(conn, {"slug": slug}).scalar() or slug
 
 
 def all_persona_names(conn: Connection) -> dict[str, str]:

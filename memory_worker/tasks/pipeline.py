@@ -13,6 +13,7 @@ held (their quiet event found it taken) are never left behind.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -91,7 +92,9 @@ def commit(self: Task, spell: Message) -> Message:
     inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
     if outcome.status in ("committed", "skipped") and pipeline.has_lines_after(s):
         start_spell(s.persona, s.room_id)  # the next window of a backlog, or lines said meanwhile
-    return {"spell": s.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
+    # The toast step needs only the spell's key: what was said and decided goes no further.
+    settled = dataclasses.replace(s, candidates=[], decisions=[])
+    return {"spell": settled.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
 
 @app.task(

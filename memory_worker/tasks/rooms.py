@@ -16,6 +16,7 @@ from memory_worker.messages import room_id as checked_room_id
 from memory_worker.messages import user_id as checked_user_id
 from memory_worker.storage import rooms
 from memory_worker.storage.rooms import UnknownRoom
+from memory_worker.storage.spell_context import room_members
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, start_spell
 from memory_worker.write import pipeline, reembed
@@ -37,16 +38,14 @@ def on_room_quiet(room_id: str) -> list[str]:
         room_id = checked_room_id(room_id)
     except MalformedMessage as e:
         reject("memory_worker.on_room_quiet", e)
-    try:
-        with store.engine().connect() as conn:
-            room = rooms.load_room(conn, room_id)
-            personas, _ = rooms.members(conn, room_id)
-    except UnknownRoom as e:
-        log.error("%s", e)
+    with store.engine().connect() as conn:
+        found = room_members(conn, room_id)
+    if found is None:
+        log.error("%s", UnknownRoom(room_id))
         return []
-    if room.incognito:
+    if found.room.incognito:
         return []  # a room that neither reads nor writes: not even a cursor moves
-    return [key for p in personas if (key := start_spell(p, room_id)) is not None]
+    return [key for p in found.personas if (key := start_spell(p, room_id)) is not None]
 
 
 def sweep_lagging_rooms(*, recent: bool = False, now: float | None = None) -> list[str]:

@@ -67,7 +67,7 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
 
     open_texts = {(r.subject, r.text.strip().lower()): r.id for r in rows}
     shown = {r.id: r for r in rows}  # only rows the audience allows can be closed
-    already = extract.rows_today(conn, spell.persona, today)
+    already = extract.rows_today(conn, spell.persona, today, spell.present)
     writing = [d for d in decisions if d.event in ("ADD", "UPDATE")]
     allowed, _ = extract.cap([candidates[d.candidate] for d in writing], already)
     allowed_ids = {id(c) for c in allowed}

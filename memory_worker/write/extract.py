@@ -11,6 +11,7 @@ towards their counterpart and `world` rows towards their own.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -131,9 +132,13 @@ def known_rows(conn: Connection, persona: str, present: list[int]) -> list[str]:
     return memories.known_texts(conn, persona, present, KNOWN_MAX_ROWS)
 
 
-def rows_today(conn: Connection, persona: str, today: str) -> dict[str, int]:
-    """New rows written by this persona today, per cap key (`guards.cap_key`)."""
-    return guards.counts_by_cap(memories.written_since(conn, persona, today))
+def rows_today(
+    conn: Connection, persona: str, today: str, present: Iterable[int]
+) -> dict[str, int]:
+    """New rows written by this persona today, per cap key (`guards.cap_key`), for the caps a
+    spell with these present humans can meet: theirs and the world's (a candidate about anyone
+    else is dropped by the subject guard before any cap)."""
+    return guards.counts_by_cap(memories.written_since(conn, persona, today, present))
 
 
 _VALID_FROM = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")

@@ -48,7 +48,7 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
         names = {u: ctx.names[u] for u in spell.present if u in ctx.names}
         room_names = [ctx.names[u] for u in sorted(spell.witnessed) if u in ctx.names]
         known = extract.known_rows(conn, spell.persona, spell.present)
-        already = extract.rows_today(conn, spell.persona, clock.today())
+        already = extract.rows_today(conn, spell.persona, clock.today(), spell.present)
     while True:
         system, prompt = extract.build_prompt(
             persona_name, room, lines, names, known, clock.today()
