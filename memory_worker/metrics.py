@@ -38,11 +38,8 @@ SPELL_SECONDS = Histogram(
     "Time from a spell's start to its commit",
     buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600),
 )
-OPEN_SECONDS = Histogram(
-    "mw_room_open_seconds",
-    "Time to build the blocks at a room open",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
-)
+# No room-open histogram: a room opens in the app's process (`memory_worker.reader`), which
+# serves no /metrics and must not pay for prometheus-client; benchmarks/read_path.py times it.
 
 
 class QueueDepth(Collector):
