@@ -254,3 +254,21 @@ def test_a_human_who_muted_the_persona_is_not_in_the_present_set_the_model_sees(
     assert pipeline.run_commit(spell).status == "committed"
     assert [r["text"] for r in all_rows(db)] == ["u:17 runs marathons."]
     assert json.loads(all_rows(db)[0]["witnessed"]) == [17, DAN]  # the audience, muted or not
+
+
+@pytest.mark.parametrize(
+    "guess", [(), (DAN,), (17, DAN), (17, DAN, 99), (99,)], ids=lambda g: f"guess={list(g)}"
+)
+def test_a_spell_begins_with_the_rooms_members_now_whoever_the_caller_last_saw(
+    db: Engine, guess: tuple[int, ...]
+) -> None:
+    """The fan-out hands on the members it read; a guess that is stale (someone joined, left,
+    or never existed) is read again, never used."""
+    people(db)
+    with db.begin() as conn:
+        app_side.add_room(conn, "g1", "group", [f"u:{DAN}", "u:17", "warren"])
+        app_side.say(conn, "g1", DAN, "I bought a flat.")
+        conn.execute(t.persona_memory_mute.insert().values(user_id=DAN, persona="warren"))
+    spell = pipeline.begin("warren", "g1", guess)
+    assert spell is not None and spell.present == [17] and spell.witnessed == [17, DAN]
+    assert spell == pipeline.begin("warren", "g1")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -91,7 +92,7 @@ def commit(self: Task, spell: Message) -> Message:
     spell_log.finished(s, outcome.status, len(outcome.row_ids))
     inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
     if outcome.status in ("committed", "skipped") and pipeline.has_lines_after(s):
-        start_spell(s.persona, s.room_id)  # the next window of a backlog, or lines said meanwhile
+        start_spell(s.persona, s.room_id, s.witnessed)  # a backlog's next window, or new lines
     # The toast step needs only the spell's key: what was said and decided goes no further.
     settled = dataclasses.replace(s, candidates=[], decisions=[])
     return {"spell": settled.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
@@ -149,16 +150,17 @@ def spell_chain(spell: Spell) -> Signature:
     return chain(extract.s(spell.to_json()), embed.s(), route.s(), commit.s(), notify_toast.s())
 
 
-def start_spell(persona: str, room_id: str) -> str | None:
+def start_spell(persona: str, room_id: str, members: Sequence[int] = ()) -> str | None:
     """Begin the persona's next spell in the room and send its chain — unless one is already
-    in flight there, or there is nothing new. Returns the spell's key when one started."""
+    in flight there, or there is nothing new. Returns the spell's key when one started.
+    `members`: the room's humans as the caller last saw them (saves a read when still so)."""
     client = broker.client(app.conf.broker_url)
     token = inflight.claim(client, persona, room_id)
     if token is None:
         log.info("%s/%s: a spell is in flight; not starting another", persona, room_id)
         return None
     try:
-        spell = pipeline.begin(persona, room_id)
+        spell = pipeline.begin(persona, room_id, members)
         if spell is not None:
             spell.inflight, spell.renewed = token, time.time()
             spell_chain(spell).apply_async()

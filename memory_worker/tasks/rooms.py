@@ -45,7 +45,8 @@ def on_room_quiet(room_id: str) -> list[str]:
         return []
     if found.room.incognito:
         return []  # a room that neither reads nor writes: not even a cursor moves
-    return [key for p in found.personas if (key := start_spell(p, room_id)) is not None]
+    started = (start_spell(p, room_id, found.humans) for p in found.personas)
+    return [key for key in started if key is not None]
 
 
 def sweep_lagging_rooms(*, recent: bool = False, now: float | None = None) -> list[str]:

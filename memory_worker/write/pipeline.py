@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from memory_worker import clock, store
 from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
@@ -23,10 +24,11 @@ from memory_worker.write.ask import ask_json
 log = logging.getLogger(__name__)
 
 
-def begin(persona: str, room_id: str) -> Spell | None:
-    """The spell for a persona in a room now, or None when it has no new lines."""
+def begin(persona: str, room_id: str, members: Sequence[int] = ()) -> Spell | None:
+    """The spell for a persona in a room now, or None when it has no new lines (`members`:
+    the room's humans as the caller last saw them, `spell.begin_spell`)."""
     with store.engine().connect() as conn:
-        spell = spells.begin_spell(conn, persona, room_id)
+        spell = spells.begin_spell(conn, persona, room_id, members)
     if spell is not None:
         spell.began = time.time()
     return spell

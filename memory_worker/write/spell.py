@@ -48,22 +48,29 @@ def next_window(conn: Connection, room_id: str, after: int) -> int:
     return window_end(sizes, s.spell_max_lines, s.spell_max_chars) if sizes else 0
 
 
-def begin_spell(conn: Connection, persona: str, room_id: str) -> Spell | None:
+def begin_spell(
+    conn: Connection, persona: str, room_id: str, members: Sequence[int] = ()
+) -> Spell | None:
     """The spell for `persona` in `room_id` now, or None when there are no new lines (or no
     such room).
+
+    `members`: the room's humans as the caller last saw them (the fan-out has just read them).
+    Their switches come with the room in one read; when the room's members turn out to be
+    others, theirs are read again, so a stale guess costs a statement, never a wrong present
+    set.
 
     A spell that must not reach a model comes back with `skipped` set: it still travels to the
     commit, which advances the cursor so those lines are never mined later (a kit unmounted
     tomorrow must not turn yesterday's role-play into facts).
     """
-    ctx = spell_context(conn, persona, room_id)
+    ctx = spell_context(conn, persona, room_id, members)
     if ctx is None:
         return None
     last = next_window(conn, room_id, ctx.cursor)
     if last <= ctx.cursor:
         return None
     humans = ctx.humans
-    if humans:  # the members' switches, now that we know who they are
+    if humans and humans != sorted(set(members)):  # the members' switches, now we know them
         ctx = spell_context(conn, persona, room_id, humans) or ctx
     present = ctx.eligible(humans)
     spell = Spell(persona, room_id, ctx.cursor, last, present=present, witnessed=humans)
