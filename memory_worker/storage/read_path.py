@@ -68,7 +68,7 @@ Column = ColumnElement[Any]
 
 def room_branches(room: BindParameter[str]) -> list[Select[Any]]:
     """The room and its members as two branches of a `tagged` UNION ('room', 'member'): what
-    both a room open and a spell read first, parsed by `room_from`."""
+    both a room open and a spell read first, parsed by `room_or_member`."""
     r, m = t.rooms.c, t.room_members.c
     return [
         select(
@@ -99,6 +99,18 @@ def room_from(row: Any) -> Room:
         topic=b,
         topic_embedding=None if blob is None else bytes(blob),
     )
+
+
+def room_or_member(row: Any, personas: list[str], humans: list[int]) -> Room | None:
+    """A row of `room_branches`: the Room, or a member added to its list (then None)."""
+    if row[0] == "room":
+        return room_from(row)
+    uid = human_id(row[1])
+    if uid is None:
+        personas.append(row[1])
+    else:
+        humans.append(uid)
+    return None
 
 
 def _context_statement(
@@ -134,19 +146,15 @@ def context(
         conn, {"room": room_id}, present=sorted(present), personas=sorted(personas)
     ).all()
     room: Room | None = None
-    members, member_humans, humans, memory_on = [], set(), {}, {}
+    members: list[str] = []
+    member_humans: list[int] = []
+    humans, memory_on = {}, {}
     mutes, versions, names = set(), {}, {}
     row: Any
     for row in found:
         tag, k, a, b, n1, n2, n3, blob = row
-        if tag == "room":
-            room = room_from(row)
-        elif tag == "member":
-            uid = human_id(k)
-            if uid is None:
-                members.append(k)
-            else:
-                member_humans.add(uid)
+        if tag in ("room", "member"):
+            room = room_or_member(row, members, member_humans) or room
         elif tag == "user":
             uid = int(k)
             humans[uid] = Human(uid, a, b)

@@ -25,9 +25,9 @@ from sqlalchemy import (
 )
 
 from memory_worker import tables as t
-from memory_worker.rows import Room, human_id
+from memory_worker.rows import Room
 from memory_worker.storage.prepared import Prepared, tagged
-from memory_worker.storage.read_path import room_branches, room_from
+from memory_worker.storage.read_path import room_branches, room_or_member
 
 
 @dataclass(frozen=True)
@@ -86,20 +86,8 @@ def room_members(conn: Connection, room_id: str) -> RoomMembers | None:
     room: Room | None = None
     row: Any
     for row in ROOM.execute(conn, {"room": room_id}).all():
-        room = _room_or_member(row, personas, humans) or room
+        room = room_or_member(row, personas, humans) or room
     return None if room is None else RoomMembers(room, sorted(personas), sorted(humans))
-
-
-def _room_or_member(row: Any, personas: list[str], humans: list[int]) -> Room | None:
-    """A row of `room_branches`: the Room, or a member added to its list (then None)."""
-    if row[0] == "room":
-        return room_from(row)
-    uid = human_id(row[1])
-    if uid is None:
-        personas.append(row[1])
-    else:
-        humans.append(uid)
-    return None
 
 
 def spell_context(
@@ -122,7 +110,7 @@ def spell_context(
     for row in found:
         tag, k, a, b, n1, n2, n3, _ = row
         if tag in ("room", "member"):
-            room = _room_or_member(row, personas, members) or room
+            room = room_or_member(row, personas, members) or room
         elif tag == "user":
             names[int(k)] = a
             memory_on[int(k)] = bool(n1)
