@@ -242,22 +242,41 @@ class ReadCache:
         with self._lock:
             return self._entries.get(key)
 
-    def put(self, key: Key, rows: PersonaRows) -> None:
+    def urls(self) -> list[str]:
+        """The databases something is held for."""
+        with self._lock:
+            return sorted({k[0] for k in self._entries})
+
+    def held(self, url: str) -> dict[str, PersonaRows]:
+        """Every persona held for this database, with its entry (the sweep's list)."""
+        with self._lock:
+            return {k[1]: rows for k, rows in self._entries.items() if k[0] == url}
+
+    def drop(self, key: Key, rows: PersonaRows) -> None:
+        """Let go of the entry of `key` if it is still `rows` (a newer one stays)."""
+        with self._lock:
+            if self._entries.get(key) is rows:
+                del self._entries[key]
+                self.bytes -= self._sizes.pop(key)
+
+    def put(self, key: Key, rows: PersonaRows, *, recent: bool = True) -> None:
         """Keep `rows`: the last read wins. An entry older than the store (another thread read
         a newer version first) is caught up by the next open from the change log; a counter
         lower than the one held means the store was restored or made anew, and what was held
-        described another store."""
+        described another store. `recent=False` (the sweep) keeps a held entry's place in the
+        LRU: catching up is not a use."""
         with self._lock:
-            self._store(key, rows)
+            self._store(key, rows, recent)
 
-    def _store(self, key: Key, rows: PersonaRows) -> None:
-        if key in self._entries:
-            del self._entries[key]
-            self.bytes -= self._sizes.pop(key)
+    def _store(self, key: Key, rows: PersonaRows, recent: bool = True) -> None:
         size = rows.nbytes
+        if key in self._entries:
+            self.bytes -= self._sizes.pop(key)
+            if recent or size > self.max_bytes:
+                del self._entries[key]
         if size > self.max_bytes:
             return  # bigger than the whole bound: ranked, not kept
-        self._entries[key] = rows
+        self._entries[key] = rows  # a key still held keeps its place
         self._sizes[key] = size
         self.bytes += size
         self._trim()
@@ -313,13 +332,15 @@ class ReadCache:
             out[held] = int8_cosines(vectors.matrix[some], topic, vectors.norms[some])
         return out
 
-    def fill(self, key: Key, rows: PersonaRows, load: LoadVectors) -> PersonaRows:
+    def fill(
+        self, key: Key, rows: PersonaRows, load: LoadVectors, *, recent: bool = True
+    ) -> PersonaRows:
         """`rows` with a vector for each of its newest rows that fit the bound — the slots it
-        has kept, the rest loaded into its store (or a compacted copy) — kept in the cache.
-        Rows that never needed vectors are kept as they are."""
+        has kept, the rest loaded into its store (or a compacted copy) — kept in the cache
+        (`put`'s `recent`). Rows that never needed vectors are kept as they are."""
         vectors = rows.vectors
         if vectors is None:
-            self.put(key, rows)
+            self.put(key, rows, recent=recent)
             return rows
         allowed = self.slots_allowed(rows, vectors.dims)
         start = len(rows) - min(len(rows), allowed)
@@ -337,7 +358,7 @@ class ReadCache:
             blobs = [found.get(int(i)) for i in rows.ids[need]]
             slots[need] = vectors.append(blobs, room=allowed)
         out = replace(rows, slots=slots, vectors=vectors)
-        self.put(key, out)
+        self.put(key, out, recent=recent)
         return out
 
     def touched(

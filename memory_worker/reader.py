@@ -11,6 +11,8 @@ the persona's version moved; the audience rule picks the rows of those columns t
 see (`visible_index`), and before rendering every winner passes `visible_memories` itself:
 the cache narrows, the seed's predicate decides, and nothing after it adds a row. The touch is
 promised, then applied by a background flush (touch.py): the caller never waits on a writer.
+What another process deleted leaves this process's cache within `read_cache_sweep_s` even if
+no room opens here again (cache_sweep.py, `catch_up`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from memory_worker import clock, store
 from memory_worker import settings as settings_mod
 from memory_worker.audience import Consent, Scope, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
+from memory_worker.cache_sweep import Sweeper
 from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.ranking import (
     UNREADABLE_AGE_DAYS,
@@ -54,6 +57,8 @@ __all__ = [
     "UnknownRoom",
     "blocks_for_room",
     "build_block",
+    "catch_up",
+    "close",
     "flush_touches",
     "format_block",
     "recall",
@@ -98,6 +103,15 @@ def blocks_for_room(
 def flush_touches(timeout: float | None = None) -> bool:
     """Wait until every touch promised so far is in the store. True when drained."""
     return TOUCHES.flush(timeout)
+
+
+def close(timeout: float | None = None) -> bool:
+    """Before a store goes away (a test's, the leak exam's): wait for the promised touches,
+    wait out a sweep under way, and forget everything cached. True when the touches drained."""
+    drained = flush_touches(timeout)
+    with SWEEP.paused():
+        READ_CACHE.clear()
+    return drained
 
 
 def format_block(block: Block) -> str:
@@ -232,6 +246,7 @@ def load_candidates(
     would only push a room's topic out of the cache.
     """
     url = url or settings_mod.current().database_url
+    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
     now_day = when.timestamp() / 86400.0
     seen = [p for p, s in scopes.items() if s.world]
     if versions is None:
@@ -280,6 +295,38 @@ def _fetch(
     for r in found:
         by_persona[r[1]].append(r)
     return {**out, **{p: _columns(rows, versions[p]) for p, rows in by_persona.items()}}
+
+
+def catch_up(url: str | None = None) -> int:
+    """Bring every persona this process holds (for `url`, or for every store) up to the
+    store's version, as its next open would: the rows its change log names are read again, a
+    deleted or closed one leaves the columns and its vector slot is zeroed. An entry the log
+    no longer reaches (or ahead of the store: another store) is dropped, not read again. The
+    LRU order stays. Returns how many personas moved. The sweep thread runs it every
+    `read_cache_sweep_s`."""
+    urls = [url] if url is not None else READ_CACHE.urls()
+    return sum(_catch_up_store(u) for u in urls)
+
+
+def _catch_up_store(url: str) -> int:
+    held = READ_CACHE.held(url)
+    if not held:
+        return 0
+    with store.engine(url).connect() as conn:
+        now = read_path.versions(conn, list(held))
+        moved = {p: old for p, old in held.items() if old.version != now[p]}
+        for p, old in moved.items():
+            changed = read_path.changed_rows(conn, p, old.version, now[p])
+            if changed is None:
+                READ_CACHE.drop((url, p), old)
+                continue
+            fresh = _columns(read_path.open_rows(conn, [p], sorted(changed)), now[p])
+            rows = old.patched(changed, fresh)
+            READ_CACHE.fill((url, p), rows, _loader(conn, p, len(rows)), recent=False)
+    return len(moved)
+
+
+SWEEP = Sweeper(catch_up, lambda: settings_mod.current().read_cache_sweep_s)
 
 
 def _group(ref: str | None) -> int:

@@ -149,6 +149,13 @@ class Settings(BaseSettings):
     read_cache_bytes: int = Field(
         256 * 2**20, ge=0, validation_alias=AliasChoices("MW_READ_CACHE_BYTES", "read_cache_bytes")
     )
+    # How long a row deleted elsewhere may stay in an app process's read cache (cache_sweep.py).
+    read_cache_sweep_s: float = Field(
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_READ_CACHE_SWEEP_S", "read_cache_sweep_s"),
+    )
     # Fix "today" for reproducible runs (the demo's cassette keys on the prompt, which holds it).
     today: str | None = Field(None, validation_alias=AliasChoices("MW_TODAY", "today"))
     # Signs the web page's session cookie (≥ 32 chars, checked by `serve`). Unset: random.

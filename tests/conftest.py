@@ -31,17 +31,21 @@ def db(tmp_path: Path) -> Iterator[Engine]:
     """A migrated, empty store; `settings.current()` points at it for the test's length."""
     url = _fresh_database_url(tmp_path)
     before = settings_mod.current()
-    settings_mod.configure(before.with_(database_url=url, state_dir=tmp_path / "state"))
+    # The read cache's sweep is left to the tests that wait for it (test_cache_sweep.py): the
+    # others watch the cache change open by open, as "another process" writes in between.
+    settings_mod.configure(
+        before.with_(database_url=url, state_dir=tmp_path / "state", read_cache_sweep_s=3600.0)
+    )
     store.init_db(url)
     try:
         yield store.engine(url)
     finally:
         from memory_worker import reader
 
-        reader.flush_touches(timeout=30)  # a touch promised here lands here, not in the next test
-        # The next test's store may reuse this URL (PostgreSQL) with its counters back at zero:
-        # a new store, so nothing this process cached of the old one may answer for it.
-        reader.READ_CACHE.clear()
+        # A touch promised here lands here, not in the next test. The next test's store may
+        # reuse this URL (PostgreSQL) with its counters back at zero: a new store, so nothing
+        # this process cached of the old one may answer for it.
+        reader.close(timeout=30)
         settings_mod.configure(before)
         if not url.startswith("postgresql"):
             store.engine(url).dispose()

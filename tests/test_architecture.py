@@ -24,7 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "model interfaces": ("models.base",),
     "models": ("models",),
     "write": ("write",),
-    "reader": ("reader", "recall", "touch"),
+    "reader": ("reader", "recall", "touch", "cache_sweep"),
     "controls": ("controls",),
     "app side": ("app_side",),
     "infra": (

@@ -154,10 +154,10 @@ def run(
             without_dan = probe("group-without-dan", [CARA], speaker, turns, "group", proven_scope)
             control = probe("dm-dan-again", [DAN], speaker, turns, kind="private")
         finally:
-            # The touches the probes promised land in this store before it goes: the flush
-            # would otherwise reopen leak.db while the folder is being removed.
-            reader.flush_touches(timeout=30)
-            reader.READ_CACHE.clear()
+            # The touches the probes promised land in this store before it goes, and the
+            # cache's sweep lets go of it: either would otherwise reopen leak.db while the
+            # folder is being removed.
+            reader.close(timeout=30)
             store.engine().dispose()
             settings_mod.configure(before)
             models.clear_cache()

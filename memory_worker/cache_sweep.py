@@ -1,0 +1,91 @@
+"""The read cache's background catch-up, so that a delete reaches every app process's memory.
+
+A process's read cache (read_cache.py) is brought up to date by that process's own opens. A row
+deleted elsewhere — by the human's delete in another app process, an undo, a reset — would
+otherwise stay in every process that held its persona: its ranking columns and its int8
+vector, until that process next opened one of the persona's rooms, which may be never.
+DESIGN.md: a delete reaches every copy.
+
+So one daemon thread per process, started by the first open (importing starts nothing), runs
+the reader's sweep every `read_cache_sweep_s` (MW_READ_CACHE_SWEEP_S, default 5 s): one
+statement reads every held persona's version, and a persona that moved is patched from its
+change log as its next open would patch it (`reader.catch_up`). A deleted or closed row
+leaves the columns and its vector slot is zeroed; an entry the change log no longer reaches is
+dropped, not read again. A sweep that fails (the database away) is logged by type and tried
+again at the next interval. A forked child starts its own thread at its first open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
+
+TICK_S = 1.0  # ours: the longest the thread sleeps before it reads the interval again
+
+
+class Sweeper:
+    """Runs `sweep()` every `every()` seconds on a daemon thread of its own."""
+
+    def __init__(self, sweep: Callable[[], object], every: Callable[[], float]):
+        self._sweep = sweep
+        self._every = every
+        self._pid = -1  # nothing started yet
+        self.failures = 0  # sweeps that raised (logged by type)
+
+    def start(self) -> None:
+        """Start the thread in this process if it is not running (first use, or a fork)."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._cv = threading.Condition()
+        self._passing = threading.Lock()  # held while a sweep runs
+        self._started = self._finished = 0
+        threading.Thread(target=self._run, name="memory-read-sweep", daemon=True).start()
+
+    def wait_for_pass(self, timeout: float) -> bool:
+        """Wait until a whole sweep that began after this call has finished. False on timeout
+        or when no thread runs in this process."""
+        if self._pid != os.getpid():
+            return False
+        with self._cv:
+            begun = self._started
+            return self._cv.wait_for(lambda: self._finished > begun, timeout)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No sweep runs inside this block (one under way is waited out first)."""
+        if self._pid != os.getpid():
+            yield
+            return
+        with self._passing:
+            yield
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while True:
+            left = last + self._every() - time.monotonic()
+            if left > 0:
+                time.sleep(min(left, TICK_S))  # the interval may change: read it again soon
+                continue
+            with self._cv:
+                self._started += 1
+            with self._passing:
+                try:
+                    self._sweep()
+                except Exception as exc:  # noqa: BLE001 — a sweep must never take the thread down
+                    self.failures += 1
+                    log.warning(
+                        "read cache sweep failed (%s); next in %gs",
+                        type(exc).__name__,
+                        self._every(),
+                    )
+            last = time.monotonic()
+            with self._cv:
+                self._finished += 1
+                self._cv.notify_all()

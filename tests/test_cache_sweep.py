@@ -1,0 +1,150 @@
+"""A delete reaches every copy: what another process deleted leaves this process's read cache
+within `read_cache_sweep_s`, though no room opens here again (cache_sweep.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, event, insert, select
+
+from memory_worker import reader
+from memory_worker import settings as settings_mod
+from memory_worker import tables as t
+from memory_worker.cache_sweep import Sweeper
+from memory_worker.read_cache import PersonaRows, ReadCache
+from memory_worker.reader import build_block
+from tests import test_read_cache
+from tests.test_read_cache import DAN, NOW, held, new_row
+
+store_rows = test_read_cache.store_rows  # the same store as the cache's own tests
+
+pytestmark = pytest.mark.store
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP_S = 0.2  # short, so a test waits a fraction of a second for its pass
+
+
+@pytest.fixture
+def sweeping(db: Engine) -> None:
+    settings_mod.configure(settings_mod.current().with_(read_cache_sweep_s=SWEEP_S))
+
+
+def delete_in_another_process(url: str, user_id: int, row_id: int) -> None:
+    """The human's delete, served by another app process: this one's cache is not told."""
+    code = f"from memory_worker import controls; controls.delete_row({user_id}, {row_id})"
+    env = {**os.environ, "MW_DATABASE_URL": url}
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120)
+
+
+def test_a_row_deleted_in_another_process_leaves_this_ones_cache_with_no_open_here(
+    store_rows: np.random.Generator, db: Engine, sweeping: None
+) -> None:
+    first = build_block("warren", {DAN}, "topic", now=NOW, touch=False)  # vectors loaded
+    gone = first.row_ids[0]
+    pm = t.persona_memory.c
+    with db.connect() as c:
+        blob = c.execute(select(pm.embedding).where(pm.id == gone)).scalar_one()
+    entry = held("warren")
+    assert entry.vectors is not None and entry.slots is not None
+    slot = int(entry.slots[np.searchsorted(entry.ids, gone)])
+    vectors = entry.vectors
+    assert bytes(vectors.matrix[slot].tobytes()) == blob, "the vector is held before"
+    assert any(cos[slot] != 0 for cos in vectors.cosines.values()), "and its topic cosine"
+
+    delete_in_another_process(db.url.render_as_string(hide_password=False), DAN, gone)
+    assert reader.SWEEP.wait_for_pass(timeout=30), "a sweep ran after the delete"
+
+    assert not np.any(vectors.matrix[slot]), "the vector's slot is zeroed"
+    assert vectors.norms[slot] == 0 and all(cos[slot] == 0 for cos in vectors.cosines.values())
+    copies = np.all(vectors.matrix == np.frombuffer(blob, dtype=np.int8), axis=1)
+    assert not copies.any(), "no other slot holds it"
+    now = held("warren")
+    assert gone not in now.ids, "nor do the ranking columns"
+    with db.connect() as c:
+        stored = c.execute(
+            select(t.persona_memory_versions.c.version).where(
+                t.persona_memory_versions.c.persona == "warren"
+            )
+        ).scalar_one()
+    assert now.version == stored, "the entry is at the store's version"
+    warm = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    reader.READ_CACHE.clear()
+    assert warm.text == build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
+
+
+def test_a_sweep_lets_go_of_what_the_change_log_no_longer_reaches_and_reads_no_rows(
+    store_rows: np.random.Generator, db: Engine, sweeping: None
+) -> None:
+    for persona in ("warren", "nolan"):
+        build_block(persona, {DAN}, "topic", now=NOW, touch=False)
+    assert reader.SWEEP.wait_for_pass(timeout=30)  # the sweep runs before the writes, too
+    with db.begin() as c:  # another process, more writes than the change log keeps (1,024)
+        c.execute(
+            insert(t.persona_memory),
+            [new_row(store_rows, "warren", "u:42", i) for i in range(1100)],
+        )
+    reads: list[str] = []
+
+    @event.listens_for(db, "before_cursor_execute")
+    def _note(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "memory-read-sweep":
+            reads.append(statement)
+
+    assert reader.SWEEP.wait_for_pass(timeout=30)
+    event.remove(db, "before_cursor_execute", _note)
+    url = settings_mod.current().database_url
+    assert "warren" not in reader.READ_CACHE.held(url), "dropped: nothing of it is kept"
+    assert "nolan" in reader.READ_CACHE.held(url), "a persona that did not move stays"
+    assert reads, "the sweep read the versions"
+    rows_read = [s for s in reads if re.search(r"\bFROM persona_memory\b", s)]
+    assert not rows_read, "and no row: the next open reads them, if one ever comes"
+
+
+def test_catching_up_keeps_an_entrys_place_in_the_lru() -> None:
+    def rows(n: int, version: int = 1) -> PersonaRows:
+        z, zi = np.zeros(n), np.arange(n, dtype=np.int64)
+        return PersonaRows(version, zi, zi, zi, z, z, zi)
+
+    size = rows(100).nbytes
+    cache = ReadCache(max_bytes=2 * size + size // 2)  # room for two entries
+    cache.put(("db", "old"), rows(100))
+    cache.put(("db", "new"), rows(100))
+    cache.put(("db", "old"), rows(100, version=2), recent=False)  # a sweep caught it up
+    cache.put(("db", "third"), rows(100))
+    assert set(cache.held("db")) == {"new", "third"}, "the least recently opened went first"
+    cache.put(("db", "new"), rows(100, version=2))  # an open: now the most recent
+    cache.put(("db", "fourth"), rows(100))
+    assert set(cache.held("db")) == {"new", "fourth"}
+    assert cache.bytes == 2 * size
+
+
+def test_a_sweep_that_fails_is_counted_and_the_next_one_still_runs() -> None:
+    passes: list[int] = []
+
+    def sweep() -> None:
+        passes.append(len(passes))
+        if len(passes) == 1:
+            raise OSError("the database is away")
+
+    sweeper = Sweeper(sweep, lambda: 0.01)
+    assert not sweeper.wait_for_pass(timeout=0.01), "no thread before start"
+    sweeper.start()
+    assert sweeper.wait_for_pass(timeout=30) and sweeper.wait_for_pass(timeout=30)
+    assert sweeper.failures == 1 and len(passes) >= 2
+
+
+def test_the_sweep_interval_comes_from_one_setting_named_in_its_error() -> None:
+    assert settings_mod.Settings.from_env({}).read_cache_sweep_s == 5.0
+    assert (
+        settings_mod.Settings.from_env({"MW_READ_CACHE_SWEEP_S": "0.5"}).read_cache_sweep_s == 0.5
+    )
+    for bad in ("0", "-1", "inf", "often"):
+        with pytest.raises(settings_mod.ConfigError, match="MW_READ_CACHE_SWEEP_S"):
+            settings_mod.Settings.from_env({"MW_READ_CACHE_SWEEP_S": bad})
