@@ -36,17 +36,22 @@ class Sweeper:
         self._sweep = sweep
         self._every = every
         self._pid = -1  # nothing started yet
+        self._starting = threading.Lock()
         self.failures = 0  # sweeps that raised (logged by type)
 
     def start(self) -> None:
-        """Start the thread in this process if it is not running (first use, or a fork)."""
+        """Start the thread in this process if it is not running (first use, or a fork).
+        Safe for openers racing to be first: `_pid` is set last, once the state is whole."""
         if self._pid == os.getpid():
             return
-        self._pid = os.getpid()
-        self._cv = threading.Condition()
-        self._passing = threading.Lock()  # held while a sweep runs
-        self._started = self._finished = 0
-        threading.Thread(target=self._run, name="memory-read-sweep", daemon=True).start()
+        with self._starting:
+            if self._pid == os.getpid():
+                return
+            self._cv = threading.Condition()
+            self._passing = threading.Lock()  # held while a sweep runs
+            self._started = self._finished = 0
+            threading.Thread(target=self._run, name="memory-read-sweep", daemon=True).start()
+            self._pid = os.getpid()
 
     def wait_for_pass(self, timeout: float) -> bool:
         """Wait until a whole sweep that began after this call has finished. False on timeout

@@ -50,19 +50,25 @@ class Toucher:
         self._apply = apply
         self._max = max_pending
         self._pid = -1  # nothing started yet: importing starts nothing
+        self._starting = threading.Lock()
         self.dropped = 0  # touches given up on (logged by count)
 
     def _ensure(self) -> None:
-        """Fresh state in a new process (first use, or a forked child), started lazily."""
+        """Fresh state in a new process (first use, or a forked child), started lazily. The
+        first openers of a process may race here: one builds the queue, and `_pid` is set
+        last, so nobody uses a queue that is half made or about to be replaced."""
         if self._pid == os.getpid():
             return
-        self._pid = os.getpid()
-        self._cv = threading.Condition()
-        self._pending: list[Touch] = []
-        self._busy = False
-        self._thread = threading.Thread(target=self._run, name="memory-touch", daemon=True)
-        self._thread.start()
-        atexit.register(self.flush, EXIT_FLUSH_S)
+        with self._starting:
+            if self._pid == os.getpid():
+                return
+            self._cv = threading.Condition()
+            self._pending: list[Touch] = []
+            self._busy = False
+            self._thread = threading.Thread(target=self._run, name="memory-touch", daemon=True)
+            self._thread.start()
+            atexit.register(self.flush, EXIT_FLUSH_S)
+            self._pid = os.getpid()
 
     def promise(self, touch: Touch) -> None:
         """Queue a touch; waits only while MAX_PENDING touches are already waiting."""

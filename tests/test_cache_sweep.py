@@ -148,3 +148,36 @@ def test_the_sweep_interval_comes_from_one_setting_named_in_its_error() -> None:
     for bad in ("0", "-1", "inf", "often"):
         with pytest.raises(settings_mod.ConfigError, match="MW_READ_CACHE_SWEEP_S"):
             settings_mod.Settings.from_env({"MW_READ_CACHE_SWEEP_S": bad})
+
+
+def test_openers_racing_to_be_a_processs_first_start_one_sweep_thread() -> None:
+    racers, extra = 8, 0
+    errors: list[BaseException] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as it can: races show up
+    try:
+        for _ in range(30):
+            before = {t.ident for t in threading.enumerate() if t.name == "memory-read-sweep"}
+            sweeper = Sweeper(lambda: None, lambda: 3600.0)
+            start = threading.Barrier(racers)
+
+            def race(s: Sweeper = sweeper, b: threading.Barrier = start) -> None:
+                b.wait()
+                try:
+                    s.start()
+                    with s.paused():
+                        pass
+                except BaseException as e:  # noqa: BLE001 — a racing opener must not fail
+                    errors.append(e)
+
+            threads = [threading.Thread(target=race) for _ in range(racers)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(10)
+            assert not errors, errors
+            now = {t.ident for t in threading.enumerate() if t.name == "memory-read-sweep"}
+            extra += len(now - before) - 1
+    finally:
+        sys.setswitchinterval(switch)
+    assert extra == 0, f"{extra} sweep threads too many"

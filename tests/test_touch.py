@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -43,3 +44,43 @@ def test_flush_reports_a_queue_it_could_not_drain_in_time() -> None:
     assert not toucher.flush(0.2)
     gate.set()
     assert toucher.flush(10)
+
+
+def test_touches_promised_at_once_by_a_processs_first_openers_all_land() -> None:
+    """The queue and its thread are made at first use; openers racing to be first must share
+    one queue, not each build one and lose what the other queued there."""
+    openers = 8
+    lost = 0
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as it can: races show up
+    try:
+        for _ in range(30):
+            applied: list[int] = []
+
+            def apply(_url: str, touches: Sequence[Touch], into: list[int] = applied) -> None:
+                with lock:
+                    into.extend(t.ids[0] for t in touches)
+
+            toucher = Toucher(apply)
+            start = threading.Barrier(openers)
+
+            def open_room(n: int, t: Toucher = toucher, b: threading.Barrier = start) -> None:
+                b.wait()
+                try:
+                    t.promise(touch(n))
+                except BaseException as e:  # noqa: BLE001 — a racing opener must not fail
+                    errors.append(e)
+
+            threads = [threading.Thread(target=open_room, args=(n,)) for n in range(openers)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(10)
+            assert toucher.flush(10)
+            assert not errors, errors
+            lost += openers - len(applied)
+    finally:
+        sys.setswitchinterval(switch)
+    assert lost == 0, f"{lost} promised touches never landed"
