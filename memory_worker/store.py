@@ -8,6 +8,7 @@ an engine must never cross a fork (Celery's prefork pool).
 from __future__ import annotations
 
 import os
+import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ SQLITE_BUSY_TIMEOUT_MS = 5_000  # a writer waits this long for the lock before "
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"  # Alembic's script location
 
 _engines: dict[tuple[str, int], Engine] = {}
+_building = threading.Lock()  # a process's first users may race: one engine, not one each
 
 
 def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -49,8 +51,10 @@ def engine(url: str | None = None) -> Engine:
     key = (url, os.getpid())
     eng = _engines.get(key)
     if eng is None:
-        eng = _build_engine(url)
-        _engines[key] = eng
+        with _building:
+            eng = _engines.get(key)
+            if eng is None:
+                eng = _engines[key] = _build_engine(url)
     return eng
 
 

@@ -239,3 +239,32 @@ def test_migrating_cuts_the_quoted_answer_off_reasons_stored_before(db: Engine) 
             "model error: 403",
             None,
         ]
+
+
+def test_threads_racing_for_a_stores_first_engine_all_get_the_same_one(tmp_path: Path) -> None:
+    """Two engines for one store would hold two connection pools, the loser's never closed."""
+    racers, extra = 8, 0
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as it can: races show up
+    try:
+        for i in range(20):
+            url = f"sqlite:///{tmp_path / f'race-{i}.db'}"
+            start = threading.Barrier(racers)
+            got: list[Engine] = []
+
+            def first_use(
+                u: str = url, b: threading.Barrier = start, into: list[Engine] = got
+            ) -> None:
+                b.wait()
+                into.append(store.engine(u))
+
+            threads = [threading.Thread(target=first_use) for _ in range(racers)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(10)
+            extra += len({id(e) for e in got}) - 1
+            store.engine(url).dispose()
+    finally:
+        sys.setswitchinterval(switch)
+    assert extra == 0, f"{extra} engines too many"
