@@ -264,11 +264,13 @@ class ReadCache:
         a newer version first) is caught up by the next open from the change log; a counter
         lower than the one held means the store was restored or made anew, and what was held
         described another store. `recent=False` (the sweep) keeps a held entry's place in the
-        LRU: catching up is not a use."""
+        LRU and keeps nothing that is no longer held: catching up is not a use."""
         with self._lock:
             self._store(key, rows, recent)
 
     def _store(self, key: Key, rows: PersonaRows, recent: bool = True) -> None:
+        if not recent and key not in self._entries:
+            return  # let go of while it was being caught up
         size = rows.nbytes
         if key in self._entries:
             self.bytes -= self._sizes.pop(key)

@@ -107,7 +107,7 @@ def test_a_sweep_lets_go_of_what_the_change_log_no_longer_reaches_and_reads_no_r
     assert not rows_read, "and no row: the next open reads them, if one ever comes"
 
 
-def test_catching_up_keeps_an_entrys_place_in_the_lru() -> None:
+def test_catching_up_keeps_an_entrys_place_in_the_lru_and_brings_back_nothing_let_go_of() -> None:
     def rows(n: int, version: int = 1) -> PersonaRows:
         z, zi = np.zeros(n), np.arange(n, dtype=np.int64)
         return PersonaRows(version, zi, zi, zi, z, z, zi)
@@ -122,6 +122,8 @@ def test_catching_up_keeps_an_entrys_place_in_the_lru() -> None:
     cache.put(("db", "new"), rows(100, version=2))  # an open: now the most recent
     cache.put(("db", "fourth"), rows(100))
     assert set(cache.held("db")) == {"new", "fourth"}
+    cache.put(("db", "old"), rows(100, version=3), recent=False)  # caught up after it went
+    assert set(cache.held("db")) == {"new", "fourth"}, "nothing let go of comes back"
     assert cache.bytes == 2 * size
 
 
