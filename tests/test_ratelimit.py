@@ -18,10 +18,11 @@ from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline
 
 # The quota holds at the moment Redis grants a slot; a call is noted a little later (a thread
-# scheduled, a request crossing loopback), by up to JITTER_S on a loaded machine. So: with
-# 5 per sliding second, never more than 10 noted in any 1.5 s — while without the acquire
-# every call of the run lands within a fraction of a second.
-JITTER_S = 0.5
+# scheduled, a request crossing loopback), by up to JITTER_S on a loaded machine (a clean-clone
+# CI run once saw more than 0.5 s). So: with 5 per sliding second, never more than 10 noted in
+# any 1.25 s. That still catches one call a second too many (6 + 6 within 1.0 s and a bit),
+# and without the acquire every call of the run lands within a fraction of a second.
+JITTER_S = 0.75
 
 
 def most_in_any_window(times: list[float], window: float) -> int:
