@@ -18,11 +18,12 @@ again at the next interval. A forked child starts its own thread at its first op
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from memory_worker.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -35,28 +36,23 @@ class Sweeper:
     def __init__(self, sweep: Callable[[], object], every: Callable[[], float]):
         self._sweep = sweep
         self._every = every
-        self._pid = -1  # nothing started yet
-        self._starting = threading.Lock()
+        self._state = PerProcess(self._begin)  # nothing started yet
         self.failures = 0  # sweeps that raised (logged by type)
 
     def start(self) -> None:
-        """Start the thread in this process if it is not running (first use, or a fork).
-        Safe for openers racing to be first: `_pid` is set last, once the state is whole."""
-        if self._pid == os.getpid():
-            return
-        with self._starting:
-            if self._pid == os.getpid():
-                return
-            self._cv = threading.Condition()
-            self._passing = threading.Lock()  # held while a sweep runs
-            self._started = self._finished = 0
-            threading.Thread(target=self._run, name="memory-read-sweep", daemon=True).start()
-            self._pid = os.getpid()
+        """Start the thread in this process if it is not running (first use, or a fork)."""
+        self._state.ensure()
+
+    def _begin(self) -> None:
+        self._cv = threading.Condition()
+        self._passing = threading.Lock()  # held while a sweep runs
+        self._started = self._finished = 0
+        threading.Thread(target=self._run, name="memory-read-sweep", daemon=True).start()
 
     def wait_for_pass(self, timeout: float) -> bool:
         """Wait until a whole sweep that began after this call has finished. False on timeout
         or when no thread runs in this process."""
-        if self._pid != os.getpid():
+        if not self._state.here:
             return False
         with self._cv:
             begun = self._started
@@ -65,7 +61,7 @@ class Sweeper:
     @contextmanager
     def paused(self) -> Iterator[None]:
         """No sweep runs inside this block (one under way is waited out first)."""
-        if self._pid != os.getpid():
+        if not self._state.here:
             yield
             return
         with self._passing:

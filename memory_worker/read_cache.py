@@ -269,16 +269,18 @@ class ReadCache:
             self._store(key, rows, recent)
 
     def _store(self, key: Key, rows: PersonaRows, recent: bool = True) -> None:
-        if not recent and key not in self._entries:
+        held = key in self._entries
+        if not (held or recent):
             return  # let go of while it was being caught up
-        size = rows.nbytes
-        if key in self._entries:
+        if held:
             self.bytes -= self._sizes.pop(key)
-            if recent or size > self.max_bytes:
-                del self._entries[key]
+        size = rows.nbytes
         if size > self.max_bytes:
+            self._entries.pop(key, None)
             return  # bigger than the whole bound: ranked, not kept
-        self._entries[key] = rows  # a key still held keeps its place
+        self._entries[key] = rows  # a key already held keeps its place...
+        if recent:
+            self._entries.move_to_end(key)  # ...unless this is a use
         self._sizes[key] = size
         self.bytes += size
         self._trim()

@@ -281,10 +281,9 @@ def _fetch(
     out: dict[str, PersonaRows] = {}
     for p in personas:
         old = READ_CACHE.previous((url, p))
-        changed = None if old is None else read_path.changed_rows(conn, p, old.version, versions[p])
-        if old is not None and changed is not None:
-            fresh = _columns(read_path.open_rows(conn, [p], sorted(changed)), versions[p])
-            out[p] = old.patched(changed, fresh)
+        patched = None if old is None else _patched(conn, p, old, versions[p])
+        if patched is not None:
+            out[p] = patched
     rest = [p for p in personas if p not in out]
     if not rest:
         return out
@@ -295,6 +294,18 @@ def _fetch(
     for r in found:
         by_persona[r[1]].append(r)
     return {**out, **{p: _columns(rows, versions[p]) for p, rows in by_persona.items()}}
+
+
+def _patched(
+    conn: Connection, persona: str, old: PersonaRows, version: Version
+) -> PersonaRows | None:
+    """`old` brought to `version` by re-reading only the rows its change log names since; None
+    when the log no longer reaches that far back (or `old` is ahead: another store)."""
+    changed = read_path.changed_rows(conn, persona, old.version, version)
+    if changed is None:
+        return None
+    fresh = _columns(read_path.open_rows(conn, [persona], sorted(changed)), version)
+    return old.patched(changed, fresh)
 
 
 def catch_up(url: str | None = None) -> int:
@@ -316,13 +327,11 @@ def _catch_up_store(url: str) -> int:
         now = read_path.versions(conn, list(held))
         moved = {p: old for p, old in held.items() if old.version != now[p]}
         for p, old in moved.items():
-            changed = read_path.changed_rows(conn, p, old.version, now[p])
-            if changed is None:
+            rows = _patched(conn, p, old, now[p])
+            if rows is None:
                 READ_CACHE.drop((url, p), old)
-                continue
-            fresh = _columns(read_path.open_rows(conn, [p], sorted(changed)), now[p])
-            rows = old.patched(changed, fresh)
-            READ_CACHE.fill((url, p), rows, _loader(conn, p, len(rows)), recent=False)
+            else:
+                READ_CACHE.fill((url, p), rows, _loader(conn, p, len(rows)), recent=False)
     return len(moved)
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from memory_worker.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -49,30 +50,21 @@ class Toucher:
     def __init__(self, apply: Apply, max_pending: int = MAX_PENDING):
         self._apply = apply
         self._max = max_pending
-        self._pid = -1  # nothing started yet: importing starts nothing
-        self._starting = threading.Lock()
+        self._state = PerProcess(self._begin)  # nothing started yet: importing starts nothing
         self.dropped = 0  # touches given up on (logged by count)
 
-    def _ensure(self) -> None:
-        """Fresh state in a new process (first use, or a forked child), started lazily. The
-        first openers of a process may race here: one builds the queue, and `_pid` is set
-        last, so nobody uses a queue that is half made or about to be replaced."""
-        if self._pid == os.getpid():
-            return
-        with self._starting:
-            if self._pid == os.getpid():
-                return
-            self._cv = threading.Condition()
-            self._pending: list[Touch] = []
-            self._busy = False
-            self._thread = threading.Thread(target=self._run, name="memory-touch", daemon=True)
-            self._thread.start()
-            atexit.register(self.flush, EXIT_FLUSH_S)
-            self._pid = os.getpid()
+    def _begin(self) -> None:
+        """Fresh state in a new process (first use, or a forked child), started lazily."""
+        self._cv = threading.Condition()
+        self._pending: list[Touch] = []
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="memory-touch", daemon=True)
+        self._thread.start()
+        atexit.register(self.flush, EXIT_FLUSH_S)
 
     def promise(self, touch: Touch) -> None:
         """Queue a touch; waits only while MAX_PENDING touches are already waiting."""
-        self._ensure()
+        self._state.ensure()
         with self._cv:
             while len(self._pending) >= self._max:
                 self._cv.wait()
@@ -81,7 +73,7 @@ class Toucher:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every touch promised so far is applied (or given up). True if drained."""
-        if self._pid != os.getpid():
+        if not self._state.here:
             return True  # nothing promised in this process
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:

@@ -18,7 +18,17 @@ PACKAGE = ROOT / "memory_worker"
 
 # layer → the module names (dotted, under memory_worker) that belong to it; the longest match wins
 LAYERS: dict[str, tuple[str, ...]] = {
-    "leaf": ("constants", "settings", "rows", "clock", "vectors", "tables", "names", "messages"),
+    "leaf": (
+        "constants",
+        "settings",
+        "rows",
+        "clock",
+        "vectors",
+        "tables",
+        "names",
+        "messages",
+        "per_process",
+    ),
     "core": ("audience", "ranking", "rank_rows", "block", "read_cache", "toasts"),
     "storage": ("store", "storage"),
     "model interfaces": ("models.base",),

@@ -56,7 +56,7 @@ def test_touches_promised_at_once_by_a_processs_first_openers_all_land() -> None
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # hand the GIL over as often as it can: races show up
     try:
-        for _ in range(30):
+        for _ in range(100):
             applied: list[int] = []
 
             def apply(_url: str, touches: Sequence[Touch], into: list[int] = applied) -> None:
