@@ -4,15 +4,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench perf recall clean install
+.PHONY: demo test lint bench perf recall clean install lock
 
-$(STAMP): pyproject.toml
+# Installs come from the lock (requirements/*.txt: exact versions with hashes), so a fresh clone
+# gets what the last green run had; the ranges in pyproject.toml say what the code supports.
+$(STAMP): pyproject.toml requirements/test.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements/test.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python requirements/verify.py requirements/test.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Refresh every lock to the newest versions pyproject.toml allows (then `make test` says whether
+# they work; the change lands with the lock). bench.txt is the superset, resolved first; the
+# others are held to its versions so every lock agrees.
+LOCK := $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes
+lock: $(STAMP)
+	$(LOCK) --upgrade pyproject.toml requirements/build.in --extra test --extra bench -o requirements/bench.txt
+	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra test -o requirements/test.txt
+	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in -o requirements/runtime.txt
+	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra postgres -o requirements/postgres.txt
+	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra local -o requirements/local.txt
 
 demo: $(STAMP)
 	$(BIN)/memory-worker demo
@@ -37,7 +51,7 @@ recall: $(STAMP)
 
 # Regenerate docs/performance.md and its plot from one run of both benchmarks.
 perf: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements/bench.txt
 	$(BIN)/python -m benchmarks.report
 
 # Stop every embedded redis-server this checkout started (its pid file lives under

@@ -3,8 +3,12 @@
 Thresholds are the seed's starting points ("the exam tunes them", seed §8).
 """
 
+from typing import Literal, get_args
+
 # --- the row (seed §1) ---------------------------------------------------------------
-KINDS = ("fact", "preference", "event", "promise", "open_loop", "relationship")  # seed §1 `kind`
+# seed §1 `kind`
+Kind = Literal["fact", "preference", "event", "promise", "open_loop", "relationship"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 SUBJECT_SELF = "self"  # seed §1: the persona's own promises and loops
 SUBJECT_WORLD = "world"  # seed §1: facts about no one
 HUMAN_PREFIX = "u:"  # seed §1: humans are named by id, never by display name
@@ -21,7 +25,8 @@ LINE_MAX_CHARS = 2_000  # issue 7: one oversize line is cut to this for the prom
 NEIGHBOURS_TOP_K = 5  # seed §7: "the router sees top-5 neighbours"
 NEIGHBOUR_MIN_COSINE = 0.6  # seed §7: "by cosine ≥ 0.6" (Graphiti's min score)
 EMBEDDING_DIMS = 768  # DESIGN.md: gemini-embedding-001 at 768 dims, stored int8
-EVENTS = ("ADD", "UPDATE", "CLOSE", "NONE")  # seed §2.2: there is no DELETE
+Event = Literal["ADD", "UPDATE", "CLOSE", "NONE"]  # seed §2.2: there is no DELETE
+EVENTS: tuple[Event, ...] = get_args(Event)
 MALFORMED_REASKS = 1  # DESIGN.md: "malformed model output is re-asked once, then parked"
 
 # --- the read path (seed §3) -------------------------------------------------------------

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from memory_worker.constants import EVENTS, IMPORTANCE_MAX, IMPORTANCE_MIN, KINDS, TEXT_MAX_CHARS
+from memory_worker.constants import IMPORTANCE_MAX, IMPORTANCE_MIN, TEXT_MAX_CHARS, Event, Kind
 
 LineId = Annotated[StrictInt, Field(ge=0)]
 UserId = Annotated[StrictInt, Field(ge=1)]
@@ -49,7 +49,7 @@ class _Strict(BaseModel):
 
 class CandidateMessage(_Strict):
     subject: Id
-    kind: Literal[KINDS]  # type: ignore[valid-type]
+    kind: Kind
     text: Annotated[StrictStr, Field(min_length=1, max_length=TEXT_MAX_CHARS)]
     importance: Annotated[StrictInt, Field(ge=IMPORTANCE_MIN, le=IMPORTANCE_MAX)]
     evidence: list[LineId]
@@ -60,7 +60,7 @@ class CandidateMessage(_Strict):
 
 class DecisionMessage(_Strict):
     candidate: Count
-    event: Literal[EVENTS]  # type: ignore[valid-type]
+    event: Event
     old_row_id: Annotated[StrictInt, Field(ge=1)] | None = None
 
 

@@ -37,7 +37,18 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SKIPPED = {"make test": "this test runs inside `make test`"}
+SKIPPED = {
+    "make test": "this test runs inside `make test`",
+    **dict.fromkeys(  # the same three steps `make install` runs before this test can run at all
+        (
+            "python3 -m venv /tmp/mw-deploy",
+            "/tmp/mw-deploy/bin/pip install --quiet --require-hashes -r requirements/runtime.txt",
+            "/tmp/mw-deploy/bin/pip install --quiet --no-deps --no-build-isolation .",
+            "/tmp/mw-deploy/bin/python requirements/verify.py requirements/runtime.txt",
+        ),
+        "a deployer's install from the lock: `make install` runs the same steps for .venv",
+    ),
+}
 BENCHMARK = re.compile(r"^\.venv/bin/python benchmarks/\S+\.py$")
 LONG_RUNNING = {  # command (after its VAR=value words) → a line it prints once it serves
     "memory-worker run": re.compile(r"^run\s+\| started flower"),

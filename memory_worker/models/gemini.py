@@ -233,7 +233,10 @@ def response_schema(schema: type) -> types.Schema:
     `_transformers.t_schema` is the SDK's own conversion (pinned to google-genai 3.6.x); building
     it costs ~0.5 ms of CPU, so never per request (issue 10).
     """
-    return genai_transformers.t_schema(None, schema)  # type: ignore[return-value]  # typed Optional; a class always converts
+    converted = genai_transformers.t_schema(None, schema)
+    if converted is None:  # typed Optional by the SDK; a class always converts
+        raise TypeError(f"the SDK could not convert {schema.__name__} to a schema")
+    return converted
 
 
 @cache

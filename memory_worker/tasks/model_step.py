@@ -77,7 +77,7 @@ class ModelStep(QuietTask):
             return spell.to_json()
 
 
-def renew_claim(app, spell: Spell, now: float | None = None) -> None:  # type: ignore[no-untyped-def]
+def renew_claim(app: Any, spell: Spell, now: float | None = None) -> None:
     """Keep the spell's in-flight claim (`memory_worker.inflight`) while its chain runs: renewed
     when it was last taken or renewed more than INFLIGHT_RENEW_AFTER_S ago (the spell carries
     when), so a chain of quick steps costs one Redis round trip, not one per step."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 
 import redis.asyncio as aioredis
@@ -108,7 +108,9 @@ async def _wait_for_nudge(pubsub: PubSub | None, poll_s: float) -> bool:
 
 async def _close(pubsub: PubSub) -> None:
     try:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        # Through a typed name: redis-py annotates `aclose` in some releases and not others.
+        close: Callable[[], Awaitable[None]] = pubsub.aclose
+        await close()
         await pubsub.connection_pool.disconnect()  # the client made for this stream alone
     except (RedisError, OSError):
         pass
