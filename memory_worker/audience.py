@@ -4,10 +4,13 @@ The whole privacy model is this one predicate, in code, evaluated before any ran
 rendering and any model call. Code decides what enters the context; the model only decides how
 to use it. Everything after it (ranking, take, render) only drops rows, never adds them.
 
-The rule is pure: it reads plain data (the rows, the room, who is present, each present human's
-switches) and touches no database. `Scope` is the same rule reduced to "which subjects", so the
-reader can push it into SQL and pay only for rows that can be visible; `visible_memories` is the
-rule over rows, and the reader applies it again to every row before it is rendered.
+The rule is pure: it reads plain data (the rows, the room and its members, who is present, each
+present human's switches) and touches no database. Every reader takes its audience from
+`scope_for` — the block, on-demand recall, the write path's model context — so no path can see
+what another may not (DESIGN.md "One audience, every reader"). `Scope` is the same rule reduced
+to "which subjects", so the reader can push it into SQL and pay only for rows that can be
+visible; `visible_memories` is the rule over rows, and the reader applies it again to every row
+before it is rendered.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from memory_worker.constants import SUBJECT_WORLD, V1_PROVEN_SCOPE
+from memory_worker.constants import (
+    SUBJECT_WORLD,
+    V1_PROVEN_SCOPE,
+    WORLD_FROM_PEOPLE_STAYS_WITH_THEM,
+)
 from memory_worker.rows import Room, Row, concerns, human_id, human_ref
 
 
@@ -34,6 +41,14 @@ class Consent:
 
 
 @dataclass(frozen=True)
+class Members:
+    """Who belongs to the room: its human members and its persona members (the app's list)."""
+
+    humans: frozenset[int]
+    personas: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Scope:
     """The rule reduced to who: the subjects one persona may see in one room.
 
@@ -45,16 +60,31 @@ class Scope:
     persona: str
     world: bool
     humans: frozenset[int]
+    strangers: frozenset[int] = frozenset()  # present but not members: the app's error
 
     @property
     def human_refs(self) -> tuple[str, ...]:
         """'u:42' refs of `humans`, sorted: what the SQL `IN (...)` lists."""
         return tuple(human_ref(u) for u in sorted(self.humans))
 
+    def admits_named(self, named: Iterable[int]) -> bool:
+        """Every human a row names besides whom it concerns must be in this audience too: a
+        row about Dan that says Cara is pregnant is Cara's news as much as Dan's."""
+        return all(u in self.humans for u in named)
+
+    def admits_private_to(self, private_to: Iterable[int] | None) -> bool:
+        """A world row learned from people (not yet confirmed by a second human) shows only
+        where one of them is in this audience (WORLD_FROM_PEOPLE_STAYS_WITH_THEM)."""
+        if private_to is None or not WORLD_FROM_PEOPLE_STAYS_WITH_THEM:
+            return True
+        return any(u in self.humans for u in private_to)
+
     def admits(self, row: Row) -> bool:
         """True when `row` may enter this persona's head in this room."""
         if row.persona != self.persona or row.valid_to is not None:
             return False  # another mind's row, or a closed one: never loads
+        if not (self.admits_named(row.named) and self.admits_private_to(row.private_to)):
+            return False
         if row.subject == SUBJECT_WORLD:
             return self.world
         return concerns(row.subject, row.counterpart) in self.humans
@@ -66,12 +96,17 @@ def scope_for(
     room: Room,
     consent: Consent,
     *,
+    members: Members,
     proven_scope: bool = V1_PROVEN_SCOPE,
 ) -> Scope:
     """Who this persona may remember here.
 
     - incognito: nothing at all, not even world facts (a room that neither reads nor writes);
-    - a present human who has memory off, or has muted this persona, is treated as absent:
+    - a persona that is not a member of the room: nothing (it remembers only where it is);
+    - a present human who is not a member (the app and the store disagree) adds nothing about
+      them and makes the room not private for everyone else: we fail closed, and the caller
+      logs it as the app's error (`Scope.strangers`);
+    - a present member who has memory off, or has muted this persona, is treated as absent:
       neither rows about them nor the persona's promises to them load;
     - with `proven_scope` (v1), only a private chat with its one human loads anything personal;
       any other room gets world facts only, until the leak exam says otherwise. A "private"
@@ -79,12 +114,14 @@ def scope_for(
       the one human present").
     """
     present = frozenset(present)
-    if room.incognito:
+    if room.incognito or persona not in members.personas:
         return Scope(persona, world=False, humans=frozenset())
-    humans = frozenset(u for u in present if consent.allows(u, persona))
-    if proven_scope and not (room.is_private_chat() and len(present) == 1):
+    strangers = present - members.humans
+    humans = frozenset(u for u in present - strangers if consent.allows(u, persona))
+    private = room.is_private_chat() and not strangers and len(present) == 1
+    if proven_scope and not private:
         humans = frozenset()
-    return Scope(persona, world=True, humans=humans)
+    return Scope(persona, world=True, humans=humans, strangers=strangers)
 
 
 def visible_memories(
@@ -94,6 +131,7 @@ def visible_memories(
     rows: Iterable[Row],
     consent: Consent,
     *,
+    members: Members,
     proven_scope: bool = V1_PROVEN_SCOPE,
 ) -> list[Row]:
     """What this persona may have in its head in THIS room, right now (seed §4).
@@ -102,10 +140,11 @@ def visible_memories(
     has memory on and has not muted the persona, tagged `confidence` when formed one-to-one
     (`witnessed == [X]`); the persona's own promises and loops with u:X on the same terms — a
     human who muted the persona or switched memory off is absent for this rule, so its promises
-    to them do not load either. Rows about anyone else do not exist for this room. Returns
-    copies (the caller's rows are not changed), in the order given.
+    to them do not load either; a row that names a human outside the audience, or a world
+    row still private to people outside it, does not load. Rows about anyone else do not exist
+    for this room. Returns copies (the caller's rows are not changed), in the order given.
     """
-    scope = scope_for(persona, present, room, consent, proven_scope=proven_scope)
+    scope = scope_for(persona, present, room, consent, members=members, proven_scope=proven_scope)
     out: list[Row] = []
     for r in rows:
         if not scope.admits(r):

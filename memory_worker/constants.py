@@ -31,6 +31,12 @@ MALFORMED_REASKS = 1  # DESIGN.md: "malformed model output is re-asked once, the
 
 # --- the read path (seed §3) -------------------------------------------------------------
 V1_PROVEN_SCOPE = True  # seed §4: groups get world facts only until the leak exam says otherwise
+# DESIGN.md "A world row is about the world" (seed §8 leaves it open; the leak exam decides): a
+# world row whose evidence is a human's line is that human's news until a second human states it
+# independently; until then it shows only where one of its sources is in the audience. False
+# would let the extractor's judgement that something is "public" stand alone between a secret
+# and everyone else (issue 18: "An interview at Tencent is on Thursday.").
+WORLD_FROM_PEOPLE_STAYS_WITH_THEM = True
 RECENCY_DECAY_PER_DAY = 0.98  # seed §3 step 2 (GA's 0.995 per game hour, ours per day)
 # The rule in force (ranking.TUNED_RULE), tuned on LoCoMo conversations 1–6 with
 # benchmarks/locomo_recall.py (docs/recall.md has the table). With the seed's equal weights the

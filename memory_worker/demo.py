@@ -211,6 +211,10 @@ def run() -> None:
         console.rule("the read path · room open")
         show_block("Warren's block, next private chat with Dan", "dm-dan", {DAN})
         show_block("Warren's block, group room with Dan and Cara", "lunch", {DAN, CARA})
+        console.print(
+            "A group gets world facts only (v1's proven scope), and the Odyssey fact came from\n"
+            "Dan's line: it stays with Dan until a second person says it."
+        )
         console.rule("the human's side")
         console.print(
             "Dan's page (what Warren remembers, the toasts with undo, the note, the switches):\n"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,6 +45,10 @@ NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded
 
 Version = int  # persona_memory_versions.version: 0 before the persona's first row
 Key = tuple[str, str]  # (database url, persona)
+# Beyond whom a row concerns: the humans it names, and for a world row still private to its
+# sources, those sources (None: public). Few rows carry one: kept as requirement → row ids.
+Requirement = tuple[tuple[int, ...], tuple[int, ...] | None]
+NO_REQUIREMENT: Requirement = ((), None)
 # Reads the embeddings of these row ids: id → int8 blob (missing ids: no embedding).
 LoadVectors = Callable[[Sequence[int]], Mapping[int, bytes | None]]
 
@@ -166,6 +170,9 @@ class PersonaRows:
     chars: np.ndarray  # int64
     slots: np.ndarray | None = None  # int64
     vectors: Vectors | None = None
+    # Rows with a requirement beyond `groups` (named humans, a private world row): their ids,
+    # ascending, by requirement. The audience rule checks each requirement once per open.
+    required: Mapping[Requirement, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -174,7 +181,8 @@ class PersonaRows:
     def base_bytes(self) -> int:
         cols = (self.ids, self.groups, self.kinds, self.importance, self.recalled_day, self.chars)
         slots = self.slots.nbytes if self.slots is not None else self.ids.nbytes
-        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots
+        required = sum(ENTRY_OVERHEAD_BYTES // 4 + a.nbytes for a in self.required.values())
+        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required
 
     @property
     def nbytes(self) -> int:
@@ -209,7 +217,32 @@ class PersonaRows:
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # not a pure append
             order = np.argsort(ids, kind="stable")
             cols = {n: c[order] for n, c in cols.items()}
-        return PersonaRows(version=fresh.version, vectors=self.vectors, **cols)
+        required = merged_requirements(self.required, changed, fresh.required)
+        return PersonaRows(
+            version=fresh.version, vectors=self.vectors, required=required, **cols
+        )
+
+
+def merged_requirements(
+    held: Mapping[Requirement, np.ndarray],
+    changed: Collection[int],
+    fresh: Mapping[Requirement, np.ndarray],
+) -> dict[Requirement, np.ndarray]:
+    """`held` without the `changed` rows, plus what `fresh` (their re-read) requires."""
+    gone = np.fromiter(changed, dtype=np.int64, count=len(changed))
+    out: dict[Requirement, np.ndarray] = {}
+    for req in held.keys() | fresh.keys():
+        ids = held.get(req, _NO_IDS)
+        ids = ids[~np.isin(ids, gone)]
+        more = fresh.get(req)
+        if more is not None:
+            ids = np.union1d(ids, more)
+        if ids.size:
+            out[req] = ids
+    return out
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
 
 
 class ReadCache:

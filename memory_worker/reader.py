@@ -28,7 +28,7 @@ from sqlalchemy import Connection, text
 
 from memory_worker import clock, store
 from memory_worker import settings as settings_mod
-from memory_worker.audience import Consent, Scope, scope_for, visible_memories
+from memory_worker.audience import Consent, Members, Scope, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
 from memory_worker.cache_sweep import Sweeper
 from memory_worker.constants import V1_PROVEN_SCOPE
@@ -39,9 +39,16 @@ from memory_worker.ranking import (
     scores,
     take,
 )
-from memory_worker.read_cache import LoadVectors, PersonaRows, ReadCache, Version
+from memory_worker.read_cache import (
+    NO_REQUIREMENT,
+    LoadVectors,
+    PersonaRows,
+    ReadCache,
+    Requirement,
+    Version,
+)
 from memory_worker.recall import recall
-from memory_worker.rows import Room, Row, human_id, human_ref
+from memory_worker.rows import Room, Row, human_id, human_ref, id_list
 from memory_worker.storage import read_path
 from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.touch import Touch, Toucher
@@ -145,7 +152,14 @@ def _build(
         if ctx is None:
             raise UnknownRoom(room_id)
         slugs = list(personas) if personas is not None else ctx.personas
-        present = present & ctx.members  # a non-member is not present here
+        members = Members(ctx.members, frozenset(ctx.personas))
+        if present - ctx.members:
+            log.error(
+                "room %s: %d present human(s) are not members: nothing about them loads and "
+                "the room is not private",
+                room_id,
+                len(present - ctx.members),
+            )
         if ctx.room.incognito:
             return {p: Block.empty(p) for p in slugs}
         strangers = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
@@ -155,7 +169,8 @@ def _build(
         mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
         consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
         scopes = {
-            p: scope_for(p, present, ctx.room, consent, proven_scope=proven_scope) for p in slugs
+            p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
+            for p in slugs
         }
         candidates = load_candidates(
             conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
@@ -175,6 +190,7 @@ def _build(
             present,
             ctx.room,
             consent,
+            members,
             proven_scope,
         )
         for p in slugs
@@ -197,11 +213,14 @@ def _render(
     present: frozenset[int],
     room: Room,
     consent: Consent,
+    members: Members,
     proven_scope: bool,
 ) -> Block:
     """The gate, then the block: every picked row passes the seed's predicate once more."""
     picked_rows = [rows[i] for ids in picked.values() for i in ids if i in rows]
-    gate = visible_memories(persona, present, room, picked_rows, consent, proven_scope=proven_scope)
+    gate = visible_memories(
+        persona, present, room, picked_rows, consent, members=members, proven_scope=proven_scope
+    )
     allowed = {r.id: r for r in gate}
     sections = [
         Section(humans[u], [allowed[i] for i in picked.get(u, []) if i in allowed])
@@ -224,6 +243,9 @@ def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
     mask = rows.groups == WORLD_GROUP
     if scope.humans:
         mask |= np.isin(rows.groups, np.fromiter(scope.humans, dtype=np.int64))
+    for (named, private_to), ids in rows.required.items():
+        if not (scope.admits_named(named) and scope.admits_private_to(private_to)):
+            mask[np.searchsorted(rows.ids, ids)] = False
     return np.flatnonzero(mask)
 
 
@@ -346,7 +368,7 @@ def _group(ref: str | None) -> int:
 
 def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
     """PersonaRows, sorted by id, from fetched (id, persona, is_world, ref, kind, importance,
-    recalled, chars)."""
+    recalled, chars, named, private_to)."""
     if not rows:
         z, zi = np.zeros(0), np.zeros(0, dtype=np.int64)
         return PersonaRows(version, zi, zi, zi, z, z, zi)
@@ -359,6 +381,7 @@ def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
     ids = np.array(cols[0], dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     return PersonaRows(
+        required=_requirements(cols[0], cols[8], cols[9]),
         version=version,
         ids=ids[order],
         groups=groups[order],
@@ -367,6 +390,24 @@ def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
         recalled_day=_days(cols[6])[order],
         chars=np.array(cols[7], dtype=np.int64)[order],
     )
+
+
+def _requirements(
+    ids: Sequence[int], named: Sequence[str | None], private_to: Sequence[str | None]
+) -> dict[Requirement, np.ndarray]:
+    """Requirement → the ids (ascending) of the rows that carry it, from the stored columns."""
+    out: dict[Requirement, list[int]] = {}
+    parsed: dict[str | None, tuple[int, ...] | None] = {None: None}
+    for i, n, p in zip(ids, named, private_to, strict=True):
+        if n is None and p is None:
+            continue
+        for raw in (n, p):
+            if raw not in parsed:
+                parsed[raw] = id_list(raw)
+        req = (parsed[n] or (), parsed[p])
+        if req != NO_REQUIREMENT:
+            out.setdefault(req, []).append(int(i))
+    return {req: np.array(sorted(got), dtype=np.int64) for req, got in out.items()}
 
 
 def _days(values: Sequence[float | str | None]) -> np.ndarray:

@@ -5,11 +5,12 @@ someone for months holds hundreds. `recall(persona, present, room_id, query, k=5
 human message — "a newspaper across the table": the app hands what it returns to the persona
 in the user turn, never as a tool the persona must remember to call.
 
-It walks the reader's own path, not a copy of it: the room, the present humans' switches,
-`scope_for` pushed into SQL, the read cache's columns, the rule in force (`ranking.RULE`, with
-the message as the topic), and every winner through `visible_memories` once more before it is
-returned. It leaves out what the block already holds, and touches what it returns, as the block
-does: a memory that keeps being recalled stays fresh.
+It walks the reader's own path, not a copy of it: the block's context statement (the room,
+its members, the present humans' switches), the block's `scope_for` with the room's
+membership, the read cache's columns, the rule in force (`ranking.RULE`, with the message as
+the topic), and every winner through `visible_memories` once more before it is returned. It
+leaves out what the block already holds, and touches what it returns, as the block does: a
+memory that keeps being recalled stays fresh.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import numpy as np
 
 from memory_worker import settings as settings_mod
 from memory_worker import store
-from memory_worker.audience import Consent, scope_for, visible_memories
+from memory_worker.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.ranking import RankColumns, scores, take
 from memory_worker.rows import Row
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import memories, users
-from memory_worker.storage.rooms import load_room
+from memory_worker.storage import memories, read_path
+from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.vectors import quantise
 
 RECALL_K = 5  # seed §3: Letta's archival_memory_search top_k=5
@@ -62,22 +63,33 @@ def recall(
     when = reader.as_datetime(now)
     url = url or settings_mod.current().database_url
     with store.engine(url).connect() as conn:
-        room = load_room(conn, room_id)
-        if room.incognito or k <= 0:
-            return []
-        consent = Consent(
-            memory_on=users.memory_on(conn, present), mutes=users.mutes(conn, present, [persona])
+        ctx = read_path.context(conn, room_id, present, [persona])  # the block's own statement
+        if ctx is None:
+            raise UnknownRoom(room_id)
+        members = Members(ctx.members, frozenset(ctx.personas))
+        mutes = frozenset(m for m in ctx.mutes if m[1] == persona)
+        consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
+        scope = scope_for(
+            persona, present, ctx.room, consent, members=members, proven_scope=proven_scope
         )
-        scopes = {persona: scope_for(persona, present, room, consent, proven_scope=proven_scope)}
+        if not scope.world or k <= 0:
+            return []  # incognito, or a persona that is not in the room
+        scopes = {persona: scope}
         vector = query_vector if query_vector is not None else embed_query(query, url)
         if block_ids is None:
-            opened = reader.load_candidates(conn, scopes, when, room.topic_embedding, url)
+            opened = reader.load_candidates(
+                conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
+            )
             block_ids = block_of(opened[persona])
-        c = reader.load_candidates(conn, scopes, when, vector, url, keep_cosines=False)[persona]
+        c = reader.load_candidates(
+            conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False
+        )[persona]
         wanted = top(c, scores(c), exclude=block_ids, k=k)
         rows = memories.rows_by_id(conn, wanted)
     found = [rows[i] for i in wanted if i in rows]
-    got = visible_memories(persona, present, room, found, consent, proven_scope=proven_scope)
+    got = visible_memories(
+        persona, present, ctx.room, found, consent, members=members, proven_scope=proven_scope
+    )
     if touch and got:
         reader.promise_touch(url, sorted(r.id for r in got), [persona], when)
     return got

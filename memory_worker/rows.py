@@ -54,6 +54,18 @@ def concerned(subject: str, counterpart: str | None, sources: Iterable[int] = ()
     return [] if uid is None else [uid]
 
 
+def id_list(value: str | None) -> tuple[int, ...] | None:
+    """A JSON list of human ids as stored (`named`, `private_to`), sorted; None for NULL."""
+    if value is None:
+        return None
+    return tuple(sorted({int(u) for u in json.loads(value)}))
+
+
+def id_json(ids: Iterable[int] | None) -> str | None:
+    """Human ids as stored: a sorted JSON list, NULL for None (and for no ids, when `named`)."""
+    return None if ids is None else json.dumps(sorted({int(u) for u in ids}))
+
+
 @dataclass(frozen=True)
 class Line:
     """One transcript line; `speaker` is 'u:42' or a persona slug."""
@@ -102,6 +114,8 @@ class Row:
     embedding: bytes | None = None
     confidence: bool = False
     sources: tuple[int, ...] = ()  # world rows: the humans whose lines it cites (not a column)
+    named: tuple[int, ...] = ()  # humans the text names besides whom it concerns
+    private_to: tuple[int, ...] | None = None  # a world row learned from these humans; None: public
 
     @classmethod
     def from_mapping(cls, m: Mapping[Any, Any]) -> Row:
@@ -124,6 +138,8 @@ class Row:
             last_recalled=m["last_recalled"],
             recall_count=m["recall_count"] or 0,
             embedding=m["embedding"],
+            named=id_list(m.get("named")) or (),
+            private_to=id_list(m.get("private_to")),
         )
 
 

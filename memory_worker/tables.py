@@ -128,6 +128,12 @@ persona_memory = Table(
     Column("last_recalled", Text, nullable=True),
     Column("recall_count", Integer, nullable=False, server_default="0"),
     Column("embedding", LargeBinary, nullable=True),  # int8 vector
+    # Every human the text names besides whom it is about (JSON ids; NULL: none): the row shows
+    # only where they are in the audience too (0010).
+    Column("named", Text, nullable=True),
+    # A world row learned from people: the source humans it stays with until a second human
+    # states it independently (JSON ids; NULL: public) (0010).
+    Column("private_to", Text, nullable=True),
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
     Index("ix_persona_memory_subject", "subject"),
     # The daily caps: today's rows about the spell's people, a range each (0009).

@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_worker.audience import Consent, scope_for, visible_memories
+from memory_worker.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.constants import KINDS, V1_PROVEN_SCOPE
 from memory_worker.rows import Room, Row, human_id
 
@@ -20,6 +20,7 @@ PRIVATE = Room(id="p", kind="private")
 GROUP = Room(id="g", kind="group")
 INCOGNITO = Room(id="i", kind="private", incognito=True)
 EVERYONE_ON = Consent(memory_on={u: True for u in HUMANS})
+EVERYONE = Members(frozenset(HUMANS), frozenset(PERSONAS))  # every human and persona a member
 
 
 def row(
@@ -148,7 +149,9 @@ def seed_rule(
 def test_no_row_about_an_absent_muted_or_memory_off_human_is_ever_visible(
     rows: list[Row], persona: str, present: set[int], room: Room, consent: Consent, proven: bool
 ) -> None:
-    for r in visible_memories(persona, present, room, rows, consent, proven_scope=proven):
+    for r in visible_memories(
+        persona, present, room, rows, consent, proven_scope=proven, members=EVERYONE
+    ):
         about = human_id(r.counterpart or "") if r.subject == "self" else human_id(r.subject)
         if r.subject == "world":
             continue
@@ -162,7 +165,9 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_is_ever_visible(
 def test_visible_memories_is_the_seeds_predicate_with_the_proven_scope_on_or_off(
     rows: list[Row], persona: str, present: set[int], room: Room, consent: Consent, proven: bool
 ) -> None:
-    got = visible_memories(persona, present, room, rows, consent, proven_scope=proven)
+    got = visible_memories(
+        persona, present, room, rows, consent, proven_scope=proven, members=EVERYONE
+    )
     assert {r.id: r.confidence for r in got} == seed_rule(
         persona, present, room, rows, consent, proven
     )
@@ -175,14 +180,21 @@ def test_an_incognito_room_gets_nothing_not_even_world_facts(
 ) -> None:
     for kind in ("private", "group"):
         room = Room(id="r", kind=kind, incognito=True)
-        assert visible_memories(persona, present, room, rows, consent, proven_scope=proven) == []
+        assert (
+            visible_memories(
+                persona, present, room, rows, consent, proven_scope=proven, members=EVERYONE
+            )
+            == []
+        )
 
 
 @given(stores(), st.sampled_from(PERSONAS), present_sets, consents())
 def test_a_group_room_gets_world_rows_only_while_the_proven_scope_holds(
     rows: list[Row], persona: str, present: set[int], consent: Consent
 ) -> None:
-    got = visible_memories(persona, present, GROUP, rows, consent, proven_scope=True)
+    got = visible_memories(
+        persona, present, GROUP, rows, consent, proven_scope=True, members=EVERYONE
+    )
     assert all(r.subject == "world" for r in got)
     world = [r.id for r in rows if r.persona == persona and r.subject == "world" and not r.valid_to]
     assert [r.id for r in got] == world
@@ -192,7 +204,9 @@ def test_a_group_room_gets_world_rows_only_while_the_proven_scope_holds(
 def test_with_the_proven_scope_off_a_group_room_loads_each_present_humans_rows(
     rows: list[Row], persona: str, present: set[int], consent: Consent
 ) -> None:
-    got = visible_memories(persona, present, GROUP, rows, consent, proven_scope=False)
+    got = visible_memories(
+        persona, present, GROUP, rows, consent, proven_scope=False, members=EVERYONE
+    )
     assert {r.id for r in got} == set(seed_rule(persona, present, GROUP, rows, consent, False))
     for r in rows:
         u = human_id(r.subject)
@@ -204,7 +218,9 @@ def test_with_the_proven_scope_off_a_group_room_loads_each_present_humans_rows(
 def test_a_closed_row_never_loads(
     rows: list[Row], persona: str, present: set[int], room: Room, consent: Consent, proven: bool
 ) -> None:
-    got = visible_memories(persona, present, room, rows, consent, proven_scope=proven)
+    got = visible_memories(
+        persona, present, room, rows, consent, proven_scope=proven, members=EVERYONE
+    )
     assert all(r.valid_to is None for r in got)
 
 
@@ -212,7 +228,9 @@ def test_a_closed_row_never_loads(
 def test_another_personas_rows_never_load(
     rows: list[Row], persona: str, present: set[int], room: Room, consent: Consent
 ) -> None:
-    got = visible_memories(persona, present, room, rows, consent, proven_scope=False)
+    got = visible_memories(
+        persona, present, room, rows, consent, proven_scope=False, members=EVERYONE
+    )
     assert all(r.persona == persona for r in got)
 
 
@@ -221,7 +239,7 @@ def test_the_rule_sets_confidence_on_copies_and_leaves_the_callers_rows_alone(
     rows: list[Row], present: set[int], room: Room, consent: Consent, proven: bool
 ) -> None:
     before = [replace(r) for r in rows]
-    visible_memories("warren", present, room, rows, consent, proven_scope=proven)
+    visible_memories("warren", present, room, rows, consent, proven_scope=proven, members=EVERYONE)
     assert rows == before
 
 
@@ -240,78 +258,101 @@ def ids(rows: list[Row]) -> list[int]:
 
 
 def test_about_dan_with_dan_present_formed_one_to_one_loads_tagged_confidence() -> None:
-    got = visible_memories("warren", {DAN}, PRIVATE, [FORMED_ONE_TO_ONE], EVERYONE_ON)
+    got = visible_memories(
+        "warren", {DAN}, PRIVATE, [FORMED_ONE_TO_ONE], EVERYONE_ON, members=EVERYONE
+    )
     assert ids(got) == [1] and got[0].confidence
 
 
 def test_about_dan_with_dan_present_formed_in_a_group_loads_without_confidence() -> None:
-    got = visible_memories("warren", {DAN}, PRIVATE, [FORMED_IN_A_GROUP], EVERYONE_ON)
+    got = visible_memories(
+        "warren", {DAN}, PRIVATE, [FORMED_IN_A_GROUP], EVERYONE_ON, members=EVERYONE
+    )
     assert ids(got) == [2] and not got[0].confidence
 
 
 def test_about_dan_with_dan_absent_does_not_exist_for_the_room() -> None:
     for proven in (True, False):
-        got = visible_memories("warren", {CARA}, PRIVATE, TABLE, EVERYONE_ON, proven_scope=proven)
+        got = visible_memories(
+            "warren", {CARA}, PRIVATE, TABLE, EVERYONE_ON, proven_scope=proven, members=EVERYONE
+        )
         assert 1 not in ids(got) and 2 not in ids(got) and 3 not in ids(got)
 
 
 def test_warrens_promise_to_dan_loads_when_dan_is_present() -> None:
-    got = visible_memories("warren", {DAN}, PRIVATE, [PROMISE_TO_DAN], EVERYONE_ON)
+    got = visible_memories(
+        "warren", {DAN}, PRIVATE, [PROMISE_TO_DAN], EVERYONE_ON, members=EVERYONE
+    )
     assert ids(got) == [3]
 
 
 def test_a_world_fact_loads_with_anyone_or_no_one_present() -> None:
     for present in (set(), {DAN}, {DAN, CARA}):
         for room in (PRIVATE, GROUP):
-            assert ids(visible_memories("warren", present, room, [WORLD_FACT], EVERYONE_ON)) == [4]
+            assert ids(
+                visible_memories(
+                    "warren", present, room, [WORLD_FACT], EVERYONE_ON, members=EVERYONE
+                )
+            ) == [4]
 
 
 def test_any_of_the_above_in_a_group_room_under_the_proven_scope_is_world_facts_only() -> None:
     assert V1_PROVEN_SCOPE, "v1 ships with the proven scope on until the leak exam says otherwise"
-    got = visible_memories("warren", {DAN, CARA}, GROUP, TABLE, EVERYONE_ON)
+    got = visible_memories("warren", {DAN, CARA}, GROUP, TABLE, EVERYONE_ON, members=EVERYONE)
     assert ids(got) == [4]
 
 
 def test_the_same_group_room_with_the_proven_scope_off_loads_everyone_presents_rows() -> None:
-    got = visible_memories("warren", {DAN, CARA}, GROUP, TABLE, EVERYONE_ON, proven_scope=False)
+    got = visible_memories(
+        "warren", {DAN, CARA}, GROUP, TABLE, EVERYONE_ON, proven_scope=False, members=EVERYONE
+    )
     assert ids(got) == [1, 2, 3, 4, 5]
     assert [r.confidence for r in got] == [True, False, False, False, True]
 
 
 def test_a_private_chat_with_two_humans_present_counts_as_a_group_under_the_proven_scope() -> None:
-    got = visible_memories("warren", {DAN, CARA}, PRIVATE, TABLE, EVERYONE_ON)
+    got = visible_memories("warren", {DAN, CARA}, PRIVATE, TABLE, EVERYONE_ON, members=EVERYONE)
     assert ids(got) == [4]
 
 
 def test_a_human_who_muted_the_persona_loses_their_rows_and_its_promises_to_them() -> None:
     muted = Consent(memory_on={DAN: True}, mutes=frozenset({(DAN, "warren")}))
-    assert ids(visible_memories("warren", {DAN}, PRIVATE, TABLE, muted)) == [4]
+    assert ids(visible_memories("warren", {DAN}, PRIVATE, TABLE, muted, members=EVERYONE)) == [4]
     nolans = [replace(r, persona="nolan") for r in TABLE]
-    assert ids(visible_memories("nolan", {DAN}, PRIVATE, nolans, muted)) == [1, 2, 3, 4]
+    assert ids(visible_memories("nolan", {DAN}, PRIVATE, nolans, muted, members=EVERYONE)) == [
+        1,
+        2,
+        3,
+        4,
+    ]
 
 
 def test_a_human_with_memory_off_loses_their_rows_and_the_personas_promises_to_them() -> None:
     off = Consent(memory_on={DAN: False})
-    assert ids(visible_memories("warren", {DAN}, PRIVATE, TABLE, off)) == [4]
+    assert ids(visible_memories("warren", {DAN}, PRIVATE, TABLE, off, members=EVERYONE)) == [4]
 
 
 def test_a_present_human_the_store_does_not_know_counts_as_memory_off() -> None:
-    assert ids(visible_memories("warren", {DAN}, PRIVATE, TABLE, Consent())) == [4]
+    assert ids(visible_memories("warren", {DAN}, PRIVATE, TABLE, Consent(), members=EVERYONE)) == [
+        4
+    ]
 
 
 def test_a_closed_row_about_a_present_human_does_not_load() -> None:
     closed = replace(FORMED_ONE_TO_ONE, valid_to="2026-11-01")
-    assert visible_memories("warren", {DAN}, PRIVATE, [closed], EVERYONE_ON) == []
+    assert visible_memories("warren", {DAN}, PRIVATE, [closed], EVERYONE_ON, members=EVERYONE) == []
 
 
 def test_an_incognito_private_chat_loads_nothing() -> None:
-    assert visible_memories("warren", {DAN}, INCOGNITO, TABLE, EVERYONE_ON) == []
+    assert visible_memories("warren", {DAN}, INCOGNITO, TABLE, EVERYONE_ON, members=EVERYONE) == []
 
 
 def test_the_scope_lists_only_humans_who_are_present_and_allow_the_persona() -> None:
     consent = Consent(
         memory_on={DAN: True, CARA: True, 58: False}, mutes=frozenset({(CARA, "warren")})
     )
-    scope = scope_for("warren", {DAN, CARA, 58, 99}, GROUP, consent, proven_scope=False)
+    scope = scope_for(
+        "warren", {DAN, CARA, 58, 99}, GROUP, consent, proven_scope=False, members=EVERYONE
+    )
     assert scope.humans == {DAN} and scope.human_refs == ("u:42",) and scope.world
-    assert scope_for("warren", {DAN}, INCOGNITO, consent).world is False
+    assert scope_for("warren", {DAN}, INCOGNITO, consent, members=EVERYONE).world is False

@@ -40,6 +40,7 @@ def test_the_demo_runs_both_spells_through_a_real_worker_and_shows_the_blocks(
     assert "2026-07 → 2026-08" in text  # the flat's closed arc, as block.span writes it
     assert "group room with Dan and Cara" in text
     group_block = text.split("group room with Dan and Cara")[1]
-    assert "Nolan's Odyssey" in group_block and "u:42" not in group_block
+    assert "Nolan's Odyssey" in text.split("group room with Dan and Cara")[0]  # Dan's chat
+    assert "Nolan's Odyssey" not in group_block and "u:42" not in group_block  # Dan's news
     assert "memory-worker serve --user 42" in text  # the page, for the human side
     assert not (tmp_path / ".memory_worker" / "demo" / "redis" / "redis.json").exists()

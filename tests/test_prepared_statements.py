@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine, insert, select
 
 from memory_worker import store
 from memory_worker import tables as t
+from memory_worker.audience import Scope
 from memory_worker.rows import Candidate, Spell
 from memory_worker.storage import embedder, memories, notices, spells
 from memory_worker.storage.prepared import PREPARED_IN_MAX
@@ -156,10 +157,13 @@ def test_the_audience_rule_holds_for_no_one_present_and_for_many(db: Engine) -> 
         assert pool(many) == sorted(
             made[k] for k in [("u:1", None), ("u:2", None), ("self", "u:1"), ("world", None)]
         )
-        assert memories.known_texts(conn, "warren", [], 10) == [f"world None {len(rows) - 1}"]
-        texts = memories.known_texts(conn, "warren", many, 10)
+        def known(humans: list[int], limit: int) -> list[str]:
+            return memories.known_texts(conn, Scope("warren", True, frozenset(humans)), limit)
+
+        assert known([], 10) == [f"world None {len(rows) - 1}"]
+        texts = known(many, 10)
         assert texts == ["world None 5", "self u:1 2", "u:2 None 1", "u:1 None 0"]
-        assert memories.known_texts(conn, "warren", many, 2) == texts[:2]
+        assert known(many, 2) == texts[:2]
         assert memories.open_rows(conn, "warren", [1], []) == []
         (first,) = memories.open_rows(conn, "warren", [1], ["u:1"])
         assert first.embedding == VECTOR and type(first.embedding) is bytes

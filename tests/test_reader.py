@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,11 @@ from memory_worker import app_side, reader, store
 from memory_worker import tables as t
 from memory_worker import touch as touch_mod
 from memory_worker.app_side import UnknownRoom
-from memory_worker.audience import Consent, scope_for, visible_memories
+from memory_worker.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.constants import KINDS
 from memory_worker.read_cache import ReadCache
 from memory_worker.reader import blocks_for_room, build_block, format_block
-from memory_worker.rows import Room, Row, human_id
+from memory_worker.rows import Room, Row, human_id, id_json
 from memory_worker.storage import read_path
 from memory_worker.vectors import quantise
 
@@ -572,31 +573,59 @@ row_specs = st.tuples(
     st.sampled_from(KINDS),
     st.integers(1, 10),
     st.booleans(),  # closed
+    st.sets(st.sampled_from(HUMANS), max_size=2),  # named besides whom it concerns
+    st.none() | st.sets(st.sampled_from(HUMANS), min_size=1, max_size=2),  # a world row's sources
 )
 worlds = st.tuples(
     st.lists(row_specs, max_size=25),
-    st.sets(st.sampled_from(HUMANS), max_size=3),  # present
+    st.sets(st.sampled_from(HUMANS), max_size=3),  # present (the app's word)
     st.sampled_from(["private", "group"]),
     st.sampled_from([False, False, False, True]),  # incognito, now and then
     st.dictionaries(st.sampled_from(HUMANS), st.booleans()),  # memory_on (missing: on)
     st.sets(st.tuples(st.sampled_from(HUMANS), st.sampled_from(PERSONAS)), max_size=2),  # mutes
+    st.none() | st.sets(st.sampled_from(HUMANS), max_size=3),  # members (None: the present)
+    st.sets(st.sampled_from(PERSONAS), min_size=1),  # persona members
 )
 
 
-def load_world(url: str, world: tuple) -> tuple[set[int], Room, Consent, list[Row]]:  # type: ignore[type-arg]
-    specs, present, kind, incognito, memory_on, mutes = world
+@dataclass(frozen=True)
+class World:
+    present: set[int]
+    room: Room
+    consent: Consent
+    members: Members
+    rows: list[Row]
+
+    def allowed(self, persona: str, proven: bool = True) -> list[Row]:
+        """What the seed's rule, with the room's membership, lets `persona` see here."""
+        return visible_memories(
+            persona,
+            self.present,
+            self.room,
+            self.rows,
+            self.consent,
+            members=self.members,
+            proven_scope=proven,
+        )
+
+
+def load_world(url: str, world: tuple) -> World:  # type: ignore[type-arg]
+    """The drawn world in the store: a room "r" whose members may not be who the app says is
+    present (a stranger present, a member absent), rows that name humans, private world rows."""
+    specs, present, kind, incognito, memory_on, mutes, humans, personas = world
+    humans = set(present) if humans is None else humans
     with store.transaction(url) as c:
         for table in (t.persona_memory, t.persona_memory_mute, t.room_members, t.rooms):
             c.execute(delete(table))
-        app_side.add_room(c, "r", kind, [*(f"u:{u}" for u in present), *PERSONAS])
+        app_side.add_room(c, "r", kind, [*(f"u:{u}" for u in sorted(humans)), *sorted(personas)])
         c.execute(update(t.rooms).values(incognito=int(incognito)))
         for u in HUMANS:
             on = memory_on.get(u, True)
             c.execute(update(t.users).where(t.users.c.id == u).values(memory_on=int(on)))
         for u, p in mutes:
             c.execute(insert(t.persona_memory_mute).values(user_id=u, persona=p))
-        for persona, subject, cp, witnessed, kind_, imp, closed in specs:
-            add_row(
+        for persona, subject, cp, witnessed, kind_, imp, closed, named, sources in specs:
+            row_id = add_row(
                 c,
                 persona,
                 subject,
@@ -607,9 +636,16 @@ def load_world(url: str, world: tuple) -> tuple[set[int], Room, Consent, list[Ro
                 counterpart=f"u:{cp}" if subject == "self" else None,
                 valid_to="2026-11-01" if closed else None,
             )
+            private = sources if subject == "world" else None
+            c.execute(
+                update(t.persona_memory)
+                .where(t.persona_memory.c.id == row_id)
+                .values(named=id_json(named) if named else None, private_to=id_json(private))
+            )
         rows = [Row.from_mapping(m) for m in c.execute(select(t.persona_memory)).mappings()]
     consent = Consent(memory_on={u: memory_on.get(u, True) for u in HUMANS}, mutes=frozenset(mutes))
-    return set(present), Room(id="r", kind=kind, incognito=incognito), consent, rows
+    room = Room(id="r", kind=kind, incognito=incognito)
+    return World(set(present), room, consent, Members(frozenset(humans), frozenset(personas)), rows)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -618,19 +654,24 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
     shared_url: str,
     world: tuple,  # type: ignore[type-arg]
 ) -> None:
-    present, room, consent, rows = load_world(shared_url, world)
-    by_id = {r.id: r for r in rows}
+    w = load_world(shared_url, world)
+    by_id = {r.id: r for r in w.rows}
+    present, room, consent = w.present, w.room, w.consent
     blocks = blocks_for_room("r", present, now=NOW, url=shared_url, touch=False)
+    assert set(blocks) == set(w.members.personas)
     for persona, block in blocks.items():
-        allowed = {r.id for r in visible_memories(persona, present, room, rows, consent)}
-        assert set(block.row_ids) <= allowed
+        assert set(block.row_ids) <= {r.id for r in w.allowed(persona)}
+        audience = present & w.members.humans
         for i in block.row_ids:
             r = by_id[i]
             assert r.persona == persona and r.valid_to is None
+            assert set(r.named) <= audience
+            if r.private_to is not None:
+                assert set(r.private_to) & audience
             about = human_id(r.counterpart or "") if r.subject == "self" else human_id(r.subject)
             if r.subject != "world":
-                assert about in present and consent.allows(about, persona)
-                assert room.kind == "private" and len(present) == 1 and not room.incognito
+                assert about in audience and consent.allows(about, persona)
+                assert room.kind == "private" and present == {about} and not room.incognito
 
 
 def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
@@ -646,12 +687,13 @@ def test_the_readers_audience_index_selects_exactly_what_the_rule_admits(
     shared_url: str,
     world: tuple,  # type: ignore[type-arg]
 ) -> None:
-    present, room, consent, rows = load_world(shared_url, world)
+    w = load_world(shared_url, world)
     for persona in PERSONAS:
         for proven in (True, False):
-            scope = scope_for(persona, present, room, consent, proven_scope=proven)
-            seen = visible_memories(persona, present, room, rows, consent, proven_scope=proven)
-            assert visible_ids(shared_url, scope) == {r.id for r in seen}
+            scope = scope_for(
+                persona, w.present, w.room, w.consent, members=w.members, proven_scope=proven
+            )
+            assert visible_ids(shared_url, scope) == {r.id for r in w.allowed(persona, proven)}
 
 
 def test_the_audience_index_for_dan_skips_promises_to_anyone_else(shared_url: str) -> None:
@@ -661,8 +703,11 @@ def test_the_audience_index_for_dan_skips_promises_to_anyone_else(shared_url: st
         ("warren", "u:17", DAN, {CARA}, "fact", 5, False),
         ("warren", "world", DAN, set(), "event", 5, False),
     ]
-    world = (specs, {DAN}, "private", False, {}, set())
-    present, room, consent, rows = load_world(shared_url, world)
-    got = visible_ids(shared_url, scope_for("warren", present, room, consent))
-    by_id = {r.id: (r.subject, r.counterpart) for r in rows}
+    specs = [(*spec, set(), None) for spec in specs]
+    world = (specs, {DAN}, "private", False, {}, set(), None, set(PERSONAS))
+    w = load_world(shared_url, world)
+    got = visible_ids(
+        shared_url, scope_for("warren", w.present, w.room, w.consent, members=w.members)
+    )
+    by_id = {r.id: (r.subject, r.counterpart) for r in w.rows}
     assert sorted((by_id[i] for i in got), key=str) == [("self", "u:42"), ("world", None)]

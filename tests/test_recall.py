@@ -8,7 +8,6 @@ from sqlalchemy import Engine, select, update
 
 from memory_worker import app_side, reader, store
 from memory_worker import tables as t
-from memory_worker.audience import visible_memories
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.vectors import quantise
 from memory_worker.write.embed import embeddable_text
@@ -138,20 +137,26 @@ def test_recall_returns_exactly_what_the_audience_rule_admits_and_nothing_else(
     shared_url: str,  # noqa: F811
     world: tuple,  # type: ignore[type-arg]
 ) -> None:
-    present, room, consent, rows = load_world(shared_url, world)
+    w = load_world(shared_url, world)
     for persona in PERSONAS:
-        got = reader.recall(
-            persona,
-            present,
-            "r",
-            "anything",
-            k=100,
-            query_vector=SAIL,
-            block_ids=(),
-            now=NOW,
-            url=shared_url,
-            touch=False,
-        )
-        allowed = visible_memories(persona, present, room, rows, consent)
-        assert sorted(r.id for r in got) == sorted(r.id for r in allowed)
-        assert {r.id: r.confidence for r in got} == {r.id: r.confidence for r in allowed}
+        for proven in (True, False):
+            got = reader.recall(
+                persona,
+                w.present,
+                "r",
+                "anything",
+                k=100,
+                query_vector=SAIL,
+                block_ids=(),
+                now=NOW,
+                url=shared_url,
+                touch=False,
+                proven_scope=proven,
+            )
+            allowed = w.allowed(persona, proven)
+            assert sorted(r.id for r in got) == sorted(r.id for r in allowed)
+            assert {r.id: r.confidence for r in got} == {r.id: r.confidence for r in allowed}
+            block = reader.build_block(
+                persona, w.present, "r", now=NOW, url=shared_url, touch=False, proven_scope=proven
+            )
+            assert set(block.row_ids) <= {r.id for r in allowed}  # one audience, both readers

@@ -288,16 +288,17 @@ def test_hole11_missing_and_not_yours_are_the_same_error(world) -> None:  # type
 # --- build_block: members only --------------------------------------------------------------------
 
 
-def test_build_block_is_empty_for_a_persona_not_in_the_room_and_ignores_present_non_members(
+def test_build_block_is_empty_for_a_persona_not_in_the_room_and_fails_closed_on_non_members(
     world,
 ) -> None:  # type: ignore[no-untyped-def]
     plant(world, "u:42", "u:42 owns a flat in Xuhui.", witnessed="[42]", room_id="dm-dan")
     plant(world, "u:17", "u:17 runs marathons.", witnessed="[17]")
     dm(world, (DAN, "Hello."))
     assert "Xuhui" in reader.build_block("warren", {DAN}, "dm-dan", touch=False).text
-    # Cara is not a member of Dan's private chat: saying she is present loads nothing of hers
+    # Cara is not a member of Dan's private chat: saying she is present loads nothing of hers,
+    # and the room is no longer private for Dan either (issue 18: fail closed)
     block = reader.build_block("warren", {DAN, CARA}, "dm-dan", touch=False)
-    assert "marathons" not in block.text and "Xuhui" in block.text
+    assert "marathons" not in block.text and "Xuhui" not in block.text
     assert reader.build_block("nolan", {DAN}, "dm-dan", touch=False).text == ""
 
 

@@ -44,8 +44,8 @@ def sensible_route(prompt: str) -> dict[str, Any]:
     for c in candidates:
         ns = c["neighbours"]
         same = [n for n in ns if text_of[n].strip().lower() == c["text"].strip().lower()]
-        if same:
-            decisions.append({"candidate": c["candidate"], "event": "NONE", "old_id": None})
+        if same:  # already known: says which neighbour knows it
+            decisions.append({"candidate": c["candidate"], "event": "NONE", "old_id": same[0]})
         elif ns and any(w in c["text"].lower() for w in ENDINGS):
             decisions.append({"candidate": c["candidate"], "event": "CLOSE", "old_id": ns[0]})
         elif ns:

@@ -33,8 +33,9 @@ from sqlalchemy import (
 )
 
 from memory_worker import tables as t
+from memory_worker.audience import Scope
 from memory_worker.constants import SUBJECT_SELF, SUBJECT_WORLD
-from memory_worker.rows import Candidate, Row, human_ref
+from memory_worker.rows import Candidate, Row, human_ref, id_json, id_list
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 pm = t.persona_memory.c
@@ -55,6 +56,7 @@ class OpenRow:
     text: str
     embedding: bytes | None
     counterpart: str | None = None
+    private_to: tuple[int, ...] | None = None  # a world row still private to its sources
 
 
 # --- the write path -------------------------------------------------------------------------
@@ -80,7 +82,7 @@ def _audience(refs: Sequence[str | BindParameter[Any]]) -> ColumnElement[bool]:
 
 OPEN_ROWS = Prepared(
     lambda subjects, refs: (
-        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart)
+        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart, pm.private_to)
         .where(
             pm.persona == bindparam("persona"),
             pm.valid_to.is_(None),
@@ -103,24 +105,38 @@ def open_rows(
     if not wanted:
         return []
     found: Any = OPEN_ROWS.execute(conn, {"persona": persona}, subjects=wanted, refs=_refs(present))
-    return [OpenRow(i, subject, text, _blob(e), cp) for i, subject, text, e, cp in found.all()]
+    return [
+        OpenRow(i, subject, text, _blob(e), cp, id_list(p))
+        for i, subject, text, e, cp, p in found.all()
+    ]
 
 
 KNOWN_TEXTS = Prepared(
     lambda refs: (
-        select(pm.text)
+        select(pm.text, pm.named, pm.private_to)
         .where(pm.persona == bindparam("persona"), pm.valid_to.is_(None), _audience(refs))
         .order_by(pm.importance.desc(), pm.id.desc())
         .limit(bindparam("limit"))
     ),
     refs=None,
 )
+KNOWN_FETCH_FACTOR = 4  # ours: rows read per row wanted, for those the named/private rule drops
 
 
-def known_texts(conn: Connection, persona: str, present: Iterable[int], limit: int) -> list[str]:
-    """The texts of the persona's open rows the audience allows, most important first."""
-    found = KNOWN_TEXTS.execute(conn, {"persona": persona, "limit": limit}, refs=_refs(present))
-    return [str(x) for x in found.scalars().all()]  # all(): one fetchall, not one per row
+def known_texts(conn: Connection, scope: Scope, limit: int) -> list[str]:
+    """The texts of the persona's open rows `scope` admits (the block's audience rule: whom
+    they concern in SQL, then the humans they name and whom a world row stays with), most
+    important first. An incognito scope knows nothing."""
+    if not scope.world or limit <= 0:
+        return []
+    params = {"persona": scope.persona, "limit": limit * KNOWN_FETCH_FACTOR}
+    found: Any = KNOWN_TEXTS.execute(conn, params, refs=list(scope.human_refs)).all()
+    out = [
+        str(text)
+        for text, named, private in found
+        if scope.admits_named(id_list(named) or ()) and scope.admits_private_to(id_list(private))
+    ]
+    return out[:limit]
 
 
 def _written_since(subjects: Sequence[Any], refs: Sequence[Any]) -> Any:
@@ -168,9 +184,13 @@ ADD_SOURCE = Prepared(
 )
 
 
-def add_sources(conn: Connection, row_id: int, humans: Iterable[int]) -> None:
-    """The humans whose lines a world row cites: they see it on their page and may delete it."""
-    for uid in sorted(set(humans)):
+def add_sources(
+    conn: Connection, row_id: int, humans: Iterable[int], *, keep_existing: bool = False
+) -> None:
+    """The humans whose lines a world row cites: they see it on their page and may delete it.
+    `keep_existing`: the row may have sources already (a second human stating it)."""
+    have = set(sources_of(conn, [row_id]).get(row_id, [])) if keep_existing else set()
+    for uid in sorted(set(humans) - have):
         ADD_SOURCE.execute(conn, {"row_id": row_id, "user_id": uid})
 
 
@@ -209,6 +229,8 @@ INSERTED = (  # the columns a new row takes from its call; the rest are an open 
     "evidence",
     "created",
     "embedding",
+    "named",
+    "private_to",
 )
 
 INSERT_ROW = Prepared(
@@ -232,8 +254,12 @@ def insert_row(
     candidate: Candidate,
     embedding: bytes | None,
     now: str,
+    named: Iterable[int] = (),
+    private_to: Iterable[int] | None = None,
 ) -> int:
-    """A new open row from a guarded candidate. Returns its id."""
+    """A new open row from a guarded candidate, with the humans its text names besides whom it
+    concerns, and for a world row learned from people, whom it stays with. Returns its id."""
+    named = sorted(set(named))
     c = candidate
     new = INSERT_ROW.execute(
         conn,
@@ -250,9 +276,25 @@ def insert_row(
             "evidence": json.dumps(list(c.evidence)),
             "created": now,
             "embedding": embedding,  # bytes: what LargeBinary would have bound
+            "named": id_json(named) if named else None,
+            "private_to": id_json(private_to),
         },
     )
     return int(new.scalar_one())
+
+
+SET_PRIVATE_TO = Prepared(
+    lambda: (
+        update(t.persona_memory)
+        .where(pm.id == bindparam("k_id"))
+        .values(private_to=bindparam("k_private_to"))
+    )
+)
+
+
+def set_private_to(conn: Connection, row_id: int, private_to: Iterable[int] | None) -> None:
+    """Whom a world row stays with (None: public, a second human stated it independently)."""
+    SET_PRIVATE_TO.execute(conn, {"k_id": row_id, "k_private_to": id_json(private_to)})
 
 
 CLOSE = Prepared(  # a column's name is the SET clause's own bind name: k_* here

@@ -203,6 +203,8 @@ def _open_rows_statement(
         _pm.importance,
         recalled,
         func.length(_pm.text),
+        _pm.named,
+        _pm.private_to,
     ).where(
         _pm.persona.in_(personas), _pm.valid_to.is_(None)
     )  # no ORDER BY: the index walks (persona, valid_to, subject); numpy sorts ids for less
@@ -227,8 +229,8 @@ def open_rows(
     conn: Connection, personas: Sequence[str], ids: Sequence[int] | None = None
 ) -> Sequence[Any]:
     """Every open row of these personas (of those with these `ids`, if given) as (id, persona,
-    is_world, ref, kind code, importance, recalled, chars), in no order; `recalled` is Unix
-    days on SQLite, else a stamp."""
+    is_world, ref, kind code, importance, recalled, chars, named, private_to), in no order;
+    `recalled` is Unix days on SQLite, else a stamp; `named` and `private_to` as stored."""
     sqlite = store.is_sqlite(conn)
     if ids is None:
         query = OPEN_ROWS_SQLITE if sqlite else OPEN_ROWS_OTHER

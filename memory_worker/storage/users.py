@@ -162,15 +162,26 @@ def eligible_humans(conn: Connection, persona: str, humans: Sequence[int]) -> li
     return sorted(h for h in humans if on.get(h, False) and h not in muted)
 
 
+def people_named_in(conn: Connection, texts: Sequence[str]) -> dict[int, str]:
+    """id → display name of every human the store knows whose name may appear in `texts`:
+    `names_in`'s one query, with the ids (who a row names, DESIGN.md)."""
+    query = _named_query(texts, u.id, u.name)
+    return {} if query is None else {int(i): str(n) for i, n in conn.execute(query).all()}
+
+
+def _named_query(texts: Sequence[str], *columns: Any) -> Any:
+    grams = sorted(set().union(*(word_ngrams(x) for x in texts))) if texts else []
+    if not grams:
+        return None
+    first_word = [func.lower(u.name).like(f"{g} %") for g in grams if " " not in g]
+    return select(*columns).where(or_(func.lower(u.name).in_(grams), *first_word))
+
+
 def names_in(conn: Connection, texts: Sequence[str]) -> list[str]:
     """Display names of humans the store knows that may appear in `texts` (a world row's check).
 
     Asks for the texts' word runs (`names.word_ngrams`), and for names that begin with one of
     their words ("Dan" for "Dan Smith"): one query, however many people the store knows.
     """
-    grams = sorted(set().union(*(word_ngrams(x) for x in texts))) if texts else []
-    if not grams:
-        return []
-    first_word = [func.lower(u.name).like(f"{g} %") for g in grams if " " not in g]
-    q = select(u.name).where(or_(func.lower(u.name).in_(grams), *first_word))
-    return [str(x) for x in conn.execute(q).scalars()]
+    query = _named_query(texts, u.name)
+    return [] if query is None else [str(x) for x in conn.execute(query).scalars()]

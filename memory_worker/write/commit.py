@@ -73,6 +73,7 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     allowed_ids = {id(c) for c in allowed}
     cited = {i for c in candidates if c.subject == SUBJECT_WORLD for i in c.evidence}
     speaker_of = rooms.speakers(conn, spell.room_id, cited)
+    named = _named(conn, spell, [candidates[d.candidate] for d in writing])
 
     row_ids: list[int] = []
     closed: list[int] = []
@@ -81,16 +82,24 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
         if d.event in ("ADD", "UPDATE"):
             if id(c) not in allowed_ids or (c.subject, c.text.lower()) in open_texts:
                 continue  # over today's cap, or the very same sentence is already open
-            new_id = _insert_row(conn, spell, c, now)
+            old = d.old_row_id
+            replaces = d.event == "UPDATE" and old is not None and _may_change(shown, old, c)
+            sources = guards.cited_humans(c.evidence, speaker_of)
+            private_to = None
             if c.subject == SUBJECT_WORLD:
-                memories.add_sources(conn, new_id, guards.cited_humans(c.evidence, speaker_of))
+                held = shown[old].private_to if replaces and old is not None else None
+                private_to = _private_to(held, sources, replaces)
+            new_id = _insert_row(conn, spell, c, now, named[id(c)], private_to)
+            if c.subject == SUBJECT_WORLD:
+                memories.add_sources(conn, new_id, sources)
             row_ids.append(new_id)
             open_texts[(c.subject, c.text.lower())] = new_id
-            old = d.old_row_id
-            if d.event == "UPDATE" and old is not None and _may_change(shown, old, c):
+            if replaces and old is not None:
                 memories.close(conn, old, c.valid_from or today, new_id)
                 shown.pop(old)
                 closed.append(old)
+        elif d.event == "NONE" and (old := d.old_row_id) is not None:
+            _confirm_world(conn, shown, old, c, guards.cited_humans(c.evidence, speaker_of))
         elif (
             d.event == "CLOSE" and (old := d.old_row_id) is not None and _may_change(shown, old, c)
         ):
@@ -101,6 +110,50 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     spells.record(conn, spell, "committed", None, row_ids, now)
     _post_toasts(conn, spell, row_ids, now)
     return Outcome("committed", row_ids, closed)
+
+
+def _named(conn: Connection, spell: Spell, writing: list[Candidate]) -> dict[int, list[int]]:
+    """id(candidate) → the humans its text names besides whom it concerns (`guards.humans_named`):
+    by any form of the name for the room's humans, by whole name for anyone the store knows."""
+    if not writing:
+        return {}
+    room_people = users.user_names(conn, sorted(set(spell.witnessed)))
+    known_people = users.people_named_in(conn, [c.text for c in writing])
+    return {
+        id(c): sorted(
+            guards.humans_named(c.text, c.subject, c.counterpart, room_people, known_people)
+        )
+        for c in writing
+    }
+
+
+def _private_to(
+    held: tuple[int, ...] | None, sources: list[int], replaces: bool
+) -> tuple[int, ...] | None:
+    """Whom a new world row stays with: the humans whose lines it cites (DESIGN.md "Learned
+    from a person, it stays with that person"); replacing a row private to others, public
+    once a human outside them states it (`guards.private_to_after`)."""
+    if replaces and held is not None:
+        return guards.private_to_after(held, sources)
+    return tuple(sources) or None
+
+
+def _confirm_world(
+    conn: Connection,
+    shown: dict[int, memories.OpenRow],
+    row_id: int,
+    c: Candidate,
+    sources: list[int],
+) -> None:
+    """The router said a world row it was shown already says what `c` says: the humans whose
+    lines `c` cites become its sources too, and a human it was not private to makes it public."""
+    row = shown.get(row_id)
+    if row is None or row.subject != SUBJECT_WORLD or c.subject != SUBJECT_WORLD or not sources:
+        return
+    memories.add_sources(conn, row_id, sources, keep_existing=True)
+    after = guards.private_to_after(row.private_to, sources)
+    if after != row.private_to:
+        memories.set_private_to(conn, row_id, after)
 
 
 def _cites_unread(c: Candidate, read_through: int) -> bool:
@@ -149,7 +202,14 @@ def _advance_cursor(conn: Connection, spell: Spell, now: str) -> None:
     spells.resolve_parked(conn, spell.persona, spell.room_id, spell.last_line_id)
 
 
-def _insert_row(conn: Connection, spell: Spell, c: Candidate, now: str) -> int:
+def _insert_row(
+    conn: Connection,
+    spell: Spell,
+    c: Candidate,
+    now: str,
+    named: list[int],
+    private_to: tuple[int, ...] | None,
+) -> int:
     embedding = from_b64(c.embedding) if c.embedding else None
     return memories.insert_row(
         conn,
@@ -159,4 +219,6 @@ def _insert_row(conn: Connection, spell: Spell, c: Candidate, now: str) -> int:
         candidate=c,
         embedding=embedding,
         now=now,
+        named=named,
+        private_to=private_to,
     )

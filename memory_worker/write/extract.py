@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from sqlalchemy import Connection
 
+from memory_worker.audience import Scope
 from memory_worker.constants import (
     IMPORTANCE_MAX,
     IMPORTANCE_THRESHOLD,
@@ -125,11 +126,11 @@ def prompt_line(text: str) -> str:
     return one
 
 
-def known_rows(conn: Connection, persona: str, present: list[int]) -> list[str]:
-    """What the persona knows that a block for the present set could hold (DESIGN.md "The
-    model sees only what the audience allows"): rows about present humans, its promises and
-    loops with them, world rows. Never a row about an absent human, never a promise to one."""
-    return memories.known_texts(conn, persona, present, KNOWN_MAX_ROWS)
+def known_rows(conn: Connection, scope: Scope) -> list[str]:
+    """What the persona knows that a block for this room and its present humans could hold
+    (DESIGN.md "The model sees only what the audience allows"): the block's own `scope_for`,
+    so the extraction can never launder into a new row what the room may not see."""
+    return memories.known_texts(conn, scope, KNOWN_MAX_ROWS)
 
 
 def rows_today(

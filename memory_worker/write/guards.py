@@ -25,7 +25,7 @@ from memory_worker.constants import (
     SUBJECT_SELF,
     SUBJECT_WORLD,
 )
-from memory_worker.names import name_forms, word_ngrams
+from memory_worker.names import name_forms, word_ngrams, words
 from memory_worker.rows import human_id, human_ref
 
 # --- one sentence -------------------------------------------------------------------------
@@ -110,6 +110,7 @@ def cited_humans(evidence: Iterable[int], speaker_of: Mapping[int, str]) -> list
 # --- a world row is about the world ----------------------------------------------------------
 
 _HUMAN_ID = re.compile(r"\bu\s*:\s*\d+", re.IGNORECASE)
+_HUMAN_REF_ID = re.compile(r"\bu\s*:\s*(\d+)", re.IGNORECASE)
 
 
 def names_a_human(text: str, known_names: Iterable[str]) -> bool:
@@ -117,6 +118,37 @@ def names_a_human(text: str, known_names: Iterable[str]) -> bool:
     if _HUMAN_ID.search(text):
         return True
     return bool(name_forms(known_names) & word_ngrams(text))
+
+
+# --- every human a row names is part of its audience --------------------------------------
+
+
+def humans_named(
+    text: str,
+    subject: str,
+    counterpart: str | None,
+    room_people: Mapping[int, str],
+    known_people: Mapping[int, str],
+) -> set[int]:
+    """The humans `text` names besides whom its row concerns (DESIGN.md "Every human a row
+    names is part of its audience"): every `u:` id; a room member by any form of their name
+    ("Cara" for "Cara Wu"); anyone else the store knows by their whole display name. Erring
+    wide hides a row where someone it seems to name is absent; it never shows one."""
+    found = {int(m.group(1)) for m in _HUMAN_REF_ID.finditer(text)}
+    grams = word_ngrams(text)
+    found |= {u for u, name in room_people.items() if name_forms([name]) & grams}
+    found |= {u for u, name in known_people.items() if " ".join(words(name)) in grams}
+    own = {human_id(subject), human_id(counterpart or "")}
+    return {u for u in found if u not in own}
+
+
+def private_to_after(held: Sequence[int] | None, cited: Iterable[int]) -> tuple[int, ...] | None:
+    """Whom a world row stays with once another spell states the same fact from `cited`
+    humans' lines: public (None) when one of them is a human it was not private to — a second
+    human stated it independently — else still private to the same humans."""
+    if held is None:
+        return None
+    return None if set(cited) - set(held) else tuple(held)
 
 
 # --- caps ---------------------------------------------------------------------------------

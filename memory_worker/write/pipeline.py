@@ -12,8 +12,9 @@ import time
 from collections.abc import Sequence
 
 from memory_worker import clock, store
+from memory_worker.audience import Consent, Members, Scope, scope_for
 from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
-from memory_worker.rows import Candidate, Spell
+from memory_worker.rows import Candidate, Room, Spell
 from memory_worker.storage import memories, notices, rooms, users
 from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.storage.spell_context import spell_context
@@ -49,7 +50,7 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
         lines = spells.load_slice(conn, spell)
         names = {u: ctx.names[u] for u in spell.present if u in ctx.names}
         room_names = [ctx.names[u] for u in sorted(spell.witnessed) if u in ctx.names]
-        known = extract.known_rows(conn, spell.persona, spell.present)
+        known = extract.known_rows(conn, spell_scope(spell, room))
         already = extract.rows_today(conn, spell.persona, clock.today(), spell.present)
     while True:
         system, prompt = extract.build_prompt(
@@ -85,6 +86,14 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
     spell.tokens_out += result.usage.tokens_out
     spell.model_calls += result.calls
     return spell
+
+
+def spell_scope(spell: Spell, room: Room) -> Scope:
+    """The block's audience for the spell's room (the room's humans as members, the spell's
+    eligible humans present): what the extraction may be shown."""
+    members = Members(frozenset(spell.witnessed), frozenset({spell.persona}))
+    consent = Consent(memory_on=dict.fromkeys(spell.present, True))
+    return scope_for(spell.persona, spell.present, room, consent, members=members)
 
 
 def run_embed(spell: Spell, embedder: Embedder) -> Spell:

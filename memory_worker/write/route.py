@@ -170,5 +170,8 @@ def resolve(
         if event in ("UPDATE", "CLOSE") and not trusted:
             event = "ADD" if event == "UPDATE" else "NONE"
             old = None
-        out.append(Decision(i, event, old if event in ("UPDATE", "CLOSE") else None))
+        # NONE may name the neighbour that already says it: a world row a second human now
+        # states (commit.confirm_world). Nothing is changed on a NONE's word but that.
+        keeps_old = event in ("UPDATE", "CLOSE") or (event == "NONE" and trusted)
+        out.append(Decision(i, event, old if keeps_old else None))
     return out, dropped
