@@ -4,15 +4,54 @@ MW_TEST_DATABASE_URL is set), with the settings pointed at it."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, create_engine, make_url
+from sqlalchemy.pool import NullPool
 
 from memory_worker import settings as settings_mod
 from memory_worker import store
 from memory_worker.tables import metadata
+
+_OWN_DATABASE: list[tuple[str, str]] = []  # (the URL asked for, the run's own database's name)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With MW_TEST_DATABASE_URL, this run works in a database of its own, made from the URL's
+    server and dropped at the end: two runs on one host never empty each other's tables."""
+    url = os.environ.get("MW_TEST_DATABASE_URL")
+    if not url or not url.startswith("postgresql") or _OWN_DATABASE:
+        return
+    name = f"mw_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with _admin(url) as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    _OWN_DATABASE.append((url, name))
+    own = make_url(url).set(database=name).render_as_string(hide_password=False)
+    os.environ["MW_TEST_DATABASE_URL"] = own  # subprocesses the tests start use it too
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _OWN_DATABASE:
+        return
+    url, name = _OWN_DATABASE.pop()
+    os.environ["MW_TEST_DATABASE_URL"] = url
+    store.dispose_all()
+    with _admin(url) as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def _admin(url: str) -> Iterator[Connection]:
+    eng = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with eng.connect() as conn:
+            yield conn
+    finally:
+        eng.dispose()
 
 
 def _fresh_database_url(tmp_path: Path) -> str:
