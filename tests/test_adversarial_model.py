@@ -226,7 +226,9 @@ def test_evidence_from_another_human_is_never_evidence_about_someone(attack) -> 
         sensible_route,
     )
     assert_after(scene, run, new_rows=["u:17 runs marathons."], chat_calls=2, cara_absent=False)
-    assert "pregnant" in run.extract_prompts[0]  # Cara is present: her rows may be shown
+    # Cara is present, but a group's block holds world facts only (v1): the extraction is shown
+    # what that block could hold, so her private rows stay out of a group's prompt (issue 18)
+    assert "pregnant" not in run.extract_prompts[0]
 
 
 def test_invented_router_ids_change_nothing_they_were_not_shown(attack) -> None:  # type: ignore[no-untyped-def]
