@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench perf recall clean install lock
+.PHONY: demo test check bench perf recall clean install lock
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes), so a fresh clone
 # gets what the last green run had; the ranges in pyproject.toml say what the code supports.
@@ -38,6 +38,13 @@ test: $(STAMP)
 	@test -x $(CHROMIUM) || echo "note: no $(CHROMIUM): the browser tests are skipped (apt-get install -y chromium runs them)"
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+# The inner loop while developing: lint, types, and the tests that start no worker, browser
+# or supervisor (`make test` runs everything).
+check: $(STAMP)
+	$(BIN)/ruff check --quiet .
+	$(BIN)/mypy
+	$(BIN)/pytest -q -m "not pipeline and not slow and not faults and not browser and not processes"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/write_path.py

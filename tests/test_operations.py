@@ -145,6 +145,7 @@ def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: P
 STUBBORN = f"117.{os.getpid()}"  # this run's own: another engineer's run has another
 
 
+@pytest.mark.processes
 def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:
