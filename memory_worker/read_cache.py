@@ -32,6 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,8 +44,35 @@ ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
 GROWTH = 1.125  # ours: spare slots a vector store takes as it grows, so an append rarely copies
 NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 
-Version = int  # persona_memory_versions.version: 0 before the persona's first row
-Key = tuple[str, str]  # (database url, persona)
+
+class Version(NamedTuple):
+    """A persona's rows as of one write: its counter and the random stamp that bump wrote.
+
+    The counter alone names no state: a store restored from a backup, or made anew, counts
+    again, and the same number then names other rows. Equal stamps mean the same write.
+    """
+
+    counter: int  # persona_memory_versions.version: 0 before the persona's first row
+    stamp: int | None  # persona_memory_versions.stamp: None before the first row
+
+
+NEVER_WRITTEN = Version(0, None)  # a persona no row was ever written for: no rows, any store
+
+
+@dataclass(frozen=True)
+class Versions:
+    """One read of a store: its id (`store_identity`) and the versions of the personas asked
+    about, from the same statement."""
+
+    store: str
+    of: Mapping[str, Version]
+
+    def __getitem__(self, persona: str) -> Version:
+        return self.of[persona]
+
+
+Key = tuple[str, str, str]  # (database url, store id, persona)
+Batches = Sequence[tuple[np.ndarray, float]]  # a touch: these row ids, last recalled that day
 # Reads the embeddings of these row ids: id → int8 blob (missing ids: no embedding).
 LoadVectors = Callable[[Sequence[int]], Mapping[int, bytes | None]]
 
@@ -180,16 +208,18 @@ class PersonaRows:
     def nbytes(self) -> int:
         return self.base_bytes + (self.vectors.nbytes if self.vectors is not None else 0)
 
-    def touched(self, batches: Sequence[tuple[np.ndarray, float]], version: Version) -> PersonaRows:
+    def touched(self, batches: Batches, version: Version) -> PersonaRows:
         """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
+        An id not held (deleted meanwhile) is skipped: a touch never moves to another row.
 
         A copy: another thread may be ranking on this entry right now.
         """
         recalled = self.recalled_day.copy()
         for ids, day in batches:
             at = np.searchsorted(self.ids, ids)
-            at = at[(at < len(self.ids)) & (self.ids[np.minimum(at, len(self.ids) - 1)] == ids)]
-            recalled[at] = day
+            inside = at < len(self.ids)
+            at, ids = at[inside], ids[inside]
+            recalled[at[self.ids[at] == ids]] = day
         return replace(self, recalled_day=recalled, version=version)
 
     def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
@@ -218,6 +248,7 @@ class ReadCache:
     def __init__(self, max_bytes: int | None = None):
         self._entries: OrderedDict[Key, PersonaRows] = OrderedDict()
         self._sizes: dict[Key, int] = {}  # each entry's bytes as last counted in `bytes`
+        self._stores: dict[str, str] = {}  # url → the id of the store its entries were read from
         self._max = max_bytes  # None: the setting, read at first use (importing reads nothing)
         self._lock = threading.Lock()
         self.bytes = 0
@@ -250,7 +281,20 @@ class ReadCache:
     def held(self, url: str) -> dict[str, PersonaRows]:
         """Every persona held for this database, with its entry (the sweep's list)."""
         with self._lock:
-            return {k[1]: rows for k, rows in self._entries.items() if k[0] == url}
+            return {k[2]: rows for k, rows in self._entries.items() if k[0] == url}
+
+    def enter(self, url: str, store: str) -> None:
+        """The database at `url` is now the store `store` (its `store_identity`, read with the
+        versions). Another id — restored from another store's backup, dropped and made anew, a
+        file replaced — and everything held for `url` is let go of: it described another
+        store. Only entries of the store last entered are kept (`put`)."""
+        with self._lock:
+            if self._stores.get(url) == store:
+                return
+            self._stores[url] = store
+            for key in [k for k in self._entries if k[0] == url]:
+                del self._entries[key]
+                self.bytes -= self._sizes.pop(key)
 
     def drop(self, key: Key, rows: PersonaRows) -> None:
         """Let go of the entry of `key` if it is still `rows` (a newer one stays)."""
@@ -272,6 +316,8 @@ class ReadCache:
         held = key in self._entries
         if not (held or recent):
             return  # let go of while it was being caught up
+        if self._stores.get(key[0]) != key[1]:
+            return  # read from a store the url no longer is
         if held:
             self.bytes -= self._sizes.pop(key)
         size = rows.nbytes
@@ -366,25 +412,22 @@ class ReadCache:
         return out
 
     def touched(
-        self,
-        url: str,
-        batches: Sequence[tuple[np.ndarray, float]],
-        moves: Mapping[str, tuple[Version, Version]],
+        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
     ) -> None:
-        """Apply this process's own touches: `moves[persona]` is its version (before, after)
-        them. An entry that was not at `before` missed someone else's write: it stays as it
-        is, stale, and the next open brings it up to date from the change log."""
+        """Apply this process's own touches: `moves[persona]` is its version before and after
+        them and its rows they touched. An entry that was not at `before` (counter and stamp)
+        missed someone else's write: it stays as it is, stale, and the next open brings it up
+        to date from the change log."""
         with self._lock:
-            for key in list(self._entries):
-                if key[0] != url or key[1] not in moves:
-                    continue
-                before, after = moves[key[1]]
-                rows = self._entries[key]
-                if rows.version == before:
+            for persona, (before, after, batches) in moves.items():
+                key = (url, store, persona)
+                rows = self._entries.get(key)
+                if rows is not None and rows.version == before:
                     self._entries[key] = rows.touched(batches, after)  # same size
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._sizes.clear()
+            self._stores.clear()
             self.bytes = 0

@@ -79,7 +79,7 @@ def recall(
     found = [rows[i] for i in wanted if i in rows]
     got = visible_memories(persona, present, room, found, consent, proven_scope=proven_scope)
     if touch and got:
-        reader.promise_touch(url, sorted(r.id for r in got), [persona], when)
+        reader.promise_touch(url, {persona: [r.id for r in got]}, when)
     return got
 
 

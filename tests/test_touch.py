@@ -6,21 +6,21 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from memory_worker.touch import Touch, Toucher
+from memory_worker.touch import Attempt, Touch, Toucher
 
 
 def touch(n: int) -> Touch:
-    return Touch("sqlite:///x.db", (n,), ("warren",), "2026-12-01T12:00:00+00:00", 20_000.0)
+    return Touch("sqlite:///x.db", (("warren", (n,)),), "2026-12-01T12:00:00+00:00", 20_000.0)
 
 
 def test_a_full_queue_makes_the_opener_wait_and_every_touch_lands_in_order() -> None:
     gate, busy = threading.Event(), threading.Event()
     applied: list[int] = []
 
-    def apply(_url: str, touches: Sequence[Touch]) -> None:
+    def apply(_url: str, touches: Sequence[Touch], _attempt: Attempt) -> None:
         busy.set()
         gate.wait(10)
-        applied.extend(t.ids[0] for t in touches)
+        applied.extend(t.rows[0][1][0] for t in touches)
 
     toucher = Toucher(apply, max_pending=2)
     toucher.promise(touch(0))
@@ -39,7 +39,7 @@ def test_a_full_queue_makes_the_opener_wait_and_every_touch_lands_in_order() -> 
 
 def test_flush_reports_a_queue_it_could_not_drain_in_time() -> None:
     gate = threading.Event()
-    toucher = Toucher(lambda _url, _touches: gate.wait(10))
+    toucher = Toucher(lambda _url, _touches, _attempt: gate.wait(10))
     toucher.promise(touch(1))
     assert not toucher.flush(0.2)
     gate.set()
@@ -59,9 +59,11 @@ def test_touches_promised_at_once_by_a_processs_first_openers_all_land() -> None
         for _ in range(100):
             applied: list[int] = []
 
-            def apply(_url: str, touches: Sequence[Touch], into: list[int] = applied) -> None:
+            def apply(
+                _url: str, touches: Sequence[Touch], _attempt: Attempt, into: list[int] = applied
+            ) -> None:
                 with lock:
-                    into.extend(t.ids[0] for t in touches)
+                    into.extend(t.rows[0][1][0] for t in touches)
 
             toucher = Toucher(apply)
             start = threading.Barrier(openers)
