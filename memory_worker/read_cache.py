@@ -3,10 +3,14 @@
 Opening a room ranks every row a persona may see, and fetching 100,000 rows into Python costs
 more than the whole open should. The columns ranking needs (id, whom, kind, importance, when
 last recalled, length) change only when a row is added, closed, deleted or touched, and every
-such write bumps the persona's counter in `persona_memory_versions` (database triggers). Each
-open reads that counter; when it moved, the persona's change log (`persona_memory_changes`,
-the same triggers) names the rows written since the version held, and only those are read
-again (`PersonaRows.patched`). A process further behind than the log reaches reads them all.
+such write bumps the persona's counter in `persona_memory_versions` (database triggers), with
+a random stamp. Each open reads that version (counter and stamp) and the store's id; when the
+version moved, the persona's change log (`persona_memory_changes`, the same triggers) names
+the rows written since the version held, and only those are read again
+(`PersonaRows.patched`). A process further behind than the log reaches reads them all.
+
+Entries are per store (`Key`): a store restored, remade or replaced at the same url is
+another id or another history (its stamps), never taken for the one held (`enter`).
 
 One entry per persona, shared by every audience: a private chat with Dan and one with Cara
 select different rows of the same columns (`groups`), so world rows and vectors are held once.
@@ -305,10 +309,10 @@ class ReadCache:
 
     def put(self, key: Key, rows: PersonaRows, *, recent: bool = True) -> None:
         """Keep `rows`: the last read wins. An entry older than the store (another thread read
-        a newer version first) is caught up by the next open from the change log; a counter
-        lower than the one held means the store was restored or made anew, and what was held
-        described another store. `recent=False` (the sweep) keeps a held entry's place in the
-        LRU and keeps nothing that is no longer held: catching up is not a use."""
+        a newer version first) is caught up by the next open from the change log. Nothing is
+        kept for a store the url no longer is (`enter`). `recent=False` (the sweep) keeps a
+        held entry's place in the LRU and keeps nothing that is no longer held: catching up is
+        not a use."""
         with self._lock:
             self._store(key, rows, recent)
 

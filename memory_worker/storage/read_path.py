@@ -1,9 +1,9 @@
 """The reader's SQL: what a room open reads and writes, built once per process.
 
 A room open is two statements: `context` (the room, its members, the present humans, their
-mutes, and the personas' versions and names, folded into one UNION ALL) and `winners` (the
-few rows that made the blocks). `open_rows` and `embeddings` run only when a persona's
-version moved since this process last read it; `touch` runs off the caller's path.
+mutes, the store's id, and the personas' versions and names, folded into one UNION ALL) and
+`winners` (the few rows that made the blocks). `open_rows` and `embeddings` run only when a
+persona's version moved since this process last read it; `touch` runs off the caller's path.
 
 The hot statements are `memory_worker.storage.prepared.Prepared`: compiled to the driver's
 SQL once per process, so a room open pays neither SQLAlchemy's statement building nor its
