@@ -3,10 +3,14 @@
 Opening a room ranks every row a persona may see, and fetching 100,000 rows into Python costs
 more than the whole open should. The columns ranking needs (id, whom, kind, importance, when
 last recalled, length) change only when a row is added, closed, deleted or touched, and every
-such write bumps the persona's counter in `persona_memory_versions` (database triggers). Each
-open reads that counter; when it moved, the persona's change log (`persona_memory_changes`,
-the same triggers) names the rows written since the version held, and only those are read
-again (`PersonaRows.patched`). A process further behind than the log reaches reads them all.
+such write bumps the persona's counter in `persona_memory_versions` (database triggers), with
+a random stamp. Each open reads that version (counter and stamp) and the store's id; when the
+version moved, the persona's change log (`persona_memory_changes`, the same triggers) names
+the rows written since the version held, and only those are read again
+(`PersonaRows.patched`). A process further behind than the log reaches reads them all.
+
+Entries are per store (`Key`): a store restored, remade or replaced at the same url is
+another id or another history (its stamps), never taken for the one held (`enter`).
 
 One entry per persona, shared by every audience: a private chat with Dan and one with Cara
 select different rows of the same columns (`groups`), so world rows and vectors are held once.
@@ -32,6 +36,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,8 +48,35 @@ ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
 GROWTH = 1.125  # ours: spare slots a vector store takes as it grows, so an append rarely copies
 NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 
-Version = int  # persona_memory_versions.version: 0 before the persona's first row
-Key = tuple[str, str]  # (database url, persona)
+
+class Version(NamedTuple):
+    """A persona's rows as of one write: its counter and the random stamp that bump wrote.
+
+    The counter alone names no state: a store restored from a backup, or made anew, counts
+    again, and the same number then names other rows. Equal stamps mean the same write.
+    """
+
+    counter: int  # persona_memory_versions.version: 0 before the persona's first row
+    stamp: int | None  # persona_memory_versions.stamp: None before the first row
+
+
+NEVER_WRITTEN = Version(0, None)  # a persona no row was ever written for: no rows, any store
+
+
+@dataclass(frozen=True)
+class Versions:
+    """One read of a store: its id (`store_identity`) and the versions of the personas asked
+    about, from the same statement."""
+
+    store: str
+    of: Mapping[str, Version]
+
+    def __getitem__(self, persona: str) -> Version:
+        return self.of[persona]
+
+
+Key = tuple[str, str, str]  # (database url, store id, persona)
+Batches = Sequence[tuple[np.ndarray, float]]  # a touch: these row ids, last recalled that day
 # Beyond whom a row concerns: the humans it names, and for a world row still private to its
 # sources, those sources (None: public). Few rows carry one: kept as requirement → row ids.
 Requirement = tuple[tuple[int, ...], tuple[int, ...] | None]
@@ -188,16 +220,18 @@ class PersonaRows:
     def nbytes(self) -> int:
         return self.base_bytes + (self.vectors.nbytes if self.vectors is not None else 0)
 
-    def touched(self, batches: Sequence[tuple[np.ndarray, float]], version: Version) -> PersonaRows:
+    def touched(self, batches: Batches, version: Version) -> PersonaRows:
         """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
+        An id not held (deleted meanwhile) is skipped: a touch never moves to another row.
 
         A copy: another thread may be ranking on this entry right now.
         """
         recalled = self.recalled_day.copy()
         for ids, day in batches:
             at = np.searchsorted(self.ids, ids)
-            at = at[(at < len(self.ids)) & (self.ids[np.minimum(at, len(self.ids) - 1)] == ids)]
-            recalled[at] = day
+            inside = at < len(self.ids)
+            at, ids = at[inside], ids[inside]
+            recalled[at[self.ids[at] == ids]] = day
         return replace(self, recalled_day=recalled, version=version)
 
     def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
@@ -251,6 +285,7 @@ class ReadCache:
     def __init__(self, max_bytes: int | None = None):
         self._entries: OrderedDict[Key, PersonaRows] = OrderedDict()
         self._sizes: dict[Key, int] = {}  # each entry's bytes as last counted in `bytes`
+        self._stores: dict[str, str] = {}  # url → the id of the store its entries were read from
         self._max = max_bytes  # None: the setting, read at first use (importing reads nothing)
         self._lock = threading.Lock()
         self.bytes = 0
@@ -283,7 +318,20 @@ class ReadCache:
     def held(self, url: str) -> dict[str, PersonaRows]:
         """Every persona held for this database, with its entry (the sweep's list)."""
         with self._lock:
-            return {k[1]: rows for k, rows in self._entries.items() if k[0] == url}
+            return {k[2]: rows for k, rows in self._entries.items() if k[0] == url}
+
+    def enter(self, url: str, store: str) -> None:
+        """The database at `url` is now the store `store` (its `store_identity`, read with the
+        versions). Another id — restored from another store's backup, dropped and made anew, a
+        file replaced — and everything held for `url` is let go of: it described another
+        store. Only entries of the store last entered are kept (`put`)."""
+        with self._lock:
+            if self._stores.get(url) == store:
+                return
+            self._stores[url] = store
+            for key in [k for k in self._entries if k[0] == url]:
+                del self._entries[key]
+                self.bytes -= self._sizes.pop(key)
 
     def drop(self, key: Key, rows: PersonaRows) -> None:
         """Let go of the entry of `key` if it is still `rows` (a newer one stays)."""
@@ -294,10 +342,10 @@ class ReadCache:
 
     def put(self, key: Key, rows: PersonaRows, *, recent: bool = True) -> None:
         """Keep `rows`: the last read wins. An entry older than the store (another thread read
-        a newer version first) is caught up by the next open from the change log; a counter
-        lower than the one held means the store was restored or made anew, and what was held
-        described another store. `recent=False` (the sweep) keeps a held entry's place in the
-        LRU and keeps nothing that is no longer held: catching up is not a use."""
+        a newer version first) is caught up by the next open from the change log. Nothing is
+        kept for a store the url no longer is (`enter`). `recent=False` (the sweep) keeps a
+        held entry's place in the LRU and keeps nothing that is no longer held: catching up is
+        not a use."""
         with self._lock:
             self._store(key, rows, recent)
 
@@ -305,6 +353,8 @@ class ReadCache:
         held = key in self._entries
         if not (held or recent):
             return  # let go of while it was being caught up
+        if self._stores.get(key[0]) != key[1]:
+            return  # read from a store the url no longer is
         if held:
             self.bytes -= self._sizes.pop(key)
         size = rows.nbytes
@@ -399,25 +449,22 @@ class ReadCache:
         return out
 
     def touched(
-        self,
-        url: str,
-        batches: Sequence[tuple[np.ndarray, float]],
-        moves: Mapping[str, tuple[Version, Version]],
+        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
     ) -> None:
-        """Apply this process's own touches: `moves[persona]` is its version (before, after)
-        them. An entry that was not at `before` missed someone else's write: it stays as it
-        is, stale, and the next open brings it up to date from the change log."""
+        """Apply this process's own touches: `moves[persona]` is its version before and after
+        them and its rows they touched. An entry that was not at `before` (counter and stamp)
+        missed someone else's write: it stays as it is, stale, and the next open brings it up
+        to date from the change log."""
         with self._lock:
-            for key in list(self._entries):
-                if key[0] != url or key[1] not in moves:
-                    continue
-                before, after = moves[key[1]]
-                rows = self._entries[key]
-                if rows.version == before:
+            for persona, (before, after, batches) in moves.items():
+                key = (url, store, persona)
+                rows = self._entries.get(key)
+                if rows is not None and rows.version == before:
                     self._entries[key] = rows.touched(batches, after)  # same size
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._sizes.clear()
+            self._stores.clear()
             self.bytes = 0

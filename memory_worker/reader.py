@@ -41,17 +41,19 @@ from memory_worker.ranking import (
 )
 from memory_worker.read_cache import (
     NO_REQUIREMENT,
+    Batches,
     LoadVectors,
     PersonaRows,
     ReadCache,
     Requirement,
     Version,
+    Versions,
 )
 from memory_worker.recall import recall
 from memory_worker.rows import Room, Row, human_id, human_ref, id_list
 from memory_worker.storage import read_path
 from memory_worker.storage.rooms import UnknownRoom
-from memory_worker.touch import Touch, Toucher
+from memory_worker.touch import Attempt, Touch, Toucher
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +198,8 @@ def _build(
         for p in slugs
     }
     blocks.update(strangers)
-    ids = tuple(sorted({i for b in blocks.values() for i in b.row_ids}))
-    if touch and ids:
-        promise_touch(url, ids, [p for p, b in blocks.items() if b.row_ids], when)
+    if touch and any(b.row_ids for b in blocks.values()):
+        promise_touch(url, {p: b.row_ids for p, b in blocks.items() if b.row_ids}, when)
         blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
     return blocks
 
@@ -256,16 +257,17 @@ def load_candidates(
     vector: bytes | None,
     url: str | None = None,
     *,
-    versions: Mapping[str, Version] | None = None,
+    versions: Versions | None = None,
     keep_cosines: bool = True,
 ) -> dict[str, RankColumns]:
     """Every persona's visible open rows as ranking columns, relevance measured against
-    `vector` (a room's topic; a message, for recall): from the read cache when the store's
-    version of them has not moved, else from one query for all that moved.
+    `vector` (a room's topic; a message, for recall): from the read cache when the store is
+    the one cached and the persona's version (counter and stamp) has not moved, else from one
+    query for all that moved.
 
-    `versions` are the personas' counters if the caller has read them (a room open reads them
-    with its context); `keep_cosines=False` for a vector seen once (a message), whose cosines
-    would only push a room's topic out of the cache.
+    `versions` are the store's id and the personas' versions if the caller has read them (a
+    room open reads them with its context); `keep_cosines=False` for a vector seen once (a
+    message), whose cosines would only push a room's topic out of the cache.
     """
     url = url or settings_mod.current().database_url
     SWEEP.start()  # what this process holds from now on is caught up even if never opened again
@@ -273,11 +275,13 @@ def load_candidates(
     seen = [p for p, s in scopes.items() if s.world]
     if versions is None:
         versions = read_path.versions(conn, seen)
-    held = {p: got for p in seen if (got := READ_CACHE.get((url, p), versions[p])) is not None}
+    READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
+    sid = versions.store
+    held = {p: got for p in seen if (got := READ_CACHE.get((url, sid, p), versions[p])) is not None}
     stale = [p for p in seen if p not in held]
     if stale:
         for p, fetched in _fetch(conn, stale, versions, url).items():
-            held[p] = READ_CACHE.fill((url, p), fetched, _loader(conn, p, len(fetched)))
+            held[p] = READ_CACHE.fill((url, sid, p), fetched, _loader(conn, p, len(fetched)))
     out = {}
     for p, scope in scopes.items():
         rows = held.get(p)
@@ -285,7 +289,7 @@ def load_candidates(
         rel = None
         if rows is not None and vector is not None and idx.size:
             load = _loader(conn, p, len(rows))
-            rel = READ_CACHE.relevance((url, p), rows, vector, load, idx, keep=keep_cosines)
+            rel = READ_CACHE.relevance((url, sid, p), rows, vector, load, idx, keep=keep_cosines)
         out[p] = _candidates(rows, idx, now_day, rel)
     return out
 
@@ -295,14 +299,14 @@ def _loader(conn: Connection, persona: str, of_all: int) -> LoadVectors:
 
 
 def _fetch(
-    conn: Connection, personas: Sequence[str], versions: Mapping[str, Version], url: str
+    conn: Connection, personas: Sequence[str], versions: Versions, url: str
 ) -> dict[str, PersonaRows]:
     """The columns of every persona given as of `versions`: a persona this process holds at
     an older version re-reads only the rows its change log names since then; the rest come
     from one query over all their open rows, split into columns each."""
     out: dict[str, PersonaRows] = {}
     for p in personas:
-        old = READ_CACHE.previous((url, p))
+        old = READ_CACHE.previous((url, versions.store, p))
         patched = None if old is None else _patched(conn, p, old, versions[p])
         if patched is not None:
             out[p] = patched
@@ -322,7 +326,8 @@ def _patched(
     conn: Connection, persona: str, old: PersonaRows, version: Version
 ) -> PersonaRows | None:
     """`old` brought to `version` by re-reading only the rows its change log names since; None
-    when the log no longer reaches that far back (or `old` is ahead: another store)."""
+    when the log no longer reaches that far back, or is not the history `old` was read from
+    (`read_path.changed_rows`: a restored or remade store)."""
     changed = read_path.changed_rows(conn, persona, old.version, version)
     if changed is None:
         return None
@@ -334,8 +339,9 @@ def catch_up(url: str | None = None) -> int:
     """Bring every persona this process holds (for `url`, or for every store) up to the
     store's version, as its next open would: the rows its change log names are read again, a
     deleted or closed one leaves the columns and its vector slot is zeroed. An entry the log
-    no longer reaches (or ahead of the store: another store) is dropped, not read again. The
-    LRU order stays. Returns how many personas moved. The sweep thread runs it every
+    no longer reaches (or whose history it is not: a restored store) is dropped, not read
+    again, and so is everything held of a url whose store has another id now. The LRU order
+    stays. Returns how many personas moved. The sweep thread runs it every
     `read_cache_sweep_s`."""
     urls = [url] if url is not None else READ_CACHE.urls()
     return sum(_catch_up_store(u) for u in urls)
@@ -347,13 +353,15 @@ def _catch_up_store(url: str) -> int:
         return 0
     with store.engine(url).connect() as conn:
         now = read_path.versions(conn, list(held))
+        READ_CACHE.enter(url, now.store)  # another store: all of it let go of, nothing to fill
         moved = {p: old for p, old in held.items() if old.version != now[p]}
         for p, old in moved.items():
+            key = (url, now.store, p)
             rows = _patched(conn, p, old, now[p])
             if rows is None:
-                READ_CACHE.drop((url, p), old)
+                READ_CACHE.drop(key, old)
             else:
-                READ_CACHE.fill((url, p), rows, _loader(conn, p, len(rows)), recent=False)
+                READ_CACHE.fill(key, rows, _loader(conn, p, len(rows)), recent=False)
     return len(moved)
 
 
@@ -451,14 +459,13 @@ def _candidates(
 # --- touch ----------------------------------------------------------------------------------
 
 
-def promise_touch(
-    url: str | None, ids: Sequence[int], personas: Sequence[str], when: datetime
-) -> None:
-    """Promise `last_recalled = when, recall_count += 1` for these rows (of these personas);
-    the background flush applies it (`flush_touches` waits for it)."""
+def promise_touch(url: str | None, rows: Mapping[str, Sequence[int]], when: datetime) -> None:
+    """Promise `last_recalled = when, recall_count += 1` for these rows, by persona: a row is
+    named by its id and its persona. The background flush applies it (`flush_touches` waits)."""
     url = url or settings_mod.current().database_url
     stamp = _touch_stamp(when)
-    TOUCHES.promise(Touch(url, tuple(ids), tuple(personas), stamp, _unix_day(stamp)))
+    named = tuple((p, tuple(sorted(ids))) for p, ids in sorted(rows.items()) if ids)
+    TOUCHES.promise(Touch(url, named, stamp, _unix_day(stamp)))
 
 
 def _touch_stamp(when: datetime) -> str:
@@ -470,9 +477,15 @@ def _unix_day(stamp: str) -> float:
     return datetime.fromisoformat(stamp).timestamp() / 86400.0
 
 
-def _apply_touches(url: str, touches: Sequence[Touch]) -> None:
-    """One write transaction for every queued touch of one database, in order; then the read
-    cache takes the touches too, with each persona's version (before, after) read inside it.
+def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None:
+    """One write transaction for every queued touch of one database, in order, each row named
+    by id and persona (one deleted meanwhile is skipped); then the read cache takes the
+    touches too, with each persona's version (before, after) read inside it.
+
+    Once: the versions before and after the write are noted in `attempt` before the commit. A
+    retry finds that commit went through when the change log holds a persona's step from
+    `before` to `after` with their stamps (random per write: no other write has them), and
+    writes nothing again; only the cache is left to take the touches.
 
     It waits out a busy writer for the store's usual timeout: nobody is waiting on it.
     """
@@ -483,12 +496,33 @@ def _apply_touches(url: str, touches: Sequence[Touch]) -> None:
         with conn.begin():
             if not store.is_sqlite(conn):
                 conn.execute(text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'"))
-            before = read_path.versions(conn, personas, lock=True)
-            for t in touches:
-                read_path.touch(conn, t.ids, t.stamp)
-            after = read_path.versions(conn, personas)
-    batches = [(np.array(t.ids, dtype=np.int64), t.day) for t in touches]
-    READ_CACHE.touched(url, batches, {p: (before[p], after[p]) for p in personas})
+            now = read_path.versions(conn, personas, lock=True)
+            if not _committed(conn, attempt.wrote):
+                for t in touches:
+                    for p, ids in t.rows:
+                        read_path.touch(conn, p, ids, t.stamp)
+                attempt.wrote = (now, read_path.versions(conn, personas))
+    before, after = attempt.wrote
+    moves: dict[str, tuple[Version, Version, Batches]] = {}
+    for p in personas:
+        batches = [
+            (np.array(ids, dtype=np.int64), t.day) for t in touches for q, ids in t.rows if q == p
+        ]
+        moves[p] = (before[p], after[p], batches)
+    READ_CACHE.touched(url, after.store, moves)
+
+
+def _committed(conn: Connection, wrote: tuple[Versions, Versions] | None) -> bool:
+    """Whether the write an earlier attempt noted (versions before and after it) is in the
+    store: the change log holds some persona's step from one to the other, stamps and all. A
+    write that moved no persona touched no row: there is nothing to apply twice."""
+    if wrote is None:
+        return False
+    before, after = wrote
+    moved = [p for p in after.of if after[p] != before[p]]
+    return not moved or any(
+        read_path.changed_rows(conn, p, before[p], after[p]) is not None for p in moved
+    )
 
 
 TOUCHES = Toucher(_apply_touches)

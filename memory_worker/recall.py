@@ -91,7 +91,7 @@ def recall(
         persona, present, ctx.room, found, consent, members=members, proven_scope=proven_scope
     )
     if touch and got:
-        reader.promise_touch(url, sorted(r.id for r in got), [persona], when)
+        reader.promise_touch(url, {persona: [r.id for r in got]}, when)
     return got
 
 

@@ -3,6 +3,12 @@
 SQLite runs in WAL mode with a busy timeout and foreign keys on, so the reader never waits
 long on the writer. The same Core code runs on PostgreSQL. Engines are cached per process id:
 an engine must never cross a fork (Celery's prefork pool).
+
+A SQLite connection reads the file it opened, even after another file was moved in at its
+path (a restore, a store made anew): it would go on serving the old store until the engine is
+disposed. So each connection notes its file's (device, inode) at connect, and a checkout
+compares them with the path's now (one stat): a different file invalidates the connection and
+the pool opens the new one (SQLAlchemy's pessimistic disconnect handling).
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, exc, text
+from sqlalchemy.engine import make_url
 
 from memory_worker import settings as settings_mod
 
@@ -38,6 +45,30 @@ def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
+
+
+FileId = tuple[int, int] | None  # (st_dev, st_ino) of a store file; None: no file there
+
+
+def _file_id(path: str) -> FileId:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _watch_file(eng: Engine, path: str) -> None:
+    """Invalidate a pooled connection whose file is no longer the one at `path`."""
+
+    @event.listens_for(eng, "connect")
+    def _note_file(_dbapi_conn: Any, record: Any) -> None:
+        record.info["file"] = _file_id(path)
+
+    @event.listens_for(eng, "checkout")
+    def _same_file(_dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        if record.info.get("file") != _file_id(path):
+            raise exc.DisconnectionError("the store file at this path was replaced")
 
 
 def _on_sqlite_begin(conn: Connection) -> None:
@@ -63,6 +94,9 @@ def _build_engine(url: str) -> Engine:
         eng = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5})
         event.listen(eng, "connect", _on_sqlite_connect)
         event.listen(eng, "begin", _on_sqlite_begin)
+        path = make_url(url).database
+        if path and path != ":memory:" and not path.startswith("file:"):
+            _watch_file(eng, path)
         return eng
     return create_engine(url, pool_pre_ping=True)
 

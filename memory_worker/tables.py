@@ -9,6 +9,7 @@ Migrations in `schema/versions/` must build exactly this (a test compares them).
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -159,6 +160,9 @@ persona_memory_versions = Table(
     # persona's rows: the reader's cache asks it whether its columns are still true.
     Column("persona", Text, primary_key=True),
     Column("version", Integer, nullable=False),
+    # Random, written with each bump (schema/versions/0011): a restored store's counter can
+    # come back to a number this process holds, but not with the same stamp.
+    Column("stamp", BigInteger, nullable=True),
 )
 
 persona_memory_changes = Table(
@@ -170,7 +174,17 @@ persona_memory_changes = Table(
     Column("persona", Text, nullable=False),
     Column("version", Integer, nullable=False),
     Column("row_id", Integer, nullable=False),
+    Column("stamp", BigInteger, nullable=True),  # the stamp that version wrote (0011)
     PrimaryKeyConstraint("persona", "version"),
+)
+
+store_identity = Table(
+    "store_identity",
+    metadata,
+    # One row (id 1): a random id written when the store is made (schema/versions/0011). A
+    # restore carries it, a store made anew gets another: the reader's cache is per store.
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("store_id", Text, nullable=False),
 )
 
 persona_memory_mute = Table(

@@ -9,6 +9,11 @@ with an empty queue: its parent keeps its own promises.
 
 A touch that still fails after TOUCH_ATTEMPTS (the database gone, a lock never released) is
 logged by count and dropped: reinforcement is best effort, a room open never fails for it.
+
+Exact: a touch names each row by id and persona, so a row deleted meanwhile is skipped and the
+touch never lands on another row; and it is applied once. Each retry of a batch gets the same
+`Attempt`, where `apply` notes what it wrote before its commit, so a retry after a commit that
+went through (the failure came later, or from the commit's answer) writes nothing again.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from memory_worker.per_process import PerProcess
 
@@ -35,13 +41,29 @@ class Touch:
     """One room open's promise: these rows of these personas were recalled at `stamp`."""
 
     url: str
-    ids: tuple[int, ...]
-    personas: tuple[str, ...]
+    rows: tuple[tuple[str, tuple[int, ...]], ...]  # (persona, the ids of its rows recalled)
     stamp: str  # ISO, to the second: what last_recalled becomes
     day: float  # the same moment as Unix days, as the read cache ranks it
 
+    @property
+    def personas(self) -> tuple[str, ...]:
+        return tuple(p for p, _ in self.rows)
 
-Apply = Callable[[str, Sequence[Touch]], None]  # one database's touches, in order
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for _, ids in self.rows)
+
+
+@dataclass
+class Attempt:
+    """One batch's tries: `wrote` is what `apply` noted of its write before committing it
+    (None: nothing yet), for the next try to tell whether that commit went through."""
+
+    number: int = 1
+    wrote: Any = None
+
+
+Apply = Callable[[str, Sequence[Touch], Attempt], None]  # one database's touches, in order
 
 
 class Toucher:
@@ -104,20 +126,21 @@ class Toucher:
                     self._cv.notify_all()
 
     def _apply_with_retries(self, url: str, touches: Sequence[Touch]) -> None:
-        for attempt in range(1, TOUCH_ATTEMPTS + 1):
+        attempt = Attempt()
+        for number in range(1, TOUCH_ATTEMPTS + 1):
+            attempt.number = number
             try:
-                self._apply(url, touches)
+                self._apply(url, touches, attempt)
                 return
             except Exception as exc:  # noqa: BLE001 — a touch must never take the thread down
-                if attempt == TOUCH_ATTEMPTS:
+                if number == TOUCH_ATTEMPTS:
                     self.dropped += len(touches)
-                    rows = sum(len(t.ids) for t in touches)
                     log.warning(
                         "touch dropped after %d attempts: %d opens, %d rows (%s)",
-                        attempt,
+                        number,
                         len(touches),
-                        rows,
+                        sum(t.count for t in touches),
                         type(exc).__name__,
                     )
                     return
-                time.sleep(RETRY_PAUSE_S * attempt)
+                time.sleep(RETRY_PAUSE_S * number)

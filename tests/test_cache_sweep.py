@@ -18,7 +18,7 @@ from memory_worker import reader
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.cache_sweep import Sweeper
-from memory_worker.read_cache import PersonaRows, ReadCache
+from memory_worker.read_cache import PersonaRows, ReadCache, Version
 from memory_worker.reader import build_block
 from tests import test_read_cache
 from tests.test_read_cache import DAN, NOW, held, new_row
@@ -69,11 +69,11 @@ def test_a_row_deleted_in_another_process_leaves_this_ones_cache_with_no_open_he
     assert gone not in now.ids, "nor do the ranking columns"
     with db.connect() as c:
         stored = c.execute(
-            select(t.persona_memory_versions.c.version).where(
+            select(t.persona_memory_versions.c.version, t.persona_memory_versions.c.stamp).where(
                 t.persona_memory_versions.c.persona == "warren"
             )
-        ).scalar_one()
-    assert now.version == stored, "the entry is at the store's version"
+        ).one()
+    assert now.version == tuple(stored), "the entry is at the store's version"
     warm = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
     reader.READ_CACHE.clear()
     assert warm.text == build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
@@ -110,19 +110,20 @@ def test_a_sweep_lets_go_of_what_the_change_log_no_longer_reaches_and_reads_no_r
 def test_catching_up_keeps_an_entrys_place_in_the_lru_and_brings_back_nothing_let_go_of() -> None:
     def rows(n: int, version: int = 1) -> PersonaRows:
         z, zi = np.zeros(n), np.arange(n, dtype=np.int64)
-        return PersonaRows(version, zi, zi, zi, z, z, zi)
+        return PersonaRows(Version(version, version), zi, zi, zi, z, z, zi)
 
     size = rows(100).nbytes
     cache = ReadCache(max_bytes=2 * size + size // 2)  # room for two entries
-    cache.put(("db", "old"), rows(100))
-    cache.put(("db", "new"), rows(100))
-    cache.put(("db", "old"), rows(100, version=2), recent=False)  # a sweep caught it up
-    cache.put(("db", "third"), rows(100))
+    cache.enter("db", "s")
+    cache.put(("db", "s", "old"), rows(100))
+    cache.put(("db", "s", "new"), rows(100))
+    cache.put(("db", "s", "old"), rows(100, version=2), recent=False)  # a sweep caught it up
+    cache.put(("db", "s", "third"), rows(100))
     assert set(cache.held("db")) == {"new", "third"}, "the least recently opened went first"
-    cache.put(("db", "new"), rows(100, version=2))  # an open: now the most recent
-    cache.put(("db", "fourth"), rows(100))
+    cache.put(("db", "s", "new"), rows(100, version=2))  # an open: now the most recent
+    cache.put(("db", "s", "fourth"), rows(100))
     assert set(cache.held("db")) == {"new", "fourth"}
-    cache.put(("db", "old"), rows(100, version=3), recent=False)  # caught up after it went
+    cache.put(("db", "s", "old"), rows(100, version=3), recent=False)  # caught up after it went
     assert set(cache.held("db")) == {"new", "fourth"}, "nothing let go of comes back"
     assert cache.bytes == 2 * size
 

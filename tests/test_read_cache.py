@@ -87,7 +87,7 @@ def texts() -> list[str]:
 
 
 def held(persona: str):  # type: ignore[no-untyped-def]
-    return reader.READ_CACHE._entries[(settings_mod.current().database_url, persona)]
+    return reader.READ_CACHE.held(settings_mod.current().database_url)[persona]
 
 
 def row_vectors(entry: PersonaRows) -> np.ndarray:
@@ -179,7 +179,7 @@ def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generato
     build_block("warren", {DAN}, "topic", now=NOW, touch=False)
     after_dan = reader.READ_CACHE.bytes
     build_block("warren", {CARA}, "topic-cara", now=NOW, touch=False)
-    keys = [k for k in reader.READ_CACHE._entries if k[1] == "warren"]
+    keys = [k for k in reader.READ_CACHE._entries if k[2] == "warren"]
     assert len(keys) == 1, "one entry for Warren, whoever is in the room"
     grown = reader.READ_CACHE.bytes - after_dan
     assert grown == (180 + 40) * 8, "Cara's room added one topic's cosines, no rows"
@@ -193,7 +193,7 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
     reader.READ_CACHE, saved = small, reader.READ_CACHE
     try:
         got = build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
-        entry = small._entries[(settings_mod.current().database_url, "warren")]
+        entry = small.held(settings_mod.current().database_url)["warren"]
         cut = int(np.argmax(entry.slots >= 0))  # the oldest row with a vector
         assert 0 < cut < len(entry), "some vectors fit, not all"
         assert small.bytes <= bound

@@ -24,7 +24,7 @@ from memory_worker import touch as touch_mod
 from memory_worker.app_side import UnknownRoom
 from memory_worker.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.constants import KINDS
-from memory_worker.read_cache import ReadCache
+from memory_worker.read_cache import NEVER_WRITTEN, ReadCache, Versions
 from memory_worker.reader import blocks_for_room, build_block, format_block
 from memory_worker.rows import Room, Row, human_id, id_json
 from memory_worker.storage import read_path
@@ -677,7 +677,8 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
 def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
     """The rows the reader's audience index selects from the persona's cached columns."""
     with store.engine(url).connect() as c:
-        rows = reader._fetch(c, [scope.persona], {scope.persona: 0}, url)[scope.persona]
+        unread = Versions("", {scope.persona: NEVER_WRITTEN})
+        rows = reader._fetch(c, [scope.persona], unread, url)[scope.persona]
     return set(rows.ids[reader.visible_index(rows, scope)].tolist())
 
 

@@ -1,26 +1,37 @@
-"""The touch queue: a promised touch is applied in order, never dropped for lack of room."""
+"""The touch queue: a promised touch is applied in order, never dropped for lack of room; and
+exactly (issue 18): a row deleted before its touch lands is skipped, and a touch whose commit
+went through is never applied again by a retry."""
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from memory_worker.touch import Touch, Toucher
+import pytest
+from sqlalchemy import Engine, insert, select
+
+from memory_worker import app_side, controls, reader
+from memory_worker import settings as settings_mod
+from memory_worker import tables as t
+from memory_worker import touch as touch_mod
+from memory_worker.storage import read_path
+from memory_worker.touch import Attempt, Touch, Toucher
 
 
 def touch(n: int) -> Touch:
-    return Touch("sqlite:///x.db", (n,), ("warren",), "2026-12-01T12:00:00+00:00", 20_000.0)
+    return Touch("sqlite:///x.db", (("warren", (n,)),), "2026-12-01T12:00:00+00:00", 20_000.0)
 
 
 def test_a_full_queue_makes_the_opener_wait_and_every_touch_lands_in_order() -> None:
     gate, busy = threading.Event(), threading.Event()
     applied: list[int] = []
 
-    def apply(_url: str, touches: Sequence[Touch]) -> None:
+    def apply(_url: str, touches: Sequence[Touch], _attempt: Attempt) -> None:
         busy.set()
         gate.wait(10)
-        applied.extend(t.ids[0] for t in touches)
+        applied.extend(t.rows[0][1][0] for t in touches)
 
     toucher = Toucher(apply, max_pending=2)
     toucher.promise(touch(0))
@@ -39,7 +50,7 @@ def test_a_full_queue_makes_the_opener_wait_and_every_touch_lands_in_order() -> 
 
 def test_flush_reports_a_queue_it_could_not_drain_in_time() -> None:
     gate = threading.Event()
-    toucher = Toucher(lambda _url, _touches: gate.wait(10))
+    toucher = Toucher(lambda _url, _touches, _attempt: gate.wait(10))
     toucher.promise(touch(1))
     assert not toucher.flush(0.2)
     gate.set()
@@ -59,9 +70,11 @@ def test_touches_promised_at_once_by_a_processs_first_openers_all_land() -> None
         for _ in range(100):
             applied: list[int] = []
 
-            def apply(_url: str, touches: Sequence[Touch], into: list[int] = applied) -> None:
+            def apply(
+                _url: str, touches: Sequence[Touch], _attempt: Attempt, into: list[int] = applied
+            ) -> None:
                 with lock:
-                    into.extend(t.ids[0] for t in touches)
+                    into.extend(t.rows[0][1][0] for t in touches)
 
             toucher = Toucher(apply)
             start = threading.Barrier(openers)
@@ -84,3 +97,129 @@ def test_touches_promised_at_once_by_a_processs_first_openers_all_land() -> None
     finally:
         sys.setswitchinterval(switch)
     assert lost == 0, f"{lost} promised touches never landed"
+
+
+# --- exact touches on a real store (issue 18, reproduction 7) -------------------------------
+
+DAN = 42
+NOW = "2026-12-01T12:00:00+00:00"
+
+
+@pytest.fixture
+def two_personas(db: Engine) -> dict[str, list[int]]:
+    """Dan's private chat with Warren (three rows about Dan) and Nolan (one)."""
+    rows: dict[str, list[int]] = {"warren": [], "nolan": []}
+    with db.begin() as c:
+        app_side.add_user(c, DAN, "Dan")
+        for slug in rows:
+            app_side.add_persona(c, slug, slug.title())
+        app_side.add_room(c, "dm", "private", [f"u:{DAN}", "warren", "nolan"])
+        for persona, n in (("warren", 3), ("nolan", 1)):
+            for i in range(n):
+                rows[persona].append(
+                    c.execute(
+                        insert(t.persona_memory).values(
+                            persona=persona,
+                            subject=f"u:{DAN}",
+                            witnessed=f"[{DAN}]",
+                            room_id="dm",
+                            kind="fact",
+                            text=f"Dan told {persona} thing {i}.",
+                            importance=7,
+                            evidence="[1]",
+                            created="2026-11-20T10:00:00+00:00",
+                        )
+                    ).inserted_primary_key[0]
+                )
+    return rows
+
+
+@pytest.fixture
+def gated(two_personas: dict[str, list[int]]) -> Iterator[tuple[threading.Event, list[int]]]:
+    """The reader's touch queue, its thread held at a gate until the test opens it (so a delete
+    can land between a room open and its touch); `failures` makes the next apply fail *after*
+    the real one returned (its transaction committed), as a lost answer to a commit would."""
+    gate = threading.Event()
+    failures: list[int] = []
+
+    def apply(url: str, touches: Sequence[Touch], *rest: Any) -> None:
+        gate.wait(30)
+        reader._apply_touches(url, touches, *rest)
+        if failures:
+            failures.pop()
+            raise OSError("the answer to the commit was lost")
+
+    saved, reader.TOUCHES = reader.TOUCHES, Toucher(apply)
+    try:
+        yield gate, failures
+    finally:
+        gate.set()
+        reader.TOUCHES.flush(30)
+        reader.TOUCHES = saved
+
+
+def recall_counts(eng: Engine) -> dict[int, int]:
+    pm = t.persona_memory.c
+    with eng.connect() as c:
+        return dict(c.execute(select(pm.id, pm.recall_count)).all())  # type: ignore[arg-type]
+
+
+@pytest.mark.store
+def test_a_row_deleted_before_its_touch_lands_is_skipped_and_no_other_row_is_touched_twice(
+    db: Engine,
+    two_personas: dict[str, list[int]],
+    gated: tuple[threading.Event, list[int]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gate, _ = gated
+    first = reader.blocks_for_room("dm", {DAN}, now=NOW)  # touch promised, held at the gate
+    (nolans,) = two_personas["nolan"]
+    assert nolans in first["nolan"].row_ids and first["warren"].touched
+    controls.delete_row(DAN, nolans)  # Dan deletes Nolan's row before the touch lands
+    again = reader.blocks_for_room("dm", {DAN}, now=NOW)
+    assert not again["nolan"].row_ids
+    gate.set()
+    assert reader.flush_touches(timeout=30)
+
+    assert "touch dropped" not in caplog.text
+    assert reader.TOUCHES.dropped == 0
+    counts = recall_counts(db)
+    assert nolans not in counts
+    assert {i: counts[i] for i in two_personas["warren"]} == dict.fromkeys(
+        two_personas["warren"], 2
+    ), "each of Warren's rows once per open: not once per retry"
+
+
+@pytest.mark.store
+def test_a_touch_whose_commit_went_through_is_not_applied_again_by_the_retry(
+    db: Engine,
+    two_personas: dict[str, list[int]],
+    gated: tuple[threading.Event, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gate, failures = gated
+    monkeypatch.setattr(touch_mod, "RETRY_PAUSE_S", 0.01)
+    failures.append(1)  # the first attempt commits, then fails
+    block = reader.build_block("warren", {DAN}, "dm", now=NOW)
+    gate.set()
+    assert reader.flush_touches(timeout=30)
+    assert not failures, "the first attempt failed after its commit"
+    counts = recall_counts(db)
+    assert {i: counts[i] for i in block.row_ids} == dict.fromkeys(block.row_ids, 1)
+    entry = reader.READ_CACHE.held(settings_mod.current().database_url)["warren"]
+    with db.connect() as c:
+        assert entry.version == read_path.versions(c, ["warren"])["warren"], "the cache took it"
+
+
+@pytest.mark.store
+def test_a_touch_names_its_rows_by_id_and_persona_so_it_never_lands_on_another_personas_row(
+    db: Engine, two_personas: dict[str, list[int]]
+) -> None:
+    """An id that is no longer the persona's row (deleted, and the id taken again after a
+    restore) touches nothing."""
+    url = settings_mod.current().database_url
+    stamp = "2026-12-01T12:00:00+00:00"
+    warrens = two_personas["warren"][0]
+    as_nolans = Touch(url, (("nolan", (warrens,)),), stamp, 20_423.5)
+    reader._apply_touches(url, [as_nolans], Attempt())
+    assert recall_counts(db)[warrens] == 0

@@ -1,9 +1,9 @@
 """The reader's SQL: what a room open reads and writes, built once per process.
 
 A room open is two statements: `context` (the room, its members, the present humans, their
-mutes, and the personas' versions and names, folded into one UNION ALL) and `winners` (the
-few rows that made the blocks). `open_rows` and `embeddings` run only when a persona's
-version moved since this process last read it; `touch` runs off the caller's path.
+mutes, the store's id, and the personas' versions and names, folded into one UNION ALL) and
+`winners` (the few rows that made the blocks). `open_rows` and `embeddings` run only when a
+persona's version moved since this process last read it; `touch` runs off the caller's path.
 
 The hot statements are `memory_worker.storage.prepared.Prepared`: compiled to the driver's
 SQL once per process, so a room open pays neither SQLAlchemy's statement building nor its
@@ -39,14 +39,13 @@ from memory_worker import store
 from memory_worker import tables as t
 from memory_worker.block import Human
 from memory_worker.constants import KINDS, SUBJECT_SELF, SUBJECT_WORLD
+from memory_worker.read_cache import NEVER_WRITTEN, Version, Versions
 from memory_worker.rows import Room, Row, human_id
 from memory_worker.storage.prepared import Prepared, tagged
 
 UNIX_EPOCH_JULIAN_DAY = 2440587.5  # SQLite's julianday('1970-01-01')
 UNKNOWN_KIND = len(KINDS)  # the kind code of a kind outside KINDS (ranked, never riding)
 IDS_PER_STATEMENT = 10_000  # an IN list this long stays under every driver's parameter cap
-
-Version = int  # persona_memory_versions.version: 0 before the persona's first row
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class Context:
     humans: dict[int, Human]  # the present humans the store knows
     memory_on: dict[int, bool]
     mutes: frozenset[tuple[int, str]]  # (user_id, persona) for present humans
-    versions: dict[str, Version]  # of the room's personas and the ones asked for
+    versions: Versions  # the store's id; the versions of the room's personas and those asked for
     names: dict[str, str]  # display names, by slug, of the same
 
 
@@ -113,11 +112,31 @@ def room_or_member(row: Any, personas: list[str], humans: list[int]) -> Room | N
     return None
 
 
+_v, _si = t.persona_memory_versions.c, t.store_identity.c
+
+
+def _store_and_versions(which: ColumnElement[bool]) -> list[Select[Any]]:
+    """The store's id and the versions of the personas `which` picks, as two branches of a
+    `tagged` UNION ('store', 'version'), parsed by `store_or_version`."""
+    return [
+        select(*tagged("store", _si.store_id)),
+        select(*tagged("version", _v.persona, n1=_v.version, n2=_v.stamp)).where(which),
+    ]
+
+
+def store_or_version(row: Any, versions: dict[str, Version]) -> str | None:
+    """A row of `_store_and_versions`: the store's id, or a version added to `versions`."""
+    if row[0] == "store":
+        return str(row[1])
+    versions[row[1]] = Version(int(row[4]), None if row[5] is None else int(row[5]))
+    return None
+
+
 def _context_statement(
     present: list[BindParameter[Any]], personas: list[BindParameter[Any]]
 ) -> CompoundSelect[Any]:
     m, u = t.room_members.c, t.users.c
-    mute, v, p = t.persona_memory_mute.c, t.persona_memory_versions.c, t.personas.c
+    mute, p = t.persona_memory_mute.c, t.personas.c
     room: BindParameter[str] = bindparam("room")
     asked = personas
 
@@ -130,7 +149,7 @@ def _context_statement(
             u.id.in_(present)
         ),
         select(*tagged("mute", mute.persona, n1=mute.user_id)).where(mute.user_id.in_(present)),
-        select(*tagged("version", v.persona, n1=v.version)).where(ours(v.persona)),
+        *_store_and_versions(ours(_v.persona)),
         select(*tagged("name", p.slug, a=p.name)).where(ours(p.slug)),
     )
 
@@ -149,7 +168,9 @@ def context(
     members: list[str] = []
     member_humans: list[int] = []
     humans, memory_on = {}, {}
-    mutes, versions, names = set(), {}, {}
+    mutes, names = set(), {}
+    versions: dict[str, Version] = {}
+    store = ""  # no identity row: no two stores' versions can still match (their stamps)
     row: Any
     for row in found:
         tag, k, a, b, n1, n2, n3, blob = row
@@ -161,8 +182,8 @@ def context(
             memory_on[uid] = bool(n1)
         elif tag == "mute":
             mutes.add((int(n1), k))
-        elif tag == "version":
-            versions[k] = int(n1)
+        elif tag in ("store", "version"):
+            store = store_or_version(row, versions) or store
         else:
             names[k] = a
     if room is None:
@@ -175,7 +196,7 @@ def context(
         humans=humans,
         memory_on=memory_on,
         mutes=frozenset(mutes),
-        versions={p: versions.get(p, 0) for p in wanted},
+        versions=Versions(store, {p: versions.get(p, NEVER_WRITTEN) for p in wanted}),
         names={p: names.get(p) or p for p in wanted},
     )
 
@@ -246,9 +267,9 @@ def open_rows(
 
 _ch = t.persona_memory_changes.c
 CHANGES = Prepared(
-    lambda: select(_ch.row_id).where(
+    lambda: select(_ch.version, _ch.row_id, _ch.stamp).where(
         _ch.persona == bindparam("persona"),
-        _ch.version > bindparam("since"),
+        _ch.version >= bindparam("since"),
         _ch.version <= bindparam("upto"),
     )
 )
@@ -256,14 +277,21 @@ CHANGES = Prepared(
 
 def changed_rows(conn: Connection, persona: str, since: Version, upto: Version) -> set[int] | None:
     """The ids of the rows `persona`'s writes after version `since` up to `upto` touched, or
-    None when the change log no longer holds all of them (it keeps the last 1,024 versions:
-    schema/versions/0006). Each version logs exactly one row, so counting proves it whole."""
-    if not since < upto:
+    None when the change log cannot say: it no longer holds all of them (it keeps the last
+    1,024 versions: schema/versions/0006), or its stamp at `since` is not the one held — the
+    log of another history (a restored or remade store) whose counter passed the same number.
+    Each version logs exactly one row, so counting proves it whole."""
+    if not since.counter < upto.counter:
         return None
-    found = CHANGES.execute(conn, {"persona": persona, "since": since, "upto": upto}).all()
-    if len(found) != upto - since:
+    found: Sequence[Any] = CHANGES.execute(
+        conn, {"persona": persona, "since": since.counter, "upto": upto.counter}
+    ).all()
+    log = {int(r[0]): (int(r[1]), r[2]) for r in found}
+    if since != NEVER_WRITTEN and log.pop(since.counter, (0, None))[1] != since.stamp:
         return None
-    return {int(r[0]) for r in found}
+    if len(log) != upto.counter - since.counter or log[upto.counter][1] != upto.stamp:
+        return None
+    return {row_id for row_id, _ in log.values()}
 
 
 EMBEDDINGS_BY_ID = select(_pm.id, _pm.embedding).where(_pm.id.in_(bindparam("ids", expanding=True)))
@@ -307,29 +335,38 @@ def winners(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
 
 TOUCH = (
     update(t.persona_memory)
-    .where(_pm.id.in_(bindparam("ids", expanding=True)))
+    .where(_pm.persona == bindparam("of"), _pm.id.in_(bindparam("ids", expanding=True)))
     .values(last_recalled=bindparam("stamp"), recall_count=_pm.recall_count + 1)
 )
-_v = t.persona_memory_versions.c
-VERSIONS = select(_v.persona, _v.version).where(
-    _v.persona.in_(bindparam("personas", expanding=True))
+VERSIONS = Prepared(
+    lambda personas: union_all(*_store_and_versions(_v.persona.in_(personas))), personas=""
+)
+LOCK_VERSIONS = (
+    select(_v.persona)
+    .where(_v.persona.in_(bindparam("personas", expanding=True)))
+    .with_for_update()
 )
 
 
-def versions(
-    conn: Connection, personas: Sequence[str], *, lock: bool = False
-) -> dict[str, Version]:
-    """Each persona's write counter (0 before its first row).
+def versions(conn: Connection, personas: Sequence[str], *, lock: bool = False) -> Versions:
+    """The store's id and each persona's version (NEVER_WRITTEN before its first row), from
+    one statement.
 
     `lock` (PostgreSQL) holds the counters until commit, so nobody writes between a read of
     them and ours; SQLite's BEGIN IMMEDIATE already shuts every other writer out.
     """
-    query = VERSIONS.with_for_update() if lock and not store.is_sqlite(conn) else VERSIONS
-    found = {p: v for p, v in conn.execute(query, {"personas": sorted(personas)})}
-    return {p: int(found.get(p, 0)) for p in personas}
+    if lock and not store.is_sqlite(conn):
+        conn.execute(LOCK_VERSIONS, {"personas": sorted(personas)})
+    found: dict[str, Version] = {}
+    sid = ""  # as `context`: no identity row
+    for row in VERSIONS.execute(conn, {}, personas=sorted(personas)):
+        sid = store_or_version(row, found) or sid
+    return Versions(sid, {p: found.get(p, NEVER_WRITTEN) for p in personas})
 
 
-def touch(conn: Connection, ids: Sequence[int], stamp: str) -> None:
-    """`last_recalled = stamp, recall_count += 1` for these rows."""
+def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str) -> None:
+    """`last_recalled = stamp, recall_count += 1` for these rows of `persona`; an id that is
+    not (any longer) one of its rows touches nothing."""
     for start in range(0, len(ids), IDS_PER_STATEMENT):
-        conn.execute(TOUCH, {"ids": list(ids[start : start + IDS_PER_STATEMENT]), "stamp": stamp})
+        part = list(ids[start : start + IDS_PER_STATEMENT])
+        conn.execute(TOUCH, {"of": persona, "ids": part, "stamp": stamp})
