@@ -252,9 +252,7 @@ class PersonaRows:
             order = np.argsort(ids, kind="stable")
             cols = {n: c[order] for n, c in cols.items()}
         required = merged_requirements(self.required, changed, fresh.required)
-        return PersonaRows(
-            version=fresh.version, vectors=self.vectors, required=required, **cols
-        )
+        return PersonaRows(version=fresh.version, vectors=self.vectors, required=required, **cols)
 
 
 def merged_requirements(
@@ -381,6 +379,13 @@ class ReadCache:
                 self.bytes += size - self._sizes[key]
                 self._sizes[key] = size
                 self._trim()
+
+    def fits_whole(self, rows: int, dims: int) -> bool:
+        """Whether a persona of `rows` open rows keeps every row's vector of `dims` bytes
+        under the bound, with room to spare: then its relevance is the same whether its
+        entry is held or not (a cold open may rank a few rows without reading them all)."""
+        per_row = 8 * 8 + dims + 4 + 8 * TOPICS_PER_PERSONA  # columns, slot, vector, cosines
+        return 2 * (ENTRY_OVERHEAD_BYTES + rows * per_row) <= self.max_bytes
 
     def slots_allowed(self, rows: PersonaRows, dims: int) -> int:
         """How many vector slots (of `dims` bytes, with a norm and every topic's cosine beside

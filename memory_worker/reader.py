@@ -30,6 +30,7 @@ from memory_worker import clock, store
 from memory_worker import settings as settings_mod
 from memory_worker.audience import Consent, Members, Scope, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
+from memory_worker.cache_fill import Filler
 from memory_worker.cache_sweep import Sweeper
 from memory_worker.constants import V1_PROVEN_SCOPE
 from memory_worker.ranking import (
@@ -54,6 +55,7 @@ from memory_worker.rows import Room, Row, human_id, human_ref, id_list
 from memory_worker.storage import read_path
 from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.touch import Attempt, Touch, Toucher
+from memory_worker.vectors import int8_cosines, int8_norms, stack_int8
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,7 @@ def close(timeout: float | None = None) -> bool:
     """Before a store goes away (a test's, the leak exam's): wait for the promised touches,
     wait out a sweep under way, and forget everything cached. True when the touches drained."""
     drained = flush_touches(timeout)
+    FILLS.wait(timeout)
     with SWEEP.paused():
         READ_CACHE.clear()
     return drained
@@ -279,12 +282,32 @@ def load_candidates(
     sid = versions.store
     held = {p: got for p in seen if (got := READ_CACHE.get((url, sid, p), versions[p])) is not None}
     stale = [p for p in seen if p not in held]
+    cold: dict[str, PersonaRows] = {}
     if stale:
-        for p, fetched in _fetch(conn, stale, versions, url).items():
+        for p, fetched in _patch_held(conn, stale, versions, url).items():
             held[p] = READ_CACHE.fill((url, sid, p), fetched, _loader(conn, p, len(fetched)))
+        missing = [p for p in stale if p not in held]
+        if missing and vector is not None:  # past the bound, some rows rank without relevance:
+            counts = read_path.open_counts(conn, missing)  # which, only the whole entry says
+            whole = [p for p in missing if not READ_CACHE.fits_whole(counts[p], len(vector))]
+            found = read_path.open_rows(conn, whole) if whole else []
+            for p, fetched in _split(found, whole, versions).items():
+                held[p] = READ_CACHE.fill((url, sid, p), fetched, _loader(conn, p, len(fetched)))
+            missing = [p for p in missing if p not in held]
+        if missing:  # answer from what this audience can see; the whole entry is filled later
+            refs = sorted({r for p in missing for r in scopes[p].human_refs})
+            cold = _split(read_path.visible_open_rows(conn, missing, refs), missing, versions)
+            FILLS.request(url, missing, vector if keep_cosines else None)
     out = {}
     for p, scope in scopes.items():
         rows = held.get(p)
+        if rows is None and p in cold:
+            idx = visible_index(cold[p], scope)
+            rel = None
+            if vector is not None and idx.size:
+                rel = _cold_relevance(conn, p, cold[p].ids[idx], vector)
+            out[p] = _candidates(cold[p], idx, now_day, rel)
+            continue
         idx = visible_index(rows, scope) if rows is not None else np.zeros(0, dtype=np.int64)
         rel = None
         if rows is not None and vector is not None and idx.size:
@@ -292,6 +315,38 @@ def load_candidates(
             rel = READ_CACHE.relevance((url, sid, p), rows, vector, load, idx, keep=keep_cosines)
         out[p] = _candidates(rows, idx, now_day, rel)
     return out
+
+
+def _cold_relevance(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np.ndarray:
+    """The cosine to `vector` of these rows' embeddings, read by id (a cold open's few rows:
+    the persona's store of vectors is loaded by the fill, off the caller's path)."""
+    found = read_path.embeddings(conn, persona, ids.tolist(), of_all=4 * len(ids))
+    block = stack_int8([found.get(int(i)) for i in ids], len(vector))
+    return int8_cosines(block, vector, int8_norms(block))
+
+
+def _fill(url: str, personas: list[str], topics: list[bytes]) -> None:
+    """The fill thread's work (cache_fill.py): every open row of these personas into the read
+    cache, with their cosines to the topics their cold opens ranked against."""
+    with store.engine(url).connect() as conn:
+        versions = read_path.versions(conn, personas)
+        READ_CACHE.enter(url, versions.store)
+        for p, rows in _fetch(conn, personas, versions, url).items():
+            key = (url, versions.store, p)
+            if READ_CACHE.get(key, versions[p]) is not None:
+                continue  # an open filled it meanwhile
+            load = _loader(conn, p, len(rows))
+            got = READ_CACHE.fill(key, rows, load)
+            for topic in topics:
+                every = np.arange(len(got), dtype=np.int64)
+                READ_CACHE.relevance(key, got, topic, load, every, keep=True)
+                got = READ_CACHE.previous(key) or got
+    # A write that landed while this read (the open's own touch, say) found no entry to update:
+    # catching up now, after the entry is in, cannot miss it.
+    _catch_up_store(url, personas)
+
+
+FILLS = Filler(_fill)
 
 
 def _loader(conn: Connection, persona: str, of_all: int) -> LoadVectors:
@@ -304,22 +359,37 @@ def _fetch(
     """The columns of every persona given as of `versions`: a persona this process holds at
     an older version re-reads only the rows its change log names since then; the rest come
     from one query over all their open rows, split into columns each."""
+    out = _patch_held(conn, personas, versions, url)
+    rest = [p for p in personas if p not in out]
+    if not rest:
+        return out
+    return {**out, **_split(read_path.open_rows(conn, rest), rest, versions)}
+
+
+def _patch_held(
+    conn: Connection, personas: Sequence[str], versions: Versions, url: str
+) -> dict[str, PersonaRows]:
+    """The personas this process holds at an older version, brought up to `versions` from
+    their change log (those the log no longer reaches are left out)."""
     out: dict[str, PersonaRows] = {}
     for p in personas:
         old = READ_CACHE.previous((url, versions.store, p))
         patched = None if old is None else _patched(conn, p, old, versions[p])
         if patched is not None:
             out[p] = patched
-    rest = [p for p in personas if p not in out]
-    if not rest:
-        return out
-    found = read_path.open_rows(conn, rest)
-    if len(rest) == 1:
-        return {**out, rest[0]: _columns(found, versions[rest[0]])}
-    by_persona: dict[str, list[Any]] = {p: [] for p in rest}
+    return out
+
+
+def _split(
+    found: Sequence[Any], personas: Sequence[str], versions: Versions
+) -> dict[str, PersonaRows]:
+    """Fetched rows of several personas (`read_path.open_rows`' tuples) as each one's columns."""
+    if len(personas) == 1:
+        return {personas[0]: _columns(found, versions[personas[0]])}
+    by_persona: dict[str, list[Any]] = {p: [] for p in personas}
     for r in found:
         by_persona[r[1]].append(r)
-    return {**out, **{p: _columns(rows, versions[p]) for p, rows in by_persona.items()}}
+    return {p: _columns(rows, versions[p]) for p, rows in by_persona.items()}
 
 
 def _patched(
@@ -347,8 +417,10 @@ def catch_up(url: str | None = None) -> int:
     return sum(_catch_up_store(u) for u in urls)
 
 
-def _catch_up_store(url: str) -> int:
+def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
     held = READ_CACHE.held(url)
+    if personas is not None:
+        held = {p: rows for p, rows in held.items() if p in personas}
     if not held:
         return 0
     with store.engine(url).connect() as conn:

@@ -34,7 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "model interfaces": ("models.base",),
     "models": ("models",),
     "write": ("write",),
-    "reader": ("reader", "recall", "touch", "cache_sweep"),
+    "reader": ("reader", "recall", "touch", "cache_sweep", "cache_fill"),
     "controls": ("controls",),
     "app side": ("app_side",),
     "infra": (

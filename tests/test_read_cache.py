@@ -17,7 +17,7 @@ from memory_worker import app_side, reader, store
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.read_cache import PersonaRows, ReadCache
-from memory_worker.reader import build_block
+from memory_worker.reader import Block, build_block
 from memory_worker.vectors import quantise
 
 NOW = "2026-12-01T12:00:00+00:00"
@@ -25,6 +25,14 @@ DAN, CARA = 42, 17
 DIMS = 16  # small vectors: the bound is about rows, not the embedding model
 
 pytestmark = pytest.mark.store
+
+
+def opened(persona: str, present: set[int], room: str, **kw: Any) -> Block:
+    """`build_block`, then its cold open's fill landed (cache_fill.py): this file watches
+    what the cache holds between opens."""
+    block = build_block(persona, present, room, **kw)
+    assert reader.FILLS.wait(30)
+    return block
 
 
 def vector(rng: np.random.Generator) -> bytes:
@@ -82,11 +90,13 @@ def texts() -> list[str]:
     out = []
     for room, who in (("dm", DAN), ("dm-cara", CARA), ("topic", DAN), ("topic-cara", CARA)):
         for persona in ("warren", "nolan"):
-            out.append(build_block(persona, {who}, room, now=NOW, touch=False).text)
+            out.append(opened(persona, {who}, room, now=NOW, touch=False).text)
     return out
 
 
 def held(persona: str):  # type: ignore[no-untyped-def]
+    """The persona's entry once the cold opens' fills have landed (cache_fill.py)."""
+    assert reader.FILLS.wait(30)
     return reader.READ_CACHE.held(settings_mod.current().database_url)[persona]
 
 
@@ -132,10 +142,10 @@ def test_the_block_is_the_same_cold_warm_and_after_another_process_wrote(
             row.update(created="2026-11-30T10:00:00+00:00")
             c.execute(insert(t.persona_memory).values(**row))
         elif change == "a closed row":
-            winner = build_block("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
+            winner = opened("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
             c.execute(update(t.persona_memory).where(pm.id == winner).values(valid_to="2026-11-30"))
         elif change == "a deleted row":
-            winner = build_block("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
+            winner = opened("warren", {DAN}, "topic", now=NOW, touch=False).row_ids[0]
             c.execute(delete(t.persona_memory).where(pm.id == winner))
         elif change == "a touch":
             c.execute(
@@ -176,9 +186,9 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
 
 def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generator) -> None:
     reader.READ_CACHE.clear()
-    build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
     after_dan = reader.READ_CACHE.bytes
-    build_block("warren", {CARA}, "topic-cara", now=NOW, touch=False)
+    opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
     keys = [k for k in reader.READ_CACHE._entries if k[2] == "warren"]
     assert len(keys) == 1, "one entry for Warren, whoever is in the room"
     grown = reader.READ_CACHE.bytes - after_dan
@@ -192,12 +202,12 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
     small = ReadCache(max_bytes=bound)
     reader.READ_CACHE, saved = small, reader.READ_CACHE
     try:
-        got = build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
+        got = opened("warren", {DAN}, "topic", now=NOW, touch=False).text
         entry = small.held(settings_mod.current().database_url)["warren"]
         cut = int(np.argmax(entry.slots >= 0))  # the oldest row with a vector
         assert 0 < cut < len(entry), "some vectors fit, not all"
         assert small.bytes <= bound
-        assert got == build_block("warren", {DAN}, "topic", now=NOW, touch=False).text, "warm"
+        assert got == opened("warren", {DAN}, "topic", now=NOW, touch=False).text, "warm"
         oldest = entry.ids[cut - 1]
     finally:
         reader.READ_CACHE = saved
@@ -288,7 +298,7 @@ def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
         for n, op in enumerate(ops):
             if op[0] == "open":
                 room, who = ROOMS[op[1]]
-                build_block("warren" if op[2] else "nolan", {who}, room, now=NOW, touch=False)
+                opened("warren" if op[2] else "nolan", {who}, room, now=NOW, touch=False)
             else:
                 write_elsewhere(other, op, store_rows, 10_000 + n)
         after = texts()
@@ -306,7 +316,7 @@ def test_a_row_re_embedded_elsewhere_ranks_on_its_new_vector_at_the_next_open(
 ) -> None:
     """`memory-worker reembed` in another process rewrites vectors in place: a warm cache must
     not go on ranking a row on the vector it had."""
-    first = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    first = opened("warren", {DAN}, "topic", now=NOW, touch=False)
     pm, r = t.persona_memory.c, t.rooms.c
     with db.connect() as c:
         topic = c.execute(select(r.topic_embedding).where(r.id == "topic")).scalar_one()
@@ -317,7 +327,7 @@ def test_a_row_re_embedded_elsewhere_ranks_on_its_new_vector_at_the_next_open(
         top = first.row_ids[0]
         c.execute(update(t.persona_memory).where(pm.id == top).values(embedding=blob))
     other.dispose()
-    warm = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    warm = opened("warren", {DAN}, "topic", now=NOW, touch=False)
     assert warm.text == cold()[4], "topic room, Warren"
     assert warm.row_ids[:1] != first.row_ids[:1], "the re-embedded row lost its place"
 
@@ -327,7 +337,7 @@ def test_a_row_deleted_elsewhere_leaves_no_copy_of_its_vector_in_the_cache(
 ) -> None:
     """A delete reaches every copy: the embedding of a deleted row is zeroed in the vector
     store at the next open, not kept in a dead slot."""
-    first = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    first = opened("warren", {DAN}, "topic", now=NOW, touch=False)
     pm = t.persona_memory.c
     gone = first.row_ids[0]
     with db.connect() as c:
@@ -345,6 +355,38 @@ def test_a_row_deleted_elsewhere_leaves_no_copy_of_its_vector_in_the_cache(
     with other.begin() as c:
         c.execute(delete(t.persona_memory).where(pm.id == gone))
     other.dispose()
-    build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
     assert held("warren").vectors is entry.vectors, "the same store, caught up in place"
     assert copies() == 0
+
+
+@pytest.mark.parametrize("room,who", [("dm", DAN), ("topic", DAN), ("topic-cara", CARA)])
+def test_a_cold_open_reads_only_what_its_audience_can_see_and_renders_what_a_warm_one_does(
+    store_rows: np.random.Generator, monkeypatch: pytest.MonkeyPatch, room: str, who: int
+) -> None:
+    """Issue 21: a persona this process does not hold answers from the rows of its audience
+    (world rows and the present human's), the fill reads the rest off the caller's path, and
+    the block is byte for byte what the filled entry gives."""
+    with store.transaction() as c:  # rows about a hundred other humans: never this room's
+        c.execute(
+            insert(t.persona_memory),
+            [new_row(store_rows, "warren", f"u:{1000 + i % 100}", i) for i in range(300)],
+        )
+    read: list[int] = []
+    real = reader.read_path.visible_open_rows
+
+    def counted(*a: Any, **k: Any) -> Any:
+        got = real(*a, **k)
+        read.append(len(got))
+        return got
+
+    monkeypatch.setattr(reader.read_path, "visible_open_rows", counted)
+    reader.READ_CACHE.clear()
+    cold = build_block("warren", {who}, room, now=NOW, touch=False).text
+    visible = 40 + (120 if who == DAN else 60)  # the world's and the present human's
+    assert read == [visible], "a cold open reads its audience's rows, no one else's"
+    assert reader.FILLS.wait(30)
+    assert len(held("warren")) == 120 + 60 + 40 + 300, "the fill holds every open row"
+    warm = build_block("warren", {who}, room, now=NOW, touch=False).text
+    assert read == [visible], "a warm open reads no columns"
+    assert cold == warm

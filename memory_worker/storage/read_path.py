@@ -23,6 +23,7 @@ from sqlalchemy import (
     Connection,
     Select,
     Text,
+    and_,
     bindparam,
     case,
     cast,
@@ -214,6 +215,7 @@ def _open_rows_statement(
     recalled: Column,
     personas: list[BindParameter[Any]],
     ids: list[BindParameter[Any]] | None = None,
+    refs: list[BindParameter[Any]] | None = None,
 ) -> Select[Any]:
     found = select(
         _pm.id,
@@ -229,6 +231,13 @@ def _open_rows_statement(
     ).where(
         _pm.persona.in_(personas), _pm.valid_to.is_(None)
     )  # no ORDER BY: the index walks (persona, valid_to, subject); numpy sorts ids for less
+    if refs is not None:  # whom the rows concern: the audience rule's subjects, on the index
+        found = found.where(
+            or_(
+                _pm.subject.in_([literal(SUBJECT_WORLD), *refs]),
+                and_(_pm.subject == SUBJECT_SELF, _pm.counterpart.in_(refs)),
+            )
+        )
     return found if ids is None else found.where(_pm.id.in_(ids))
 
 
@@ -244,6 +253,48 @@ OPEN_ROWS_BY_ID_SQLITE = Prepared(
 OPEN_ROWS_BY_ID_OTHER = Prepared(
     lambda personas, ids: _open_rows_statement(_RECALLED, personas, ids), personas="", ids=-1
 )
+
+VISIBLE_ROWS_SQLITE = Prepared(
+    lambda personas, refs: _open_rows_statement(_JULIAN, personas, refs=refs),
+    personas="",
+    refs="",  # no subject is ''
+)
+VISIBLE_ROWS_OTHER = Prepared(
+    lambda personas, refs: _open_rows_statement(_RECALLED, personas, refs=refs),
+    personas="",
+    refs="",
+)
+
+
+OPEN_COUNTS = Prepared(
+    lambda personas: (
+        select(_pm.persona, func.count())
+        .where(_pm.persona.in_(personas), _pm.valid_to.is_(None))
+        .group_by(_pm.persona)
+    ),
+    personas="",
+)
+
+
+def open_counts(conn: Connection, personas: Sequence[str]) -> dict[str, int]:
+    """How many open rows each persona holds (on the index; no row is read)."""
+    rows: Any = OPEN_COUNTS.execute(conn, {}, personas=list(personas)).all()
+    found = {str(p): int(n) for p, n in rows}
+    return {p: found.get(p, 0) for p in personas}
+
+
+def visible_open_rows(
+    conn: Connection, personas: Sequence[str], refs: Sequence[str]
+) -> Sequence[Any]:
+    """`open_rows` of these personas, only those that concern these humans ('u:42' refs) or
+    the world: what a room's audience can see, before the named/private check (a cold open
+    answers from these instead of reading every audience's rows)."""
+    query = VISIBLE_ROWS_SQLITE if store.is_sqlite(conn) else VISIBLE_ROWS_OTHER
+    result = query.execute(conn, {}, personas=list(personas), refs=sorted(set(refs)))
+    try:
+        return result.cursor.fetchall()
+    finally:
+        result.close()
 
 
 def open_rows(

@@ -1,0 +1,81 @@
+"""The read cache's fill, off the caller's path: a cold room open answers first, fills later.
+
+A room open for a persona this process does not hold (its first open, after the LRU let it
+go, or too far behind the change log) reads only the rows its audience can see and answers
+from them (reader.load_candidates). The persona's shared entry — every open row, for every
+audience, and the vectors of a room's topic — is then read here, on one daemon thread per
+process, so the next open of any of its rooms is warm. Importing starts nothing; the thread
+starts at the first request, and a forked child starts its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from memory_worker.per_process import PerProcess
+
+log = logging.getLogger(__name__)
+
+Request = tuple[str, str, bytes | None]  # (database url, persona, a room topic's vector)
+
+
+class Filler:
+    """Runs `fill(url, personas, topics)` on a daemon thread for what was requested."""
+
+    def __init__(self, fill: Callable[[str, list[str], list[bytes]], object]):
+        self._fill = fill
+        self._state = PerProcess(self._begin)
+        self.failures = 0  # fills that raised (logged by type; the next open reads again)
+
+    def _begin(self) -> None:
+        self._cv = threading.Condition()
+        self._pending: dict[tuple[str, str], set[bytes]] = {}
+        self._busy = False
+        threading.Thread(target=self._run, name="memory-read-fill", daemon=True).start()
+
+    def request(self, url: str, personas: list[str], topic: bytes | None) -> None:
+        """Fill these personas' entries (and their cosines to `topic`) soon."""
+        self._state.ensure()
+        with self._cv:
+            for p in personas:
+                topics = self._pending.setdefault((url, p), set())
+                if topic is not None:
+                    topics.add(topic)
+            self._cv.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until everything requested so far is filled (or given up). True if idle."""
+        if not self._state.here:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while self._pending or self._busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cv.wait(left)
+            return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending:
+                    self._cv.wait()
+                url = next(iter(self._pending))[0]
+                mine = {k: v for k, v in self._pending.items() if k[0] == url}
+                for k in mine:
+                    del self._pending[k]
+                self._busy = True
+            try:
+                topics = sorted({t for v in mine.values() for t in v})
+                self._fill(url, sorted(p for _, p in mine), topics)
+            except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
+                self.failures += 1
+                log.warning("read cache fill failed (%s); the next open reads", type(exc).__name__)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
