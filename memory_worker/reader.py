@@ -555,9 +555,9 @@ def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None
     touches too, with each persona's version (before, after) read inside it.
 
     Once: the versions before and after the write are noted in `attempt` before the commit. A
-    retry finds that commit went through when the change log holds a persona's step from
-    `before` to `after` with their stamps (random per write: no other write has them), and
-    writes nothing again; only the cache is left to take the touches.
+    retry finds that commit went through when the change log holds a persona's version
+    `after` with its stamp (random per write: no other write has it), and writes nothing
+    again; only the cache is left to take the touches.
 
     It waits out a busy writer for the store's usual timeout: nobody is waiting on it.
     """
@@ -586,15 +586,14 @@ def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None
 
 def _committed(conn: Connection, wrote: tuple[Versions, Versions] | None) -> bool:
     """Whether the write an earlier attempt noted (versions before and after it) is in the
-    store: the change log holds some persona's step from one to the other, stamps and all. A
-    write that moved no persona touched no row: there is nothing to apply twice."""
+    store: the change log holds some persona's version `after`, stamp and all (however many
+    rows the batch touched). A write that moved no persona touched no row: there is nothing
+    to apply twice."""
     if wrote is None:
         return False
     before, after = wrote
     moved = [p for p in after.of if after[p] != before[p]]
-    return not moved or any(
-        read_path.changed_rows(conn, p, before[p], after[p]) is not None for p in moved
-    )
+    return not moved or any(read_path.logged(conn, p, after[p]) for p in moved)
 
 
 TOUCHES = Toucher(_apply_touches)

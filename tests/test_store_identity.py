@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import Engine, delete, event, insert, select, update
 
 from memory_worker import app_side, reader, store
 from memory_worker import tables as t
@@ -241,3 +241,22 @@ def test_init_db_gives_every_store_an_id_of_its_own(db: Engine, tmp_path: Any) -
     store.init_db(other)  # twice: the same store
     assert store_id(db) != store_id(store.engine(other))
     assert len(store_id(db)) == 32
+
+
+def test_a_warm_open_checks_the_store_within_its_two_statements(db: Engine) -> None:
+    the_group(db)
+    write(db, row(ROW_ID, f"u:{DAN}", DANS))
+    warrens_block()  # the cache warm
+    seen: list[str] = []
+
+    def note(*args: Any) -> None:
+        if args[2].lstrip().upper().startswith("SELECT"):  # the statement; not BEGIN
+            seen.append(args[2])
+
+    event.listen(db, "before_cursor_execute", note)
+    try:
+        warrens_block()
+    finally:
+        event.remove(db, "before_cursor_execute", note)
+    assert len(seen) == 2, "the context and the winners: nothing more"
+    assert "store_identity" in seen[0], "the store's id is read with the versions"

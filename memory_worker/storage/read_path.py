@@ -345,6 +345,14 @@ def changed_rows(conn: Connection, persona: str, since: Version, upto: Version) 
     return {row_id for row_id, _ in log.values()}
 
 
+def logged(conn: Connection, persona: str, version: Version) -> bool:
+    """Whether the change log holds `version` of `persona`, stamp and all: the write that made
+    it is in this store's history (stamps are random: no other write has its stamp)."""
+    at = {"persona": persona, "since": version.counter, "upto": version.counter}
+    found: Sequence[Any] = CHANGES.execute(conn, at).all()
+    return any(r[2] == version.stamp for r in found)
+
+
 EMBEDDINGS_BY_ID = select(_pm.id, _pm.embedding).where(_pm.id.in_(bindparam("ids", expanding=True)))
 EMBEDDINGS_OF_PERSONA = select(_pm.id, _pm.embedding).where(
     _pm.persona == bindparam("persona"), _pm.valid_to.is_(None)
