@@ -9,6 +9,8 @@ on every case alike, we time:
 - warm       — `build_block` with the cache warm, touch on and touch off;
 - topic      — the same in a room with a topic vector (relevance over every visible row);
 - miss       — the first open after another process wrote a row (the cache must refetch);
+- cold       — an open with the persona's entry dropped (its first open, or after the LRU let
+               it go): it answers from its audience's rows, the fill runs after (not timed);
 - fresh      — a fresh process's first open (absolute: imports excluded, engine included).
 
 Each is printed as median, p95 and the ratio of its median to the floor's median in the same
@@ -237,13 +239,22 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         other.write()  # not timed: another process moves the persona's version
         ms["miss"].append(timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url)))
 
+    def cold() -> None:
+        reader.READ_CACHE.clear()  # not timed: the entry is gone
+        ms["cold"].append(
+            timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False))
+        )
+        fills = getattr(reader, "FILLS", None)
+        if fills is not None:
+            fills.wait(60)  # the fill lands off the caller's path, before the next case
+
     cases: dict[str, Callable[[], object]] = {
         "floor": floor,
         "warm_touch": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url),
         "warm": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False),
         "topic": lambda: build_block(PERSONA, {DAN}, "topic", now=NOW, url=url),
     }
-    ms: dict[str, list[float]] = {name: [] for name in [*cases, "miss"]}
+    ms: dict[str, list[float]] = {name: [] for name in [*cases, "miss", "cold"]}
     reader.READ_CACHE.clear()
     for fn in cases.values():
         fn()  # warm the page cache, the pool and the read cache
@@ -255,6 +266,9 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
             miss()
             for fn in cases.values():
                 fn()  # back to warm after the miss (untimed)
+            cold()
+            for fn in cases.values():
+                fn()  # back to warm after the cold open (untimed)
     finally:
         other.close()
     flush()
@@ -292,19 +306,19 @@ def print_table(results: list[dict]) -> None:
     )
     table.add_column("visible rows", justify="right")
     table.add_column("floor med / p95", justify="right")
-    for label in ("warm touch", "warm", "topic", "miss"):
+    for label in ("warm touch", "warm", "topic", "miss", "cold"):
         table.add_column(f"{label}\nmed / p95 / ×", justify="right")
     table.add_column("fresh\nms / ×", justify="right")
     table.add_column("cached MB\n(B/row)", justify="right")
     for r in results:
         cells = [f"{r['visible']:,}", f"{r['floor']['med']:.2f} / {r['floor']['p95']:.2f}"]
-        for key in ("warm_touch", "warm", "topic", "miss"):
+        for key in ("warm_touch", "warm", "topic", "miss", "cold"):
             c = r[key]
             cells.append(f"{c['med']:.2f} / {c['p95']:.2f} / {c['x']:.2f}")
         cells.append(f"{r['fresh_ms']:.1f} / {r['fresh_x']:.2f}")
         cells.append(f"{r['cache_bytes'] / 1e6:.1f} ({r['cache_bytes_per_row']:.0f})")
         table.add_row(*cells)
-    Console(width=160).print(table)
+    Console(width=190).print(table)
 
 
 def main() -> None:
