@@ -50,7 +50,7 @@ from rich.table import Table  # noqa: E402
 
 from benchmarks import locomo_replay  # noqa: E402
 from memory_worker import rank_rows, reader, recall, store  # noqa: E402
-from memory_worker.audience import Consent, visible_memories  # noqa: E402
+from memory_worker.audience import Consent, Members, visible_memories  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.ranking import RULE, SEED_RULE, RankColumns, scores, take  # noqa: E402
@@ -163,7 +163,11 @@ def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally
     with store.engine(url).connect() as conn:
         room = load_room(conn, ROOM)
         held = memories.all_rows(conn)
-    rows = visible_memories(PERSONA, {HUMAN}, room, held, Consent(memory_on={HUMAN: True}))
+    consent, members = (
+        Consent(memory_on={HUMAN: True}),
+        Members(frozenset({HUMAN}), frozenset({PERSONA})),
+    )
+    rows = visible_memories(PERSONA, {HUMAN}, room, held, consent, members=members)
     variants = {"names": rows, "ids": _reembedded(rows, embedder, {})}
     questions = [q for q in sample["qa"] if q.get("category") in CATEGORIES]
     vectors = embedder.embed([q["question"] for q in questions], purpose="topic")
@@ -198,6 +202,7 @@ def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally
                 tally.hit(f"relevance top-{k}", cat, bool(plain & wanted))
     for tally in tallies.values():
         tally.seconds += time.perf_counter() - started
+    reader.close(timeout=60)  # its touches and fills land before the store goes
     store.dispose_all()
 
 

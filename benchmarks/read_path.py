@@ -275,6 +275,7 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     held = cache_bytes()
     fresh = [fresh_open(url) for _ in range(fresh_reps)]
     floor_conn.close()
+    reader.close(timeout=60)  # its touches and fills land before the store goes
     store.dispose_all()
     f = statistics.median(ms["floor"])
     out: dict = {
