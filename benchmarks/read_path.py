@@ -11,7 +11,8 @@ on every case alike, we time:
 - miss       — the first open after another process wrote a row (the cache must refetch);
 - cold       — an open with the persona's entry dropped (its first open, or after the LRU let
                it go): it answers from its audience's rows, the fill runs after (not timed);
-- fresh      — a fresh process's first open (absolute: imports excluded, engine included).
+- fresh      — a fresh process's first open (absolute: imports excluded, engine included);
+- prepared   — the same after the app's start called `reader.prepare` (not timed).
 
 Each is printed as median, p95 and the ratio of its median to the floor's median in the same
 run, with the bytes the read cache holds after the warm opens.
@@ -187,16 +188,21 @@ def writer_main(path: str) -> None:
 
 
 def fresh_main(url: str) -> None:
-    """A fresh process: imports first (not timed), then its first open (timed)."""
+    """A fresh process: imports first (not timed), then its first open (timed); with
+    --prepared, the app's start calls `reader.prepare` first (not timed either)."""
+    from memory_worker import reader
     from memory_worker.reader import build_block
 
+    if "--prepared" in sys.argv:
+        reader.prepare(url)
     ms = timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False))
     print(json.dumps({"fresh_ms": ms}))
 
 
-def fresh_open(url: str) -> float:
+def fresh_open(url: str, prepared: bool = False) -> float:
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.read_path", "--fresh", url],
+        [sys.executable, "-m", "benchmarks.read_path", "--fresh", url]
+        + (["--prepared"] if prepared else []),
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -274,6 +280,7 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     flush()
     held = cache_bytes()
     fresh = [fresh_open(url) for _ in range(fresh_reps)]
+    prepared = [fresh_open(url, prepared=True) for _ in range(fresh_reps)]
     floor_conn.close()
     reader.close(timeout=60)  # its touches and fills land before the store goes
     store.dispose_all()
@@ -287,6 +294,8 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         "cache_bytes_per_row": round(held / visible, 1) if held else 0,
         "fresh_ms": statistics.median(fresh),
         "fresh_x": statistics.median(fresh) / f,
+        "prepared_ms": statistics.median(prepared),
+        "prepared_x": statistics.median(prepared) / f,
     }
     for name, got in ms.items():
         out[name] = {
@@ -310,6 +319,7 @@ def print_table(results: list[dict]) -> None:
     for label in ("warm touch", "warm", "topic", "miss", "cold"):
         table.add_column(f"{label}\nmed / p95 / ×", justify="right")
     table.add_column("fresh\nms / ×", justify="right")
+    table.add_column("prepared\nms / ×", justify="right")
     table.add_column("cached MB\n(B/row)", justify="right")
     for r in results:
         cells = [f"{r['visible']:,}", f"{r['floor']['med']:.2f} / {r['floor']['p95']:.2f}"]
@@ -317,6 +327,7 @@ def print_table(results: list[dict]) -> None:
             c = r[key]
             cells.append(f"{c['med']:.2f} / {c['p95']:.2f} / {c['x']:.2f}")
         cells.append(f"{r['fresh_ms']:.1f} / {r['fresh_x']:.2f}")
+        cells.append(f"{r['prepared_ms']:.1f} / {r['prepared_x']:.2f}")
         cells.append(f"{r['cache_bytes'] / 1e6:.1f} ({r['cache_bytes_per_row']:.0f})")
         table.add_row(*cells)
     Console(width=190).print(table)
@@ -329,6 +340,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--fresh", help=argparse.SUPPRESS)
+    parser.add_argument("--prepared", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.writer:
         return writer_main(args.writer)

@@ -36,6 +36,10 @@ class Filler:
         self._busy = False
         threading.Thread(target=self._run, name="memory-read-fill", daemon=True).start()
 
+    def start(self) -> None:
+        """Start the thread in this process if it is not running (first use, or a fork)."""
+        self._state.ensure()
+
     def request(self, url: str, personas: list[str], topic: bytes | None) -> None:
         """Fill these personas' entries (and their cosines to `topic`) soon."""
         self._state.ensure()

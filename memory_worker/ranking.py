@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.ma  # noqa: F401 — np.unique imports it on first use: at import, not a first open
 
 from memory_worker.constants import (
     ALWAYS_RIDE_KINDS,

@@ -72,6 +72,7 @@ __all__ = [
     "close",
     "flush_touches",
     "format_block",
+    "prepare",
     "recall",
 ]
 
@@ -109,6 +110,23 @@ def blocks_for_room(
 ) -> dict[str, Block]:
     """The block of every persona member of the room, from one query over all their rows."""
     return _build(room_id, present, None, now=now, url=url, touch=touch, proven_scope=proven_scope)
+
+
+def prepare(url: str | None = None) -> None:
+    """At an app process's start (optional): connect to the store, compile a room open's
+    statements for its shapes of one and two present humans, and start the reader's threads,
+    so a process's first room open pays for none of it. Reads nothing but empty results."""
+    url = url or settings_mod.current().database_url
+    with store.engine(url).connect() as conn:
+        for present in ([0], [0, -3]):
+            read_path.context(conn, "", present, [])
+        for refs in (["u:0"], ["u:0", "u:-3"]):
+            read_path.visible_open_rows(conn, [""], refs)
+        read_path.versions(conn, [""])
+        for size in (1, 8, 16):
+            read_path.winners(conn, [0] * size)
+    SWEEP.start()
+    FILLS.start()
 
 
 def flush_touches(timeout: float | None = None) -> bool:

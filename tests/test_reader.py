@@ -725,3 +725,31 @@ def test_the_audience_index_for_dan_skips_promises_to_anyone_else(shared_url: st
     )
     by_id = {r.id: (r.subject, r.counterpart) for r in w.rows}
     assert sorted((by_id[i] for i in got), key=str) == [("self", "u:42"), ("world", None)]
+
+
+def test_after_prepare_a_processs_first_open_compiles_no_statement(
+    cast: dict[str, int], db: Engine
+) -> None:
+    """`reader.prepare` at an app's start: the first room open then builds no SQL (issue 21)."""
+    code = f"""
+import sys, threading
+from memory_worker import reader
+from memory_worker.storage import prepared
+reader.prepare({str(db.url)!r})
+compiled = []
+real = prepared.Prepared._compile
+def counted(self, conn, sizes):
+    new = (conn.dialect.name, conn.dialect.paramstyle, sizes) not in self._compiled
+    if new and threading.current_thread() is threading.main_thread():  # the open's own path
+        compiled.append((self._build.__qualname__, sizes))
+    return real(self, conn, sizes)
+prepared.Prepared._compile = counted
+block = reader.build_block("warren", {{{DAN}}}, "dm", now={NOW!r}, url={str(db.url)!r}, touch=False)
+reader.close(timeout=30)
+print(len(compiled), len(block.row_ids), compiled, file=sys.stderr)
+print(len(compiled), len(block.row_ids))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    compiled, rows = map(int, out.stdout.split())
+    assert rows > 0 and compiled == 0, out.stderr
