@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memory_worker import app_side, store
+from memory_worker import app_side, read_columns, store
 from memory_worker import tables as t
 from memory_worker.constants import KINDS
 
@@ -212,9 +212,8 @@ def fresh_open(url: str, prepared: bool = False) -> float:
 
 
 def cache_bytes() -> int:
-    from memory_worker import reader
 
-    return int(getattr(reader.READ_CACHE, "bytes", 0))
+    return int(getattr(read_columns.READ_CACHE, "bytes", 0))
 
 
 def flush() -> None:
@@ -246,11 +245,11 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         ms["miss"].append(timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url)))
 
     def cold() -> None:
-        reader.READ_CACHE.clear()  # not timed: the entry is gone
+        read_columns.READ_CACHE.clear()  # not timed: the entry is gone
         ms["cold"].append(
             timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False))
         )
-        fills = getattr(reader, "FILLS", None)
+        fills = getattr(read_columns, "FILLS", None)
         if fills is not None:
             fills.wait(60)  # the fill lands off the caller's path, before the next case
 
@@ -261,7 +260,7 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         "topic": lambda: build_block(PERSONA, {DAN}, "topic", now=NOW, url=url),
     }
     ms: dict[str, list[float]] = {name: [] for name in [*cases, "miss", "cold"]}
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     for fn in cases.values():
         fn()  # warm the page cache, the pool and the read cache
     flush()

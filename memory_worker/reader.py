@@ -20,48 +20,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-import numpy as np
-from sqlalchemy import Connection, text
-
-from memory_worker import clock, store
+from memory_worker import read_columns as columns
 from memory_worker import settings as settings_mod
+from memory_worker import store
 from memory_worker.audience import Consent, Members, Scope, scope_for, visible_memories
 from memory_worker.block import Block, Human, Section, render
-from memory_worker.cache_fill import Filler
-from memory_worker.cache_sweep import Sweeper
 from memory_worker.constants import V1_PROVEN_SCOPE
-from memory_worker.ranking import (
-    UNREADABLE_AGE_DAYS,
-    WORLD_GROUP,
-    RankColumns,
-    scores,
-    take,
-)
-from memory_worker.read_cache import (
-    NO_REQUIREMENT,
-    Batches,
-    LoadVectors,
-    PersonaRows,
-    ReadCache,
-    Requirement,
-    Version,
-    Versions,
-)
+from memory_worker.ranking import WORLD_GROUP, scores, take
+from memory_worker.read_columns import catch_up
 from memory_worker.recall import recall
-from memory_worker.rows import Room, Row, human_id, human_ref, id_list
+from memory_worker.rows import Room, Row
 from memory_worker.storage import read_path
 from memory_worker.storage.rooms import UnknownRoom
-from memory_worker.touch import Attempt, Touch, Toucher
-from memory_worker.vectors import int8_cosines, int8_norms, stack_int8
 
 log = logging.getLogger(__name__)
-
-NO_ONE = -2  # the group of a row no audience sees: a subject the rule does not know
-
-READ_CACHE = ReadCache()  # this process's ranking columns, checked against the store each open
 
 __all__ = [
     "Block",
@@ -125,22 +99,22 @@ def prepare(url: str | None = None) -> None:
         read_path.versions(conn, [""])
         for size in (1, 8, 16):
             read_path.winners(conn, [0] * size)
-    SWEEP.start()
-    FILLS.start()
+    columns.SWEEP.start()
+    columns.FILLS.start()
 
 
 def flush_touches(timeout: float | None = None) -> bool:
     """Wait until every touch promised so far is in the store. True when drained."""
-    return TOUCHES.flush(timeout)
+    return columns.TOUCHES.flush(timeout)
 
 
 def close(timeout: float | None = None) -> bool:
     """Before a store goes away (a test's, the leak exam's): wait for the promised touches,
     wait out a sweep under way, and forget everything cached. True when the touches drained."""
     drained = flush_touches(timeout)
-    FILLS.wait(timeout)
-    with SWEEP.paused():
-        READ_CACHE.clear()
+    columns.FILLS.wait(timeout)
+    with columns.SWEEP.paused():
+        columns.READ_CACHE.clear()
     return drained
 
 
@@ -167,7 +141,7 @@ def _build(
     touch: bool,
     proven_scope: bool,
 ) -> dict[str, Block]:
-    when = as_datetime(now)
+    when = columns.as_datetime(now)
     present = frozenset(int(u) for u in present)
     url = url or settings_mod.current().database_url
     with store.engine(url).connect() as conn:  # SQLite: one snapshot for every read below
@@ -195,7 +169,7 @@ def _build(
             p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
             for p in slugs
         }
-        candidates = load_candidates(
+        candidates = columns.load_candidates(
             conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
         )
         picks = {p: take(c, scores(c)) for p, c in candidates.items()}
@@ -220,7 +194,7 @@ def _build(
     }
     blocks.update(strangers)
     if touch and any(b.row_ids for b in blocks.values()):
-        promise_touch(url, {p: b.row_ids for p, b in blocks.items() if b.row_ids}, when)
+        columns.promise_touch(url, {p: b.row_ids for p, b in blocks.items() if b.row_ids}, when)
         blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
     return blocks
 
@@ -252,371 +226,3 @@ def _render(
     world = [allowed[i] for i in picked.get(WORLD_GROUP, []) if i in allowed]
     sections.append(Section(None, world))
     return render(persona, persona_name, sections)
-
-
-# --- ranking columns --------------------------------------------------------------------------
-
-
-def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
-    """The positions in a persona's columns of the rows this scope admits (the audience rule
-    on whom each row concerns; `visible_memories` checks the winners again)."""
-    if not scope.world:
-        return np.zeros(0, dtype=np.int64)
-    mask = rows.groups == WORLD_GROUP
-    if scope.humans:
-        mask |= np.isin(rows.groups, np.fromiter(scope.humans, dtype=np.int64))
-    for (named, private_to), ids in rows.required.items():
-        if not (scope.admits_named(named) and scope.admits_private_to(private_to)):
-            mask[np.searchsorted(rows.ids, ids)] = False
-    return np.flatnonzero(mask)
-
-
-def load_candidates(
-    conn: Connection,
-    scopes: Mapping[str, Scope],
-    when: datetime,
-    vector: bytes | None,
-    url: str | None = None,
-    *,
-    versions: Versions | None = None,
-    keep_cosines: bool = True,
-) -> dict[str, RankColumns]:
-    """Every persona's visible open rows as ranking columns, relevance measured against
-    `vector` (a room's topic; a message, for recall): from the read cache when the store is
-    the one cached and the persona's version (counter and stamp) has not moved, else from one
-    query for all that moved.
-
-    `versions` are the store's id and the personas' versions if the caller has read them (a
-    room open reads them with its context); `keep_cosines=False` for a vector seen once (a
-    message), whose cosines would only push a room's topic out of the cache.
-    """
-    url = url or settings_mod.current().database_url
-    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
-    now_day = when.timestamp() / 86400.0
-    seen = [p for p, s in scopes.items() if s.world]
-    if versions is None:
-        versions = read_path.versions(conn, seen)
-    READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
-    sid = versions.store
-    held = {p: got for p in seen if (got := READ_CACHE.get((url, sid, p), versions[p])) is not None}
-    stale = [p for p in seen if p not in held]
-    cold: dict[str, PersonaRows] = {}
-    if stale:
-        for p, fetched in _patch_held(conn, stale, versions, url).items():
-            held[p] = READ_CACHE.fill((url, sid, p), fetched, _loader(conn, p, len(fetched)))
-        missing = [p for p in stale if p not in held]
-        if missing and vector is not None:  # past the bound, some rows rank without relevance:
-            counts = read_path.open_counts(conn, missing)  # which, only the whole entry says
-            whole = [p for p in missing if not READ_CACHE.fits_whole(counts[p], len(vector))]
-            found = read_path.open_rows(conn, whole) if whole else []
-            for p, fetched in _split(found, whole, versions).items():
-                held[p] = READ_CACHE.fill((url, sid, p), fetched, _loader(conn, p, len(fetched)))
-            missing = [p for p in missing if p not in held]
-        if missing:  # answer from what this audience can see; the whole entry is filled later
-            refs = sorted({r for p in missing for r in scopes[p].human_refs})
-            cold = _split(read_path.visible_open_rows(conn, missing, refs), missing, versions)
-            FILLS.request(url, missing, vector if keep_cosines else None)
-    out = {}
-    for p, scope in scopes.items():
-        rows = held.get(p)
-        if rows is None and p in cold:
-            idx = visible_index(cold[p], scope)
-            rel = None
-            if vector is not None and idx.size:
-                rel = _cold_relevance(conn, p, cold[p].ids[idx], vector)
-            out[p] = _candidates(cold[p], idx, now_day, rel)
-            continue
-        idx = visible_index(rows, scope) if rows is not None else np.zeros(0, dtype=np.int64)
-        rel = None
-        if rows is not None and vector is not None and idx.size:
-            load = _loader(conn, p, len(rows))
-            rel = READ_CACHE.relevance((url, sid, p), rows, vector, load, idx, keep=keep_cosines)
-        out[p] = _candidates(rows, idx, now_day, rel)
-    return out
-
-
-def _cold_relevance(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np.ndarray:
-    """The cosine to `vector` of these rows' embeddings, read by id (a cold open's few rows:
-    the persona's store of vectors is loaded by the fill, off the caller's path)."""
-    found = read_path.embeddings(conn, persona, ids.tolist(), of_all=4 * len(ids))
-    block = stack_int8([found.get(int(i)) for i in ids], len(vector))
-    return int8_cosines(block, vector, int8_norms(block))
-
-
-def _fill(url: str, personas: list[str], topics: list[bytes]) -> None:
-    """The fill thread's work (cache_fill.py): every open row of these personas into the read
-    cache, with their cosines to the topics their cold opens ranked against."""
-    with store.engine(url).connect() as conn:
-        versions = read_path.versions(conn, personas)
-        READ_CACHE.enter(url, versions.store)
-        for p, rows in _fetch(conn, personas, versions, url).items():
-            key = (url, versions.store, p)
-            if READ_CACHE.get(key, versions[p]) is not None:
-                continue  # an open filled it meanwhile
-            load = _loader(conn, p, len(rows))
-            got = READ_CACHE.fill(key, rows, load)
-            for topic in topics:
-                every = np.arange(len(got), dtype=np.int64)
-                READ_CACHE.relevance(key, got, topic, load, every, keep=True)
-                got = READ_CACHE.previous(key) or got
-    # A write that landed while this read (the open's own touch, say) found no entry to update:
-    # catching up now, after the entry is in, cannot miss it.
-    _catch_up_store(url, personas)
-
-
-FILLS = Filler(_fill)
-
-
-def _loader(conn: Connection, persona: str, of_all: int) -> LoadVectors:
-    return lambda ids: read_path.embeddings(conn, persona, ids, of_all)
-
-
-def _fetch(
-    conn: Connection, personas: Sequence[str], versions: Versions, url: str
-) -> dict[str, PersonaRows]:
-    """The columns of every persona given as of `versions`: a persona this process holds at
-    an older version re-reads only the rows its change log names since then; the rest come
-    from one query over all their open rows, split into columns each."""
-    out = _patch_held(conn, personas, versions, url)
-    rest = [p for p in personas if p not in out]
-    if not rest:
-        return out
-    return {**out, **_split(read_path.open_rows(conn, rest), rest, versions)}
-
-
-def _patch_held(
-    conn: Connection, personas: Sequence[str], versions: Versions, url: str
-) -> dict[str, PersonaRows]:
-    """The personas this process holds at an older version, brought up to `versions` from
-    their change log (those the log no longer reaches are left out)."""
-    out: dict[str, PersonaRows] = {}
-    for p in personas:
-        old = READ_CACHE.previous((url, versions.store, p))
-        patched = None if old is None else _patched(conn, p, old, versions[p])
-        if patched is not None:
-            out[p] = patched
-    return out
-
-
-def _split(
-    found: Sequence[Any], personas: Sequence[str], versions: Versions
-) -> dict[str, PersonaRows]:
-    """Fetched rows of several personas (`read_path.open_rows`' tuples) as each one's columns."""
-    if len(personas) == 1:
-        return {personas[0]: _columns(found, versions[personas[0]])}
-    by_persona: dict[str, list[Any]] = {p: [] for p in personas}
-    for r in found:
-        by_persona[r[1]].append(r)
-    return {p: _columns(rows, versions[p]) for p, rows in by_persona.items()}
-
-
-def _patched(
-    conn: Connection, persona: str, old: PersonaRows, version: Version
-) -> PersonaRows | None:
-    """`old` brought to `version` by re-reading only the rows its change log names since; None
-    when the log no longer reaches that far back, or is not the history `old` was read from
-    (`read_path.changed_rows`: a restored or remade store)."""
-    changed = read_path.changed_rows(conn, persona, old.version, version)
-    if changed is None:
-        return None
-    fresh = _columns(read_path.open_rows(conn, [persona], sorted(changed)), version)
-    return old.patched(changed, fresh)
-
-
-def catch_up(url: str | None = None) -> int:
-    """Bring every persona this process holds (for `url`, or for every store) up to the
-    store's version, as its next open would: the rows its change log names are read again, a
-    deleted or closed one leaves the columns and its vector slot is zeroed. An entry the log
-    no longer reaches (or whose history it is not: a restored store) is dropped, not read
-    again, and so is everything held of a url whose store has another id now. The LRU order
-    stays. Returns how many personas moved. The sweep thread runs it every
-    `read_cache_sweep_s`."""
-    urls = [url] if url is not None else READ_CACHE.urls()
-    return sum(_catch_up_store(u) for u in urls)
-
-
-def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
-    held = READ_CACHE.held(url)
-    if personas is not None:
-        held = {p: rows for p, rows in held.items() if p in personas}
-    if not held:
-        return 0
-    with store.engine(url).connect() as conn:
-        now = read_path.versions(conn, list(held))
-        READ_CACHE.enter(url, now.store)  # another store: all of it let go of, nothing to fill
-        moved = {p: old for p, old in held.items() if old.version != now[p]}
-        for p, old in moved.items():
-            key = (url, now.store, p)
-            rows = _patched(conn, p, old, now[p])
-            if rows is None:
-                READ_CACHE.drop(key, old)
-            else:
-                READ_CACHE.fill(key, rows, _loader(conn, p, len(rows)), recent=False)
-    return len(moved)
-
-
-SWEEP = Sweeper(catch_up, lambda: settings_mod.current().read_cache_sweep_s)
-
-
-def _group(ref: str | None) -> int:
-    """Whom a row concerns, as an int: 42 for exactly 'u:42', else NO_ONE."""
-    uid = human_id(ref or "")
-    return uid if uid is not None and human_ref(uid) == ref else NO_ONE
-
-
-def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
-    """PersonaRows, sorted by id, from fetched (id, persona, is_world, ref, kind, importance,
-    recalled, chars, named, private_to)."""
-    if not rows:
-        z, zi = np.zeros(0), np.zeros(0, dtype=np.int64)
-        return PersonaRows(version, zi, zi, zi, z, z, zi)
-    # Transpose first: numpy probing 100,000 SQLAlchemy Row objects one by one is 50× slower.
-    cols = list(zip(*rows, strict=True))
-    n = len(rows)
-    groups_of = {ref: _group(ref) for ref in set(cols[3])}
-    groups = np.fromiter(map(groups_of.__getitem__, cols[3]), dtype=np.int64, count=n)
-    groups[np.array(cols[2], dtype=bool)] = WORLD_GROUP
-    ids = np.array(cols[0], dtype=np.int64)
-    order = np.argsort(ids, kind="stable")
-    return PersonaRows(
-        required=_requirements(cols[0], cols[8], cols[9]),
-        version=version,
-        ids=ids[order],
-        groups=groups[order],
-        kinds=np.array(cols[4], dtype=np.int64)[order],
-        importance=np.array(cols[5], dtype=np.float64)[order],
-        recalled_day=_days(cols[6])[order],
-        chars=np.array(cols[7], dtype=np.int64)[order],
-    )
-
-
-def _requirements(
-    ids: Sequence[int], named: Sequence[str | None], private_to: Sequence[str | None]
-) -> dict[Requirement, np.ndarray]:
-    """Requirement → the ids (ascending) of the rows that carry it, from the stored columns."""
-    out: dict[Requirement, list[int]] = {}
-    parsed: dict[str | None, tuple[int, ...] | None] = {None: None}
-    for i, n, p in zip(ids, named, private_to, strict=True):
-        if n is None and p is None:
-            continue
-        for raw in (n, p):
-            if raw not in parsed:
-                parsed[raw] = id_list(raw)
-        req = (parsed[n] or (), parsed[p])
-        if req != NO_REQUIREMENT:
-            out.setdefault(req, []).append(int(i))
-    return {req: np.array(sorted(got), dtype=np.int64) for req, got in out.items()}
-
-
-def _days(values: Sequence[float | str | None]) -> np.ndarray:
-    """Unix days from julianday arithmetic (SQLite) or from the stamps themselves; a stamp
-    nobody can read becomes NaN, which ranks as UNREADABLE_AGE_DAYS old."""
-    if values and isinstance(values[0], str):
-        return np.array([unix_day(v if isinstance(v, str) else None) for v in values])
-    return np.array(values, dtype=np.float64)  # None becomes NaN
-
-
-def unix_day(stamp: str | None) -> float:
-    """An ISO stamp (naive means UTC) as Unix days; NaN when it cannot be read."""
-    try:
-        when = datetime.fromisoformat(stamp or "")
-    except ValueError:
-        return float("nan")
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() / 86400.0
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
-
-
-def _candidates(
-    rows: PersonaRows | None, idx: np.ndarray, now_day: float, rel: np.ndarray | None
-) -> RankColumns:
-    if rows is None or not idx.size:
-        z = np.zeros(0)
-        return RankColumns(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
-    ages = np.nan_to_num(now_day - rows.recalled_day[idx], nan=UNREADABLE_AGE_DAYS)
-    return RankColumns(
-        ids=rows.ids[idx],
-        groups=rows.groups[idx],
-        kinds=rows.kinds[idx],
-        importance=rows.importance[idx],
-        age_days=np.maximum(ages, 0.0),
-        chars=rows.chars[idx],
-        relevance=rel if rel is not None else np.zeros(idx.size),
-    )
-
-
-# --- touch ----------------------------------------------------------------------------------
-
-
-def promise_touch(url: str | None, rows: Mapping[str, Sequence[int]], when: datetime) -> None:
-    """Promise `last_recalled = when, recall_count += 1` for these rows, by persona: a row is
-    named by its id and its persona. The background flush applies it (`flush_touches` waits)."""
-    url = url or settings_mod.current().database_url
-    stamp = _touch_stamp(when)
-    named = tuple((p, tuple(sorted(ids))) for p, ids in sorted(rows.items()) if ids)
-    TOUCHES.promise(Touch(url, named, stamp, _unix_day(stamp)))
-
-
-def _touch_stamp(when: datetime) -> str:
-    return when.astimezone(UTC).replace(microsecond=0).isoformat()
-
-
-def _unix_day(stamp: str) -> float:
-    """The Unix day a touch stamps, as a refetch would read it back."""
-    return datetime.fromisoformat(stamp).timestamp() / 86400.0
-
-
-def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None:
-    """One write transaction for every queued touch of one database, in order, each row named
-    by id and persona (one deleted meanwhile is skipped); then the read cache takes the
-    touches too, with each persona's version (before, after) read inside it.
-
-    Once: the versions before and after the write are noted in `attempt` before the commit. A
-    retry finds that commit went through when the change log holds a persona's version
-    `after` with its stamp (random per write: no other write has it), and writes nothing
-    again; only the cache is left to take the touches.
-
-    It waits out a busy writer for the store's usual timeout: nobody is waiting on it.
-    """
-    personas = sorted({p for t in touches for p in t.personas})
-    with store.engine(url).connect() as conn:
-        if store.is_sqlite(conn):
-            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # the write lock first: no upgrade race
-        with conn.begin():
-            if not store.is_sqlite(conn):
-                conn.execute(text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'"))
-            now = read_path.versions(conn, personas, lock=True)
-            if not _committed(conn, attempt.wrote):
-                for t in touches:
-                    for p, ids in t.rows:
-                        read_path.touch(conn, p, ids, t.stamp)
-                attempt.wrote = (now, read_path.versions(conn, personas))
-    before, after = attempt.wrote
-    moves: dict[str, tuple[Version, Version, Batches]] = {}
-    for p in personas:
-        batches = [
-            (np.array(ids, dtype=np.int64), t.day) for t in touches for q, ids in t.rows if q == p
-        ]
-        moves[p] = (before[p], after[p], batches)
-    READ_CACHE.touched(url, after.store, moves)
-
-
-def _committed(conn: Connection, wrote: tuple[Versions, Versions] | None) -> bool:
-    """Whether the write an earlier attempt noted (versions before and after it) is in the
-    store: the change log holds some persona's version `after`, stamp and all (however many
-    rows the batch touched). A write that moved no persona touched no row: there is nothing
-    to apply twice."""
-    if wrote is None:
-        return False
-    before, after = wrote
-    moved = [p for p in after.of if after[p] != before[p]]
-    return not moved or any(read_path.logged(conn, p, after[p]) for p in moved)
-
-
-TOUCHES = Toucher(_apply_touches)
-
-
-def as_datetime(now: datetime | str | None) -> datetime:
-    when = datetime.fromisoformat(now or clock.now()) if not isinstance(now, datetime) else now
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

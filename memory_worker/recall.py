@@ -20,6 +20,7 @@ from datetime import datetime
 
 import numpy as np
 
+from memory_worker import read_columns as columns
 from memory_worker import settings as settings_mod
 from memory_worker import store
 from memory_worker.audience import Consent, Members, scope_for, visible_memories
@@ -57,10 +58,8 @@ def recall(
     this room opened with (default: the block as it would be built now); none of them is
     returned again. Raises `UnknownRoom` for a room the store has never seen.
     """
-    from memory_worker import reader  # the reader re-exports this function: import it late
-
     present = frozenset(int(u) for u in present)
-    when = reader.as_datetime(now)
+    when = columns.as_datetime(now)
     url = url or settings_mod.current().database_url
     with store.engine(url).connect() as conn:
         ctx = read_path.context(conn, room_id, present, [persona])  # the block's own statement
@@ -77,11 +76,11 @@ def recall(
         scopes = {persona: scope}
         vector = query_vector if query_vector is not None else embed_query(query, url)
         if block_ids is None:
-            opened = reader.load_candidates(
+            opened = columns.load_candidates(
                 conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
             )
             block_ids = block_of(opened[persona])
-        c = reader.load_candidates(
+        c = columns.load_candidates(
             conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False
         )[persona]
         wanted = top(c, scores(c), exclude=block_ids, k=k)
@@ -91,7 +90,7 @@ def recall(
         persona, present, ctx.room, found, consent, members=members, proven_scope=proven_scope
     )
     if touch and got:
-        reader.promise_touch(url, {persona: [r.id for r in got]}, when)
+        columns.promise_touch(url, {persona: [r.id for r in got]}, when)
     return got
 
 

@@ -34,7 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "model interfaces": ("models.base",),
     "models": ("models",),
     "write": ("write",),
-    "reader": ("reader", "recall", "touch", "cache_sweep", "cache_fill"),
+    "reader": ("reader", "recall", "read_columns", "touch", "cache_sweep", "cache_fill"),
     "controls": ("controls",),
     "app side": ("app_side",),
     "infra": (
@@ -159,3 +159,34 @@ def test_the_layers_table_is_the_one_the_doc_shows() -> None:
             continue
         shown = {x.strip() for x in may_cell.split(",")} - {"—", layer}
         assert shown == allowed - {layer}, f"the doc's {layer!r} row: {shown} != {allowed}"
+
+
+def test_no_module_of_the_package_imports_itself_back_through_others() -> None:
+    """No import circle anywhere (issue 22): every import, at the top or inside a function,
+    drawn as a graph of the package's modules, has no cycle."""
+    names = {name for name, _ in modules()}
+
+    def own(imported: str) -> str | None:
+        dotted = imported.removeprefix("memory_worker.")
+        while dotted and dotted not in names:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    graph = {
+        name: {m for i in imports_of(path) if i.startswith("memory_worker") and (m := own(i))}
+        - {name}
+        for name, path in modules()
+    }
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            raise AssertionError("import circle: " + " → ".join([*path[path.index(node) :], node]))
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*path, node])
+        done.add(node)
+
+    for name in sorted(graph):
+        visit(name, [])

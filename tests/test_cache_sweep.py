@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, event, insert, select
 
-from memory_worker import reader
+from memory_worker import read_columns
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.cache_sweep import Sweeper
@@ -59,7 +59,7 @@ def test_a_row_deleted_in_another_process_leaves_this_ones_cache_with_no_open_he
     assert any(cos[slot] != 0 for cos in vectors.cosines.values()), "and its topic cosine"
 
     delete_in_another_process(db.url.render_as_string(hide_password=False), DAN, gone)
-    assert reader.SWEEP.wait_for_pass(timeout=30), "a sweep ran after the delete"
+    assert read_columns.SWEEP.wait_for_pass(timeout=30), "a sweep ran after the delete"
 
     assert not np.any(vectors.matrix[slot]), "the vector's slot is zeroed"
     assert vectors.norms[slot] == 0 and all(cos[slot] == 0 for cos in vectors.cosines.values())
@@ -75,7 +75,7 @@ def test_a_row_deleted_in_another_process_leaves_this_ones_cache_with_no_open_he
         ).one()
     assert now.version == tuple(stored), "the entry is at the store's version"
     warm = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     assert warm.text == build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
 
 
@@ -84,7 +84,7 @@ def test_a_sweep_lets_go_of_what_the_change_log_no_longer_reaches_and_reads_no_r
 ) -> None:
     for persona in ("warren", "nolan"):
         build_block(persona, {DAN}, "topic", now=NOW, touch=False)
-    assert reader.SWEEP.wait_for_pass(timeout=30)  # the sweep runs before the writes, too
+    assert read_columns.SWEEP.wait_for_pass(timeout=30)  # the sweep runs before the writes, too
     with db.begin() as c:  # another process, more writes than the change log keeps (1,024)
         c.execute(
             insert(t.persona_memory),
@@ -97,11 +97,11 @@ def test_a_sweep_lets_go_of_what_the_change_log_no_longer_reaches_and_reads_no_r
         if threading.current_thread().name == "memory-read-sweep":
             reads.append(statement)
 
-    assert reader.SWEEP.wait_for_pass(timeout=30)
+    assert read_columns.SWEEP.wait_for_pass(timeout=30)
     event.remove(db, "before_cursor_execute", _note)
     url = settings_mod.current().database_url
-    assert "warren" not in reader.READ_CACHE.held(url), "dropped: nothing of it is kept"
-    assert "nolan" in reader.READ_CACHE.held(url), "a persona that did not move stays"
+    assert "warren" not in read_columns.READ_CACHE.held(url), "dropped: nothing of it is kept"
+    assert "nolan" in read_columns.READ_CACHE.held(url), "a persona that did not move stays"
     assert reads, "the sweep read the versions"
     rows_read = [s for s in reads if re.search(r"\bFROM persona_memory\b", s)]
     assert not rows_read, "and no row: the next open reads them, if one ever comes"

@@ -157,6 +157,7 @@ def test_the_audience_rule_holds_for_no_one_present_and_for_many(db: Engine) -> 
         assert pool(many) == sorted(
             made[k] for k in [("u:1", None), ("u:2", None), ("self", "u:1"), ("world", None)]
         )
+
         def known(humans: list[int], limit: int) -> list[str]:
             return memories.known_texts(conn, Scope("warren", True, frozenset(humans)), limit)
 

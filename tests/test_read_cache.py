@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, delete, insert, select, update
 
-from memory_worker import app_side, reader, store
+from memory_worker import app_side, read_columns, store
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.read_cache import PersonaRows, ReadCache
@@ -31,7 +31,7 @@ def opened(persona: str, present: set[int], room: str, **kw: Any) -> Block:
     """`build_block`, then its cold open's fill landed (cache_fill.py): this file watches
     what the cache holds between opens."""
     block = build_block(persona, present, room, **kw)
-    assert reader.FILLS.wait(30)
+    assert read_columns.FILLS.wait(30)
     return block
 
 
@@ -64,7 +64,7 @@ def store_rows(db: Engine) -> np.random.Generator:
         ):
             rows += [new_row(rng, persona, subject, i) for i in range(n)]
         c.execute(insert(t.persona_memory), rows)
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     return rng
 
 
@@ -96,8 +96,8 @@ def texts() -> list[str]:
 
 def held(persona: str):  # type: ignore[no-untyped-def]
     """The persona's entry once the cold opens' fills have landed (cache_fill.py)."""
-    assert reader.FILLS.wait(30)
-    return reader.READ_CACHE.held(settings_mod.current().database_url)[persona]
+    assert read_columns.FILLS.wait(30)
+    return read_columns.READ_CACHE.held(settings_mod.current().database_url)[persona]
 
 
 def row_vectors(entry: PersonaRows) -> np.ndarray:
@@ -121,7 +121,7 @@ def row_cosines(entry: PersonaRows) -> dict[bytes, np.ndarray]:
 
 
 def cold() -> list[str]:
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     return texts()
 
 
@@ -173,7 +173,7 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
     bound = 40_000  # about two personas' columns with vectors, not more
     want = cold()
     small = ReadCache(max_bytes=bound)
-    reader.READ_CACHE, saved = small, reader.READ_CACHE
+    read_columns.READ_CACHE, saved = small, read_columns.READ_CACHE
     try:
         for _ in range(3):
             assert texts() == want, "a small cache changes no block"
@@ -181,17 +181,17 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
             held = list(small._entries.values())
             assert small.bytes == sum(e.nbytes for e in held)
     finally:
-        reader.READ_CACHE = saved
+        read_columns.READ_CACHE = saved
 
 
 def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generator) -> None:
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     opened("warren", {DAN}, "topic", now=NOW, touch=False)
-    after_dan = reader.READ_CACHE.bytes
+    after_dan = read_columns.READ_CACHE.bytes
     opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
-    keys = [k for k in reader.READ_CACHE._entries if k[2] == "warren"]
+    keys = [k for k in read_columns.READ_CACHE._entries if k[2] == "warren"]
     assert len(keys) == 1, "one entry for Warren, whoever is in the room"
-    grown = reader.READ_CACHE.bytes - after_dan
+    grown = read_columns.READ_CACHE.bytes - after_dan
     assert grown == (180 + 40) * 8, "Cara's room added one topic's cosines, no rows"
 
 
@@ -200,7 +200,7 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
 ) -> None:
     bound = 19_700  # Warren's 220 rows of columns fit; the vectors of only about 100
     small = ReadCache(max_bytes=bound)
-    reader.READ_CACHE, saved = small, reader.READ_CACHE
+    read_columns.READ_CACHE, saved = small, read_columns.READ_CACHE
     try:
         got = opened("warren", {DAN}, "topic", now=NOW, touch=False).text
         entry = small.held(settings_mod.current().database_url)["warren"]
@@ -210,7 +210,7 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
         assert got == opened("warren", {DAN}, "topic", now=NOW, touch=False).text, "warm"
         oldest = entry.ids[cut - 1]
     finally:
-        reader.READ_CACHE = saved
+        read_columns.READ_CACHE = saved
     # The same ranking as a store whose oldest rows have no embedding, with room to spare.
     with store.transaction() as c:
         pm = t.persona_memory.c
@@ -291,9 +291,9 @@ def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
     bound: int | None,
 ) -> None:
     other = create_engine(db.url.render_as_string(hide_password=False))  # not the reader's
-    warm, saved = ReadCache(max_bytes=bound), reader.READ_CACHE
+    warm, saved = ReadCache(max_bytes=bound), read_columns.READ_CACHE
     try:
-        reader.READ_CACHE = warm
+        read_columns.READ_CACHE = warm
         texts()  # every persona held, with the topics' vectors
         for n, op in enumerate(ops):
             if op[0] == "open":
@@ -304,10 +304,10 @@ def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
         after = texts()
         held = list(warm._entries.values())
         assert warm.bytes == sum(e.nbytes for e in held) <= warm.max_bytes, "the bound holds"
-        reader.READ_CACHE = ReadCache(max_bytes=bound)
+        read_columns.READ_CACHE = ReadCache(max_bytes=bound)
         assert after == texts(), "the warm cache, brought up to date, ranks as a cold one"
     finally:
-        reader.READ_CACHE = saved
+        read_columns.READ_CACHE = saved
         other.dispose()
 
 
@@ -373,19 +373,19 @@ def test_a_cold_open_reads_only_what_its_audience_can_see_and_renders_what_a_war
             [new_row(store_rows, "warren", f"u:{1000 + i % 100}", i) for i in range(300)],
         )
     read: list[int] = []
-    real = reader.read_path.visible_open_rows
+    real = read_columns.read_path.visible_open_rows
 
     def counted(*a: Any, **k: Any) -> Any:
         got = real(*a, **k)
         read.append(len(got))
         return got
 
-    monkeypatch.setattr(reader.read_path, "visible_open_rows", counted)
-    reader.READ_CACHE.clear()
+    monkeypatch.setattr(read_columns.read_path, "visible_open_rows", counted)
+    read_columns.READ_CACHE.clear()
     cold = build_block("warren", {who}, room, now=NOW, touch=False).text
     visible = 40 + (120 if who == DAN else 60)  # the world's and the present human's
     assert read == [visible], "a cold open reads its audience's rows, no one else's"
-    assert reader.FILLS.wait(30)
+    assert read_columns.FILLS.wait(30)
     assert len(held("warren")) == 120 + 60 + 40 + 300, "the fill holds every open row"
     warm = build_block("warren", {who}, room, now=NOW, touch=False).text
     assert read == [visible], "a warm open reads no columns"

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, event, insert, select, update
 
-from memory_worker import app_side, reader, store
+from memory_worker import app_side, read_columns, reader, store
 from memory_worker import tables as t
 from memory_worker import touch as touch_mod
 from memory_worker.app_side import UnknownRoom
@@ -148,7 +148,7 @@ def recall(ids: list[int]) -> dict[int, tuple[str | None, int]]:
 
 def block_text_cold(persona: str, present: set[int], room: str) -> str:
     """The block as a process that never opened a room would build it."""
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     return build_block(persona, present, room, now=NOW, touch=False).text
 
 
@@ -156,7 +156,7 @@ def test_a_second_open_reads_no_ranking_columns_and_renders_the_same_bytes(
     cast: dict[str, int], db: Engine
 ) -> None:
     first = build_block("warren", {DAN}, "dm", now=NOW).text
-    assert reader.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     assert reader.flush_touches(timeout=10)  # the touch is in the store and in the cache
     selects = count_memory_selects(db)
     again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
@@ -170,7 +170,7 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_open(
     cast: dict[str, int], db: Engine, change: str
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert reader.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     pm = t.persona_memory.c
     with store.transaction() as c:  # as another process would: not through the reader
         if change == "a new row":
@@ -218,7 +218,7 @@ def test_a_process_behind_by_a_few_writes_re_reads_only_the_rows_they_changed(
         with store.transaction() as c:
             add_row(c, "warren", "u:42", f"u:42 mentioned thing {i}.")
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert reader.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     pm = t.persona_memory.c
     with store.transaction() as c:  # another process: a new row, a closed one, a deleted one
         add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
@@ -238,7 +238,7 @@ def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
     cast: dict[str, int], db: Engine
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert reader.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     with store.transaction() as c:
         add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
         c.execute(delete(t.persona_memory_changes))  # as if pruned past this process's version
@@ -248,7 +248,7 @@ def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
     assert not any("persona_memory.id IN" in sql for sql in columns), "not a patch"
     own = [sql for sql in columns if "persona_memory.subject IN" in sql]
     assert len(own) == 1, "the open read only what this audience can see"
-    assert reader.FILLS.wait(30)  # ...and the whole entry again, off the caller's path
+    assert read_columns.FILLS.wait(30)  # ...and the whole entry again, off the caller's path
     assert any("subject IN" not in sql for sql, _ in reads if "length(" in sql)
     assert warm == block_text_cold("warren", {DAN}, "dm")
     assert "adopted a dog" in warm
@@ -264,7 +264,7 @@ def test_a_store_made_anew_at_the_same_url_is_never_ranked_on_what_the_old_one_h
         with store.transaction() as c:
             add_row(c, "warren", "u:42", f"u:42 mentioned old thing {i}.", importance=9)
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # held at the old counter
-    assert reader.FILLS.wait(30)
+    assert read_columns.FILLS.wait(30)
     with store.transaction() as c:  # the same URL, a new store: rows and counters from zero
         for table in (t.persona_memory, t.persona_memory_versions, t.persona_memory_changes):
             c.execute(delete(table))
@@ -280,26 +280,26 @@ def test_a_store_made_anew_at_the_same_url_is_never_ranked_on_what_the_old_one_h
 
 def cold_elsewhere() -> str:
     """Warren's block in the dm as a process with an empty cache builds it; this one's kept."""
-    saved, reader.READ_CACHE = reader.READ_CACHE, ReadCache()
+    saved, read_columns.READ_CACHE = read_columns.READ_CACHE, ReadCache()
     try:
         return build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
     finally:
-        reader.READ_CACHE = saved
+        read_columns.READ_CACHE = saved
 
 
 def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
     cast: dict[str, int], db: Engine
 ) -> None:
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     selects = count_memory_selects(db)
     for day in range(2, 7):
         build_block("warren", {DAN}, "dm", now=f"2026-12-0{day}T09:00:00+00:00")  # touches
-        assert reader.FILLS.wait(30) and reader.flush_touches(timeout=10)
+        assert read_columns.FILLS.wait(30) and reader.flush_touches(timeout=10)
         later = f"2026-12-0{day}T21:00:00+00:00"
         before = len(selects)
         warm = build_block("warren", {DAN}, "dm", now=later, touch=False).text
         assert len(selects) - before == 1, "the touch updated the cache: still a hit"
-        reader.READ_CACHE.clear()
+        read_columns.READ_CACHE.clear()
         assert warm == build_block("warren", {DAN}, "dm", now=later, touch=False).text
 
 
@@ -323,7 +323,7 @@ def test_blocks_for_room_builds_every_persona_member_from_one_query_over_their_r
     with store.transaction() as c:
         app_side.add_persona(c, "cleo", "Cleo")
         app_side.add_room(c, "trio", "private", ["u:42", "warren", "nolan", "cleo"])
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     selects = count_memory_selects(db)
     blocks = blocks_for_room("trio", {DAN}, now=NOW)
     assert sorted(blocks) == ["cleo", "nolan", "warren"]
@@ -534,11 +534,11 @@ def test_a_failing_touch_never_fails_the_read_and_is_given_up_by_count(
 
     monkeypatch.setattr(read_path, "touch", broken)
     monkeypatch.setattr(touch_mod, "RETRY_PAUSE_S", 0.01)
-    dropped = reader.TOUCHES.dropped
+    dropped = read_columns.TOUCHES.dropped
     block = build_block("warren", {DAN}, "dm", now=NOW)
     assert len(block.row_ids) == 5
     assert reader.flush_touches(timeout=10)
-    assert reader.TOUCHES.dropped == dropped + 1
+    assert read_columns.TOUCHES.dropped == dropped + 1
     assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
 
 
@@ -691,8 +691,8 @@ def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
     """The rows the reader's audience index selects from the persona's cached columns."""
     with store.engine(url).connect() as c:
         unread = Versions("", {scope.persona: NEVER_WRITTEN})
-        rows = reader._fetch(c, [scope.persona], unread, url)[scope.persona]
-    return set(rows.ids[reader.visible_index(rows, scope)].tolist())
+        rows = read_columns._fetch(c, [scope.persona], unread, url)[scope.persona]
+    return set(rows.ids[read_columns.visible_index(rows, scope)].tolist())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

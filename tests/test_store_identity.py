@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, delete, event, insert, select, update
 
-from memory_worker import app_side, reader, store
+from memory_worker import app_side, read_columns, reader, store
 from memory_worker import tables as t
 from memory_worker.block import Block
 from memory_worker.reader import build_block
@@ -94,7 +94,10 @@ def restore(eng: Engine, backup: Dump) -> None:
 
 
 def warrens_block() -> Block:
-    return build_block("warren", {DAN, CARA}, "g", now=NOW, touch=False, proven_scope=False)
+    """Warren's block in the group, its cold open's fill landed (what the process holds)."""
+    block = build_block("warren", {DAN, CARA}, "g", now=NOW, touch=False, proven_scope=False)
+    assert read_columns.FILLS.wait(30)
+    return block
 
 
 def misfiled(eng: Engine, block: Block) -> list[tuple[str, int, str]]:
@@ -128,7 +131,7 @@ def assert_told_right(eng: Engine, block: Block) -> None:
     assert not misfiled(eng, block), "a row about someone else under a human's header"
     if "Dan (u:42)" in block.text:
         assert CARAS not in dans_section(block), "Cara's news under Dan's header"
-    reader.READ_CACHE.clear()
+    read_columns.READ_CACHE.clear()
     assert block.text == warrens_block().text, "the block a fresh process builds"
 
 
@@ -186,7 +189,7 @@ def test_a_store_dropped_and_migrated_again_in_place_is_another_store(db: Engine
     write(db, row(ROW_ID, f"u:{CARA}", CARAS), world)  # the same counters as before
 
     reader.catch_up()
-    assert not reader.READ_CACHE.held(url), "the sweep let go of all it held of the old store"
+    assert not read_columns.READ_CACHE.held(url), "the sweep let go of all it held of the old store"
     assert_told_right(db, warrens_block())
 
 

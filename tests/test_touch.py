@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from memory_worker import app_side, controls, reader
+from memory_worker import app_side, controls, read_columns, reader
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker import touch as touch_mod
@@ -144,18 +144,18 @@ def gated(two_personas: dict[str, list[int]]) -> Iterator[tuple[threading.Event,
 
     def apply(url: str, touches: Sequence[Touch], *rest: Any) -> None:
         gate.wait(30)
-        reader._apply_touches(url, touches, *rest)
+        read_columns._apply_touches(url, touches, *rest)
         if failures:
             failures.pop()
             raise OSError("the answer to the commit was lost")
 
-    saved, reader.TOUCHES = reader.TOUCHES, Toucher(apply)
+    saved, read_columns.TOUCHES = read_columns.TOUCHES, Toucher(apply)
     try:
         yield gate, failures
     finally:
         gate.set()
-        reader.TOUCHES.flush(30)
-        reader.TOUCHES = saved
+        read_columns.TOUCHES.flush(30)
+        read_columns.TOUCHES = saved
 
 
 def recall_counts(eng: Engine) -> dict[int, int]:
@@ -182,7 +182,7 @@ def test_a_row_deleted_before_its_touch_lands_is_skipped_and_no_other_row_is_tou
     assert reader.flush_touches(timeout=30)
 
     assert "touch dropped" not in caplog.text
-    assert reader.TOUCHES.dropped == 0
+    assert read_columns.TOUCHES.dropped == 0
     counts = recall_counts(db)
     assert nolans not in counts
     assert {i: counts[i] for i in two_personas["warren"]} == dict.fromkeys(
@@ -206,7 +206,7 @@ def test_a_touch_whose_commit_went_through_is_not_applied_again_by_the_retry(
     assert not failures, "the first attempt failed after its commit"
     counts = recall_counts(db)
     assert {i: counts[i] for i in block.row_ids} == dict.fromkeys(block.row_ids, 1)
-    entry = reader.READ_CACHE.held(settings_mod.current().database_url)["warren"]
+    entry = read_columns.READ_CACHE.held(settings_mod.current().database_url)["warren"]
     with db.connect() as c:
         assert entry.version == read_path.versions(c, ["warren"])["warren"], "the cache took it"
 
@@ -221,5 +221,5 @@ def test_a_touch_names_its_rows_by_id_and_persona_so_it_never_lands_on_another_p
     stamp = "2026-12-01T12:00:00+00:00"
     warrens = two_personas["warren"][0]
     as_nolans = Touch(url, (("nolan", (warrens,)),), stamp, 20_423.5)
-    reader._apply_touches(url, [as_nolans], Attempt())
+    read_columns._apply_touches(url, [as_nolans], Attempt())
     assert recall_counts(db)[warrens] == 0
