@@ -26,7 +26,6 @@ lock: $(STAMP)
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra test -o requirements/test.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in -o requirements/runtime.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra postgres -o requirements/postgres.txt
-	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra local -o requirements/local.txt
 
 demo: $(STAMP)
 	$(BIN)/memory-worker demo

@@ -47,6 +47,7 @@ def test_an_empty_variable_means_unset() -> None:
         ({"REDIS_URL": "http://localhost:6379"}, "REDIS_URL"),
         ({"MW_DATABASE_URL": "mysql://x/y"}, "MW_DATABASE_URL"),
         ({"MW_TODAY": "2026-13-01"}, "MW_TODAY"),
+        ({"MW_EMBED_THREADS": "0"}, "MW_EMBED_THREADS"),
     ],
 )
 def test_a_bad_value_fails_at_once_naming_the_variable(env: dict[str, str], named: str) -> None:
