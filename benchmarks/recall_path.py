@@ -201,6 +201,7 @@ def under_load(
         settings_mod.configure(s)
         one(MESSAGES[0])
     procs = start_writers(writers, data)
+    out["load"] = {"before": list(os.getloadavg())}
     try:
         for i in range(calls):
             for name, s in settings.items():
@@ -209,6 +210,7 @@ def under_load(
                 one(MESSAGES[i % len(MESSAGES)])
                 out[name]["wall"].append((time.perf_counter() - wall) * 1000)
                 out[name]["cpu"].append((time.process_time() - cpu) * 1000)
+        out["load"]["after"] = list(os.getloadavg())
     finally:
         stop_writers(procs)
         settings_mod.configure(base)
@@ -218,9 +220,12 @@ def under_load(
 
 
 def load_table(figures: dict[str, dict[str, list[float]]], writers: int) -> Table:
+    load = figures.pop("load")
     table = Table(
         title=f"a message's recall with e5 (query embedded + recall, {LOAD_SIZE:,} rows) beside "
-        f"{writers} busy write-path processes (ms)"
+        f"{writers} busy write-path processes (ms)",
+        caption=f"{os.cpu_count()} cores; load average (1 min) {load['before'][0]:.1f} as the "
+        f"calls began, {load['after'][0]:.1f} as they ended (every process on the machine)",
     )
     for col in ("threads per query", "calls", "median", "p95", "p99", "CPU ms per call"):
         table.add_column(col, justify="right")

