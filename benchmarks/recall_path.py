@@ -19,8 +19,9 @@ recall costs `recall` plus the embedder's row. The aim (issue 9): ≤ 10 ms medi
 `--under-load` (issue 21): a message's whole recall with e5 — the query embedded in process,
 then `reader.recall` over 10k visible 384-dim rows — beside a busy write path: `--writers`
 processes replay LoCoMo (`locomo_replay`: extraction scripted from the data set, then our
-guards, the e5 embedding, the router and the commit on SQLite) without pause, started before
-the first call and stopped after the last. Once with one thread per query (the default,
+guards, the e5 embedding, the router and the commit on SQLite) without pause, each stepping
+back by MW_WORKER_NICE as a `celery worker` does (`--worker-nice`), started before the first
+call and stopped after the last. Once with one thread per query (the default,
 MW_EMBED_THREADS=1) and then with the engine on every core, each in a block of its own; each
 call's wall time, p95, p99, the CPU it took, and the machine's load average beside them (the
 figures mean little without it on a shared machine). The aim: p95 ≤ 100 ms, p99 ≤ 200 ms.
@@ -134,6 +135,9 @@ def busy_writer(data_path: Path) -> None:
     from benchmarks import locomo_replay
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the temp folder goes with it
+    from memory_worker import startup
+
+    startup.yield_cores()  # as a worker does as it starts (MW_WORKER_NICE)
     data = json.loads(data_path.read_text())
     embedder = named_embedder("e5")
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,13 +154,16 @@ def busy_writer(data_path: Path) -> None:
                 print(READY, flush=True)
 
 
-def start_writers(count: int, data: Path) -> list[subprocess.Popen[str]]:
-    """`count` busy writers, returned once each has committed its first spell."""
+def start_writers(count: int, data: Path, nice: int = 0) -> list[subprocess.Popen[str]]:
+    """`count` busy writers at MW_WORKER_NICE=`nice`, returned once each has committed its
+    first spell."""
+    env = {**os.environ, "MW_WORKER_NICE": str(nice)}
     procs = [
         subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--busy-writer", "--data", str(data)],
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
         for _ in range(count)
     ]
@@ -178,7 +185,7 @@ def stop_writers(procs: list[subprocess.Popen[str]]) -> None:
 
 
 def under_load(
-    calls: int, writers: int, data: Path, tmp: Path
+    calls: int, writers: int, data: Path, tmp: Path, nice: int = 0
 ) -> dict[str, dict[str, list[float]]]:
     """Per thread setting, each call's wall and CPU ms (e5 query + recall at 10k rows) and the
     machine's load average (1 min) as its calls began and ended. One setting's calls run as a
@@ -201,7 +208,7 @@ def under_load(
         )
 
     out: dict[str, dict[str, list[float]]] = {}
-    procs = start_writers(writers, data)
+    procs = start_writers(writers, data, nice)
     try:
         for name, s in settings.items():
             settings_mod.configure(s)
@@ -222,10 +229,10 @@ def under_load(
     return out
 
 
-def load_table(figures: dict[str, dict[str, list[float]]], writers: int) -> Table:
+def load_table(figures: dict[str, dict[str, list[float]]], writers: int, nice: int) -> Table:
     table = Table(
         title=f"a message's recall with e5 (query embedded + recall, {LOAD_SIZE:,} rows) beside "
-        f"{writers} busy write-path processes (ms)",
+        f"{writers} busy write-path processes at MW_WORKER_NICE={nice} (ms)",
         caption=f"{os.cpu_count()} cores; load average: the machine's, every process (1 min)",
     )
     cols = ("threads per query", "calls", "median", "p95", "p99", "CPU ms per call", "load avg")
@@ -253,6 +260,12 @@ def main() -> None:
     p.add_argument("--under-load", action="store_true", help="e5 recall beside a busy write path")
     p.add_argument("--calls", type=int, default=400, help="--under-load: calls per setting")
     p.add_argument("--writers", type=int, default=2, help="--under-load: busy write processes")
+    p.add_argument(
+        "--worker-nice",
+        type=int,
+        default=settings_mod.current().worker_nice,
+        help="--under-load: the writers' MW_WORKER_NICE (default: the setting's, as a worker)",
+    )
     p.add_argument("--busy-writer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, default=None, help="--under-load: locomo10.json")
     a = p.parse_args()
@@ -266,8 +279,8 @@ def main() -> None:
         if not data.exists():
             raise SystemExit(f"LoCoMo is not at {data}: pass --data PATH (locomo10.json)")
         with tempfile.TemporaryDirectory() as tmp:
-            figures = under_load(a.calls, a.writers, data, Path(tmp))
-        Console(width=140).print(load_table(figures, a.writers))
+            figures = under_load(a.calls, a.writers, data, Path(tmp), a.worker_nice)
+        Console(width=140).print(load_table(figures, a.writers, a.worker_nice))
         return
     read_path.DIMS = a.dims  # the seeded vectors' size
     reps = QUICK if a.quick else REPS
