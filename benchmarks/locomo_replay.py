@@ -8,7 +8,8 @@ the human (u:1); speaker B's lines are the persona's. Each session is one spell.
 is scripted from the data set's own annotations: extraction proposes the session's
 observations about speaker A, with their evidence turns; the router answers NONE for a sentence
 already held and ADD otherwise. Everything else is the product's code on real text: the guards,
-the hashing embedder, the neighbour search, the commit, the daily cap, and the reader's block.
+the embedder (the offline default, e5, unless one is given), the neighbour search, the commit,
+the daily cap, and the reader's block.
 """
 
 from __future__ import annotations
@@ -149,6 +150,19 @@ def replay(sample: dict, url: str, embedder: Embedder | None = None) -> Replay:
     block = reader.build_block(PERSONA, {HUMAN}, "dm", touch=False)
     out.block_chars, out.block_rows = block.chars_current, len(block.row_ids)
     return out
+
+
+def conversations(spec: str, total: int) -> list[int]:
+    """'1-6', '7-10', '1,3,5' or 'all' → 0-based indexes."""
+    if spec == "all":
+        return list(range(total))
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    if not out or min(out) < 1 or max(out) > total:
+        raise SystemExit(f"--conversations {spec!r}: pick from 1-{total}")
+    return [i - 1 for i in out]
 
 
 def _ids(ev: str | list[str]) -> list[str]:

@@ -37,6 +37,7 @@ def _fresh_engines_after_fork(**_: object) -> None:
 @celeryd_init.connect
 def _check_config(**_: object) -> None:
     startup.check_worker_can_start()  # `celery worker` only: a bad config stops it here
+    startup.yield_cores()  # before the pool: prefork children inherit the niceness
 
 
 @beat_init.connect

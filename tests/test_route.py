@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.models.local import E5Embedder
 from memory_worker.models.scripted import route_payload
 from memory_worker.rows import Candidate
 from memory_worker.vectors import quantise, to_b64
@@ -16,12 +17,14 @@ from memory_worker.write.route import (
     OpenRow,
     RouteAnswer,
     build_prompt,
+    neighbour_floor,
     neighbours,
     number,
     resolve,
 )
 
 EMB = HashingEmbedder()
+FLOOR = neighbour_floor(EMB.name)
 
 
 def vec(text: str) -> bytes:
@@ -39,17 +42,17 @@ def row(i: int, text: str, subject: str = "u:42") -> OpenRow:
 def test_neighbours_are_the_same_subjects_rows_at_or_above_the_cosine_bar() -> None:
     rows = [
         row(1, "u:42 owns a flat in Xuhui."),
-        row(2, "u:42 likes jazz records."),
+        row(2, "u:42 plays jazz piano every Sunday."),  # cosine 0.26: under the bar
         row(3, "u:17 owns a flat in Xuhui.", subject="u:17"),
     ]
-    (found,) = neighbours([cand("u:42 sold the flat in Xuhui.")], rows)
+    (found,) = neighbours([cand("u:42 sold the flat in Xuhui.")], rows, FLOOR)
     assert found == [1]
 
 
 def test_at_most_five_neighbours_best_first() -> None:
     rows = [row(i, f"u:42 owns a flat in Xuhui number {i}.") for i in range(1, 9)]
     rows.append(row(99, "u:42 owns a flat in Xuhui."))
-    (found,) = neighbours([cand("u:42 owns a flat in Xuhui.")], rows)
+    (found,) = neighbours([cand("u:42 owns a flat in Xuhui.")], rows, FLOOR)
     assert len(found) == 5 and found[0] == 99
 
 
@@ -133,3 +136,37 @@ def test_the_router_schema_itself_allows_only_the_four_events() -> None:
 def test_an_answer_that_is_not_the_json_asked_for_is_malformed() -> None:
     with pytest.raises(ValidationError):
         RouteAnswer.model_validate_json('{"decisions": "all of them"}')
+
+
+def test_an_e5_store_shows_the_row_a_candidate_restates_and_not_its_unrelated_rows() -> None:
+    # e5's cosines between unrelated sentences about one person sit near 0.8: seed §7's 0.6
+    # would show them all (benchmarks/router_floor.py measured each embedder's floor).
+    e5 = E5Embedder()
+
+    def e5_vec(text: str) -> bytes:
+        return quantise(e5.embed([text])[0])
+
+    rows = [
+        OpenRow(
+            1,
+            "u:42",
+            "u:42 went to an LGBTQ support group.",
+            e5_vec("Caro went to an LGBTQ support group."),
+        ),
+        OpenRow(
+            2,
+            "u:42",
+            "u:42 likes to paint sunsets by the lake.",
+            e5_vec("Caro likes to paint sunsets by the lake."),
+        ),
+        OpenRow(
+            3,
+            "u:42",
+            "u:42 is researching adoption agencies.",
+            e5_vec("Caro is researching adoption agencies."),
+        ),
+    ]
+    text = "Caro attends an LGBTQ support group for the first time."
+    c = Candidate("u:42", "fact", text, 5, (1,), embedding=to_b64(e5_vec(text)))
+    (found,) = neighbours([c], rows, neighbour_floor(e5.name))
+    assert found == [1]

@@ -3,6 +3,9 @@ survive the trip to a worker process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +50,8 @@ def test_an_empty_variable_means_unset() -> None:
         ({"REDIS_URL": "http://localhost:6379"}, "REDIS_URL"),
         ({"MW_DATABASE_URL": "mysql://x/y"}, "MW_DATABASE_URL"),
         ({"MW_TODAY": "2026-13-01"}, "MW_TODAY"),
+        ({"MW_EMBED_THREADS": "0"}, "MW_EMBED_THREADS"),
+        ({"MW_WORKER_NICE": "20"}, "MW_WORKER_NICE"),
     ],
 )
 def test_a_bad_value_fails_at_once_naming_the_variable(env: dict[str, str], named: str) -> None:
@@ -103,3 +108,25 @@ def test_settings_survive_the_environment_of_a_child_process() -> None:
 def test_a_copy_with_changes_is_checked_too() -> None:
     with pytest.raises(ValueError, match="greater than 0"):
         Settings.from_env({}).with_(model_timeout_ms=0)
+
+
+def _niceness_after_yield(env: dict[str, str]) -> tuple[int, int]:
+    """(niceness before, after) `startup.yield_cores()` in a fresh process with `env`."""
+    code = (
+        "import os; before = os.nice(0); from memory_worker import startup; "
+        "startup.yield_cores(); print(before, os.nice(0))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k != "MW_WORKER_NICE"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    before, after = out.stdout.split()
+    return int(before), int(after)
+
+
+def test_a_worker_steps_back_from_the_cores_by_mw_worker_nice_10_unless_told_otherwise() -> None:
+    before, after = _niceness_after_yield({})
+    assert after == min(before + 10, 19)
+    before, after = _niceness_after_yield({"MW_WORKER_NICE": "0"})
+    assert after == before

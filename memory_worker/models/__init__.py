@@ -48,7 +48,7 @@ PROVIDERS = ("replay", "gemini")
 # Embedders by the name MW_EMBEDDER takes; "" picks gemini's with the gemini provider, else
 # OFFLINE_EMBEDDER.
 EMBEDDERS = ("gemini", "hashing", "e5")
-OFFLINE_EMBEDDER = "hashing"
+OFFLINE_EMBEDDER = "e5"  # issue 21: semantic with no key (LoCoMo 7–10: 0.86, hashing 0.72)
 # Settings objects seen per process are few (one, plus tests'); a bound keeps tests honest.
 _CACHE_MAX = 32
 
@@ -134,7 +134,7 @@ def named_embedder(name: str, settings: Settings | None = None) -> Embedder:
     if name == "e5":
         from memory_worker.models.local import E5Embedder
 
-        return E5Embedder()
+        return E5Embedder((settings or settings_mod.current()).embed_threads)
     raise ValueError(f"unknown embedder {name!r}: expected one of {', '.join(EMBEDDERS)}")
 
 
@@ -150,7 +150,7 @@ def chat_model(settings: Settings | None = None) -> ChatModel:
 
 
 def embedder(settings: Settings | None = None) -> Embedder:
-    """The embedder the settings name: Gemini's, or the offline hashing one for 'replay'."""
+    """The embedder the settings name: Gemini's, or the offline e5 one for 'replay'."""
     s = settings if settings is not None else settings_mod.current()
     _provider(s)
     return _cached("embed", s, _build_embedder)

@@ -1,10 +1,12 @@
-"""An offline embedder: the hashing trick over content words, numpy only.
+"""An offline embedder: the hashing trick over content words, numpy only (`MW_EMBEDDER=hashing`;
+the offline default is e5, `models.local`).
 
-The replay provider, the demo and the tests need vectors without a network. They do not need
-good vectors; they need *honest* ones: deterministic across processes and machines (so a
-cassette recorded on one host routes the same on another), and closer for texts that share
-content words than for texts that don't (so the router's cosine ≥ 0.6 neighbour search still
-means something). Each content word adds ±1 to one of `dims` buckets; the sum is L2-normalised.
+Where a model is not wanted (tests of the pure parts, a box without cores to spare) vectors
+still come without a network. They are not good vectors, but *honest* ones: deterministic
+across processes and machines (so a cassette recorded on one host routes the same on another),
+and closer for texts that share content words than for texts that don't (so the router's
+neighbour search, at this embedder's own floor, still means something). Each content word adds
+±1 to one of `dims` buckets; the sum is L2-normalised.
 
 The bucket and sign come from blake2b, never Python's `hash()`, which is salted per process.
 """

@@ -15,6 +15,7 @@ from memory_worker import clock, store
 from memory_worker.audience import Consent, Members, Scope, scope_for
 from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
 from memory_worker.rows import Candidate, Room, Spell
+from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, users
 from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.storage.spell_context import spell_context
@@ -120,7 +121,9 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
     with store.engine().connect() as conn:
         rows = memories.open_rows(conn, spell.persona, spell.present, {c.subject for c in cands})
         persona_name = users.persona_name(conn, spell.persona)
-    per_candidate = route.neighbours(cands, rows)
+        vectors_of = store_embedder.identity(conn)  # the writer embedded the candidates
+    floor = route.neighbour_floor(vectors_of.writer[0] if vectors_of else None)
+    per_candidate = route.neighbours(cands, rows, floor)
     numbers = route.number(per_candidate)
     system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)
     result = ask_json(model, system, prompt, route.RouteAnswer, "route")

@@ -1,13 +1,14 @@
 """Routing (model call B, seed §2.2): each candidate against its neighbours → a decision.
 
-Neighbours are the persona's open rows about the same subject, top 5 by cosine ≥ 0.6 — a dot
-product over one persona's rows, no vector database. The model sees them as numbers ("0",
-"1", …), never raw ids (mem0's guard against an invented id), and a number it was not shown
-for that candidate is never trusted. The pool is what the audience allows for the spell's
-present set (DESIGN.md): rows about present humans, the persona's promises and loops with them,
-world rows — so the router can never see, let alone change, a row about someone absent. One
-call covers every candidate of the spell; a decision that fails its schema drops its candidate
-only.
+Neighbours are the persona's open rows about the same subject, top 5 by cosine at or above the
+floor of the embedder that made the vectors (`neighbour_floor`: seed §7's 0.6 for gemini's,
+measured on LoCoMo for the others) — a dot product over one persona's rows, no vector database.
+The model sees them as numbers ("0", "1", …), never raw ids (mem0's guard against an invented
+id), and a number it was not shown for that candidate is never trusted. The pool is what the
+audience allows for the spell's present set (DESIGN.md): rows about present humans, the
+persona's promises and loops with them, world rows — so the router can never see, let alone
+change, a row about someone absent. One call covers every candidate of the spell; a decision
+that fails its schema drops its candidate only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, PrivateAttr, model_validator
 
-from memory_worker.constants import NEIGHBOUR_MIN_COSINE, NEIGHBOURS_TOP_K, SUBJECT_SELF
+from memory_worker.constants import (
+    NEIGHBOUR_FLOORS,
+    NEIGHBOUR_MIN_COSINE,
+    NEIGHBOURS_TOP_K,
+    SUBJECT_SELF,
+)
 from memory_worker.rows import Candidate, Decision
 from memory_worker.storage.memories import OpenRow
 from memory_worker.vectors import from_b64, top_k
@@ -79,8 +85,17 @@ def fingerprint(rows: list[OpenRow]) -> str:
     return hashlib.sha1(json.dumps([r.id for r in rows]).encode()).hexdigest()
 
 
-def neighbours(candidates: list[Candidate], rows: list[OpenRow]) -> list[list[int]]:
-    """Per candidate, the row ids of its top-5 neighbours (`same_concern`, cosine ≥ 0.6)."""
+def neighbour_floor(embedder_name: str | None) -> float:
+    """The cosine a row needs to be shown as a neighbour, for vectors of `embedder_name` (as a
+    store records it): each embedder's cosines live on their own scale."""
+    return NEIGHBOUR_FLOORS.get(embedder_name or "", NEIGHBOUR_MIN_COSINE)
+
+
+def neighbours(
+    candidates: list[Candidate], rows: list[OpenRow], min_cosine: float
+) -> list[list[int]]:
+    """Per candidate, the row ids of its top-5 neighbours (`same_concern`, cosine ≥
+    `min_cosine`: the floor of the embedder that made the vectors, `neighbour_floor`)."""
     out: list[list[int]] = []
     for c in candidates:
         pool = [r for r in rows if same_concern(r, c) and r.embedding is not None]
@@ -91,7 +106,7 @@ def neighbours(candidates: list[Candidate], rows: list[OpenRow]) -> list[list[in
             from_b64(c.embedding),
             [r.embedding for r in pool if r.embedding is not None],
             NEIGHBOURS_TOP_K,
-            NEIGHBOUR_MIN_COSINE,
+            min_cosine,
         )
         out.append([pool[i].id for i, _ in hits])
     return out
