@@ -146,6 +146,18 @@ def test_a_promise_may_cite_its_counterparts_line() -> None:
     assert guards.evidence_problem("self", "u:42", "warren", [3], speakers) is not None
 
 
+def test_each_refusal_of_evidence_says_why() -> None:
+    """The reason a candidate was dropped is what a developer reads (x_evidence_problem__mutmut_2
+    /_3/_6/_15/_16: the reasons rewritten)."""
+    speakers = {1: "u:42", 2: "u:17"}
+    assert guards.evidence_problem("u:42", None, "warren", [], speakers) == "cites no line"
+    outside = guards.evidence_problem("u:42", None, "warren", [9], speakers)
+    assert outside == "cites lines outside this spell"
+    assert guards.evidence_problem("self", "u:42", "warren", [2], speakers) == (
+        "a self row cites a line that is neither the persona's nor the counterpart's"
+    )
+
+
 def test_a_self_row_without_a_counterpart_counts_towards_no_cap_and_is_dropped() -> None:
     """x_cap_key__mutmut_11 ('u:None' as a cap), x_over_caps__mutmut_17 (None dropped instead of
     the index) and _18 (`break`: the candidates after it escape their cap)."""
