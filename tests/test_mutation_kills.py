@@ -37,6 +37,41 @@ def group_of_dan_and_cara(url: str | None = None) -> dict[str, int]:
         }
 
 
+# --- the reader's SQL -------------------------------------------------------------------------
+
+
+def private_chat_of_dan_and_warren() -> None:
+    with store.transaction() as c:
+        app_side.add_user(c, DAN, "Dan")
+        app_side.add_persona(c, "warren", "Warren")
+        app_side.add_persona(c, "nolan", "Nolan")
+        app_side.add_room(c, "dm", "private", ["u:42", "warren"])
+
+
+def test_a_personas_block_is_ranked_over_its_own_rows_only(db: Engine) -> None:
+    """Another persona's rows never compete for a block's places (x__open_rows_statement
+    __mutmut_4: without the persona filter Nolan's important rows take Warren's places, and the
+    gate then drops them, leaving Warren's block empty)."""
+    private_chat_of_dan_and_warren()
+    with store.transaction() as c:
+        own = add_row(c, "warren", "u:42", "u:42 sails.", importance=3)
+        for i in range(40):
+            add_row(c, "nolan", "u:42", f"u:42 did thing number {i} today.", importance=10)
+    assert reader.build_block("warren", {DAN}, "dm", now=NOW, touch=False).row_ids == (own,)
+
+
+def test_the_first_row_of_a_persona_reaches_a_block_the_same_process_opened_empty(
+    db: Engine,
+) -> None:
+    """A persona with no rows is at version 0 (x_context__mutmut_83: read as 1, the empty
+    columns cached then would answer for its first row)."""
+    private_chat_of_dan_and_warren()
+    assert reader.build_block("warren", {DAN}, "dm", now=NOW, touch=False).row_ids == ()
+    with store.transaction() as c:
+        first = add_row(c, "warren", "u:42", "u:42 sails.")
+    assert reader.build_block("warren", {DAN}, "dm", now=NOW, touch=False).row_ids == (first,)
+
+
 # --- recall ---------------------------------------------------------------------------------
 
 
