@@ -125,7 +125,7 @@ def test_recall_stamps_what_it_returns_with_the_moment_it_was_given(db: Engine) 
 
 def test_recall_leaves_out_the_block_the_rooms_topic_built(db: Engine) -> None:
     """Without `block_ids`, the block recall leaves out is built on the room's topic
-    (x_recall__mutmut_51: built without it, it would not hold the old row about sailing)."""
+    (x_recall__mutmut_57: built without it, it would not hold the old row about sailing)."""
     ids = talk(db)
     with store.transaction() as c:
         c.execute(update(t.rooms).where(t.rooms.c.id == "dm").values(topic_embedding=SAIL))
@@ -136,9 +136,9 @@ def test_recall_leaves_out_the_block_the_rooms_topic_built(db: Engine) -> None:
 
 
 def test_recall_reads_embeds_and_touches_the_store_it_is_given(db: Engine, tmp_path: Path) -> None:
-    """`url` reaches every step, never the configured store (x_recall__mutmut_49/_50/_57/_58/
-    _63/_72/_111, x_embed_query's url): the configured store here holds nothing of Warren's and
-    records another embedder."""
+    """`url` reaches every step, never the configured store (x_recall__mutmut_49/_50/_51/_111,
+    x_embed_query__mutmut_2): the configured store here holds nothing of Warren's and records
+    another embedder."""
     with store.transaction() as c:
         store_embedder.check(c, "another-model", 7)
     other = f"sqlite:///{tmp_path / 'other.db'}"
@@ -208,22 +208,27 @@ def test_a_self_row_without_a_counterpart_counts_towards_no_cap_and_is_dropped()
 
 def test_rows_written_today_count_towards_their_humans_and_the_worlds_caps() -> None:
     """A promise counts towards its counterpart, a counterpart-less self row towards no one
-    (x_counts_by_cap__mutmut_2/_4/_7/_9/_10)."""
+    (x_counts_by_cap__mutmut_2/_4/_7/_9/_10/_14)."""
     written = [("u:42", None, 3), ("self", "u:42", 2), ("world", None, 1), ("self", None, 5)]
     assert guards.counts_by_cap(written) == {"u:42": 5, "world": 1}
 
 
 def test_a_line_break_or_a_lower_case_start_after_a_stop_is_two_sentences() -> None:
-    """x_is_one_sentence__mutmut_1/_2/_4 (a bare \\n or \\r) and _31/_32 (lower case after a
-    full stop read as an ellipsis)."""
+    """x_is_one_sentence__mutmut_1/_2/_4: a bare \\n or \\r."""
     assert not guards.is_one_sentence("u:42 sails\nand bakes")
     assert not guards.is_one_sentence("u:42 sails\rand bakes")
     assert not guards.is_one_sentence("u:42 sails. he bakes too")
 
 
+def test_an_abbreviation_or_an_ellipsis_does_not_end_the_check_for_a_later_sentence() -> None:
+    """x_is_one_sentence__mutmut_30/_34: `break` where the stop is skipped would wave through
+    whatever follows it."""
+    assert not guards.is_one_sentence("u:42 met Dr. Wu. He sails.")
+    assert not guards.is_one_sentence("u:42 paused... then left. He sails.")
+
+
 def test_an_ellipsis_before_lower_case_and_an_initial_stay_one_sentence() -> None:
-    """x_is_one_sentence__mutmut_17/_18/_20/_21/_22/_33 (what follows an ellipsis, misread)
-    and _29/_30 (an initial is one letter)."""
+    """x_is_one_sentence__mutmut_17/_18/_20/_33: what follows an ellipsis, misread."""
     assert guards.is_one_sentence("u:42 paused... then sailed on.")
     assert guards.is_one_sentence("u:42 met J. Smith in Qingdao.")
     assert guards.is_one_sentence("u:42 met J. and K. Smith in Qingdao.")
