@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check bench perf recall clean install lock
+.PHONY: demo test check bench perf recall clean install lock mutate
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes), so a fresh clone
 # gets what the last green run had; the ranges in pyproject.toml say what the code supports.
@@ -60,6 +60,17 @@ recall: $(STAMP)
 perf: $(STAMP)
 	$(BIN)/pip install --quiet --require-hashes -r requirements/bench.txt
 	$(BIN)/python -m benchmarks.report
+
+# Mutation testing of the privacy core (docs/mutation.md): the audience rule, the reader's filter,
+# the audience SQL, recall and the write guards, each mutant against the fast tests that reach it
+# ([tool.mutmut] in pyproject.toml). Slow (~30 min on two cores); resumes where it stopped.
+MUTANTS := 'memory_worker.audience.*' 'memory_worker.reader.x_visible_index*' \
+	'memory_worker.storage.read_path.x__context_statement*' 'memory_worker.storage.read_path.x_context*' \
+	'memory_worker.storage.read_path.x_room_or_member*' 'memory_worker.storage.read_path.x__open_rows_statement*' \
+	'memory_worker.storage.read_path.x_open_rows*' 'memory_worker.recall.*' 'memory_worker.write.guards.*'
+mutate: $(STAMP)
+	$(BIN)/mutmut run $(MUTANTS)
+	$(BIN)/mutmut results
 
 # Stop every embedded redis-server this checkout started (its pid file lives under
 # .memory_worker/), checking the pid is a redis-server still, then remove the state.

@@ -4,6 +4,7 @@ MW_TEST_DATABASE_URL is set), with the settings pointed at it."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from sqlalchemy.pool import NullPool
 
 from memory_worker import settings as settings_mod
 from memory_worker import store
+from memory_worker.storage.prepared import Prepared
 from memory_worker.tables import metadata
 
 _OWN_DATABASE: list[tuple[str, str]] = []  # (the URL asked for, the run's own database's name)
@@ -88,6 +90,21 @@ def db(tmp_path: Path) -> Iterator[Engine]:
         settings_mod.configure(before)
         if not url.startswith("postgresql"):
             store.engine(url).dispose()
+
+
+@pytest.fixture(autouse=True)
+def _statements_compiled_per_test_under_mutmut() -> None:
+    """Under `make mutate` only: forget the statements `Prepared` compiled, so every test
+    builds them again. A statement is built once per process, so mutmut would tie a mutant of
+    its builder to the first test that happened to build it and run only that test against it
+    (docs/mutation.md). Outside mutmut (no MUTANT_UNDER_TEST) this does nothing."""
+    if not os.environ.get("MUTANT_UNDER_TEST"):
+        return
+    for name, module in list(sys.modules.items()):
+        if name.startswith("memory_worker.") and module is not None:
+            for value in vars(module).values():
+                if isinstance(value, Prepared):
+                    value._compiled.clear()
 
 
 # --- a real broker and a real worker --------------------------------------------------------

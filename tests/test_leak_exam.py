@@ -1,8 +1,25 @@
-"""The leak exam with the worst-case parrot: rows (b) and (c) test the code alone."""
+"""The leak exam with the worst-case parrot: rows (b) and (c) test the code alone — and the
+exam's self-test: every guard it relies on, broken on purpose in a copy of the code, fails it."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
 from exams.leak import run as leak
+from memory_worker.audience import Scope
+
+ROOT = Path(__file__).resolve().parent.parent
+# The lead's two rules (issue 18): every human a row names is part of its audience, and a world
+# fact learned from a person stays with that person. Until both land, the worst-case extractor
+# leaks, and the exam says so.
+RULES_LANDED = hasattr(Scope, "admits_named") and hasattr(Scope, "admits_private_to")
 
 
 def test_a_planted_secret_never_reaches_a_room_without_its_owner_nor_another_persona() -> None:
@@ -12,6 +29,8 @@ def test_a_planted_secret_never_reaches_a_room_without_its_owner_nor_another_per
     assert counts.with_dan == 0  # (a): groups load world facts only under the proven scope
     # The plant took and the parrot repeats it where it belongs: the zeros above mean something.
     assert counts.private_control > 0
+    # Every probe ran: the groups with and without Dan, Cara's and Nolan's private chats.
+    assert set(counts.rooms) == {r.id for r in leak.PROBES}
 
 
 def test_a_mention_counts_only_in_a_personas_own_words() -> None:
@@ -24,3 +43,177 @@ def test_with_the_group_scope_on_the_secret_follows_dan_and_no_further() -> None
     counts = leak.run(turns=8, proven_scope=False)
     assert counts.with_dan > 0  # the parrot repeats what Dan's presence lets into the block
     assert counts.without_dan == 0 and counts.by_nolan == 0  # still 0 by construction
+
+
+@pytest.mark.skipif(not RULES_LANDED, reason="the named-humans and world-source rules not in yet")
+def test_against_the_worst_case_extractor_rows_b_and_c_stay_zero() -> None:
+    counts = leak.run(turns=8, extractor="worst")
+    assert counts.without_dan == 0 and counts.by_nolan == 0, leak.report(counts, "", "", False)
+    assert counts.private_control > 0
+
+
+@pytest.mark.skipif(RULES_LANDED, reason="the rules landed: the test above holds them to 0")
+def test_today_the_worst_case_extractor_leaks_into_rooms_without_dan_and_the_exam_fails() -> None:
+    """The secret laundered as a world fact and as a row about Cara shows wherever Cara is,
+    Dan or not: on the code before the rules, the exam must catch exactly that."""
+    counts = leak.run(turns=8, extractor="worst")
+    assert counts.rooms["dm-cara-warren"]["warren"] > 0  # the row about Cara, and the world fact
+    assert counts.rooms["group-without-dan"]["warren"] > 0  # the world fact
+    assert counts.leaked
+
+
+# --- the self-test: each break of a guard fails the exam ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Break:
+    """A guard broken on purpose: each edit replaces `old` (which must still be in `file`, or
+    the break would silently stop applying) by `new`, in a copy of the code."""
+
+    name: str
+    edits: tuple[tuple[str, str, str], ...]  # (file, old, new)
+    extractor: str = "honest"
+
+
+AUDIENCE, READ_PATH = "memory_worker/audience.py", "memory_worker/storage/read_path.py"
+READER, RECALL = "memory_worker/reader.py", "memory_worker/recall.py"
+
+# A scope that admits every row of the persona: recall's scope dropped.
+EVERYONE = (
+    "scope_for(persona, range(1000), room, "
+    "Consent(memory_on=dict.fromkeys(range(1000), True)), proven_scope=False)"
+)
+
+BREAKS = [
+    Break(
+        "the persona check, in the predicate and in the SQL push-down",
+        (
+            (
+                AUDIENCE,
+                "if row.persona != self.persona or row.valid_to is not None:",
+                "if row.valid_to is not None:",
+            ),
+            (
+                READ_PATH,
+                "_pm.persona.in_(personas), _pm.valid_to.is_(None)",
+                "_pm.valid_to.is_(None)",
+            ),
+        ),
+    ),
+    # Each layer of the subject check alone is caught by the other (the columns' filter picks
+    # only present subjects; the predicate checks every winner again): the exam passes with
+    # either one broken, so only both together are a leak for it to catch.
+    Break(
+        "the subject-present check, in the columns' filter and in the predicate",
+        (
+            (READER, "mask = rows.groups == WORLD_GROUP", "mask = rows.groups == rows.groups"),
+            (
+                AUDIENCE,
+                "return concerns(row.subject, row.counterpart) in self.humans",
+                "return True",
+            ),
+        ),
+    ),
+    Break(
+        "recall's gate and its scope",
+        (
+            (
+                RECALL,
+                "got = visible_memories(persona, present, room, found, consent, "
+                "proven_scope=proven_scope)",
+                "got = found",
+            ),
+            (
+                RECALL,
+                "scopes = {persona: scope_for(persona, present, room, consent, "
+                "proven_scope=proven_scope)}",
+                "scopes = {persona: " + EVERYONE + "}",
+            ),
+        ),
+    ),
+]
+
+# The lead's rules (issue 18), broken once they exist: each predicate made to admit everything.
+# The original method stays, renamed, so the module still imports. If a rule is also pushed
+# down into SQL or the columns' filter, add that layer's edit here too.
+PENDING = [
+    Break(
+        f"the {what} check",
+        (
+            (
+                AUDIENCE,
+                f"\n    def {method}(",
+                f"\n    def {method}(self, *_: object, **__: object) -> bool:\n"
+                f"        return True\n\n    def _{method}_unbroken(",
+            ),
+        ),
+        extractor="worst",
+    )
+    for what, method in (("named-humans", "admits_named"), ("world-source", "admits_private_to"))
+]
+
+
+def broken_copy(brk: Break, into: Path) -> Path:
+    """The package and the exam copied under `into`, with the break applied."""
+    for part in ("memory_worker", "exams", "schema"):
+        shutil.copytree(ROOT / part, into / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for file, old, new in brk.edits:
+        path = into / file
+        text = path.read_text()
+        assert old in text, f"break {brk.name!r} no longer applies: {old!r} is not in {file}"
+        path.write_text(text.replace(old, new, 1))
+    return into
+
+
+def exam(code: Path, planted: Path, extractor: str) -> subprocess.CompletedProcess[str]:
+    """The exam's CLI on a copy of `planted`, importing the package from `code` (first on the
+    path, and the working directory, so the installed package cannot win)."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    command = [sys.executable, "-m", "exams.leak.run", "--store", str(planted)]
+    return subprocess.run(
+        [*command, "--extractor", extractor],
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One store per extractor, planted by the unbroken code: every break is read-side."""
+    out = {}
+    for extractor in leak.EXTRACTORS:
+        path = tmp_path_factory.mktemp("planted") / f"{extractor}.db"
+        leak.plant_into(path, extractor)
+        out[extractor] = path
+    return out
+
+
+def test_the_unbroken_exam_passes_on_a_planted_store_in_a_copy_of_the_code(
+    planted: dict[str, Path], tmp_path: Path
+) -> None:
+    done = exam(broken_copy(Break("nothing", ()), tmp_path), planted["honest"], "honest")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "control: Warren alone with Dan: 0" not in done.stdout
+
+
+@pytest.mark.parametrize("brk", BREAKS, ids=[b.name for b in BREAKS])
+def test_each_break_of_a_guard_fails_the_exam(
+    brk: Break, planted: dict[str, Path], tmp_path: Path
+) -> None:
+    done = exam(broken_copy(brk, tmp_path), planted[brk.extractor], brk.extractor)
+    assert "Traceback" not in done.stderr, done.stderr  # the break leaks, it does not crash
+    assert done.returncode == 1, f"the exam passed with {brk.name} broken:\n{done.stdout}"
+
+
+@pytest.mark.parametrize("brk", PENDING, ids=[b.name for b in PENDING])
+def test_each_break_of_the_new_rules_fails_the_exam(
+    brk: Break, planted: dict[str, Path], tmp_path: Path
+) -> None:
+    if not RULES_LANDED:
+        pytest.skip(f"{brk.name}: Scope.admits_named / admits_private_to not in audience.py yet")
+    done = exam(broken_copy(brk, tmp_path), planted[brk.extractor], brk.extractor)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1, f"the exam passed with {brk.name} broken:\n{done.stdout}"

@@ -113,7 +113,9 @@ def test_a_text_query_is_embedded_by_the_configured_embedder_and_names_find_ids(
     db: Engine,
 ) -> None:
     hashing = HashingEmbedder()
-    texts = {"boat": "u:42 keeps a boat in Qingdao.", "cake": "u:42 bakes lemon cake."}
+    # The row the message is about comes second: ties go to the older row, so only the
+    # message's vector can put it first (docs/mutation.md: x_recall__mutmut_46).
+    texts = {"cake": "u:42 bakes lemon cake.", "boat": "u:42 keeps a boat in Qingdao."}
     with store.transaction() as c:
         app_side.add_user(c, DAN, "Dan")
         app_side.add_room(c, "dm", "private", ["u:42", "warren"])
