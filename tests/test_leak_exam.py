@@ -13,13 +13,11 @@ from pathlib import Path
 import pytest
 
 from exams.leak import run as leak
-from memory_worker.audience import Scope
 
 ROOT = Path(__file__).resolve().parent.parent
 # The lead's two rules (issue 18): every human a row names is part of its audience, and a world
 # fact learned from a person stays with that person. Until both land, the worst-case extractor
 # leaks, and the exam says so.
-RULES_LANDED = hasattr(Scope, "admits_named") and hasattr(Scope, "admits_private_to")
 
 
 def test_a_planted_secret_never_reaches_a_room_without_its_owner_nor_another_persona() -> None:
@@ -45,21 +43,10 @@ def test_with_the_group_scope_on_the_secret_follows_dan_and_no_further() -> None
     assert counts.without_dan == 0 and counts.by_nolan == 0  # still 0 by construction
 
 
-@pytest.mark.skipif(not RULES_LANDED, reason="the named-humans and world-source rules not in yet")
 def test_against_the_worst_case_extractor_rows_b_and_c_stay_zero() -> None:
     counts = leak.run(turns=8, extractor="worst")
     assert counts.without_dan == 0 and counts.by_nolan == 0, leak.report(counts, "", "", False)
     assert counts.private_control > 0
-
-
-@pytest.mark.skipif(RULES_LANDED, reason="the rules landed: the test above holds them to 0")
-def test_today_the_worst_case_extractor_leaks_into_rooms_without_dan_and_the_exam_fails() -> None:
-    """The secret laundered as a world fact and as a row about Cara shows wherever Cara is,
-    Dan or not: on the code before the rules, the exam must catch exactly that."""
-    counts = leak.run(turns=8, extractor="worst")
-    assert counts.rooms["dm-cara-warren"]["warren"] > 0  # the row about Cara, and the world fact
-    assert counts.rooms["group-without-dan"]["warren"] > 0  # the world fact
-    assert counts.leaked
 
 
 # --- the self-test: each break of a guard fails the exam ---------------------------------------
@@ -76,12 +63,13 @@ class Break:
 
 
 AUDIENCE, READ_PATH = "memory_worker/audience.py", "memory_worker/storage/read_path.py"
-READER, RECALL = "memory_worker/reader.py", "memory_worker/recall.py"
+COLUMNS, RECALL = "memory_worker/read_columns.py", "memory_worker/recall.py"
 
 # A scope that admits every row of the persona: recall's scope dropped.
 EVERYONE = (
-    "scope_for(persona, range(1000), room, "
-    "Consent(memory_on=dict.fromkeys(range(1000), True)), proven_scope=False)"
+    "scope_for(persona, range(1000), ctx.room, "
+    "Consent(memory_on=dict.fromkeys(range(1000), True)), "
+    "members=Members(frozenset(range(1000)), frozenset({persona})), proven_scope=False)"
 )
 
 BREAKS = [
@@ -106,7 +94,7 @@ BREAKS = [
     Break(
         "the subject-present check, in the columns' filter and in the predicate",
         (
-            (READER, "mask = rows.groups == WORLD_GROUP", "mask = rows.groups == rows.groups"),
+            (COLUMNS, "mask = rows.groups == WORLD_GROUP", "mask = rows.groups == rows.groups"),
             (
                 AUDIENCE,
                 "return concerns(row.subject, row.counterpart) in self.humans",
@@ -119,24 +107,26 @@ BREAKS = [
         (
             (
                 RECALL,
-                "got = visible_memories(persona, present, room, found, consent, "
-                "proven_scope=proven_scope)",
+                "got = visible_memories(\n"
+                "        persona, present, ctx.room, found, consent, members=members, "
+                "proven_scope=proven_scope\n    )",
                 "got = found",
             ),
             (
                 RECALL,
-                "scopes = {persona: scope_for(persona, present, room, consent, "
-                "proven_scope=proven_scope)}",
-                "scopes = {persona: " + EVERYONE + "}",
+                "scope = scope_for(\n"
+                "            persona, present, ctx.room, consent, members=members, "
+                "proven_scope=proven_scope\n        )",
+                "scope = " + EVERYONE,
             ),
         ),
     ),
 ]
 
-# The lead's rules (issue 18), broken once they exist: each predicate made to admit everything.
+# The named-humans and world-source rules (issue 18): each predicate made to admit everything.
 # The original method stays, renamed, so the module still imports. If a rule is also pushed
 # down into SQL or the columns' filter, add that layer's edit here too.
-PENDING = [
+RULE_BREAKS = [
     Break(
         f"the {what} check",
         (
@@ -208,12 +198,10 @@ def test_each_break_of_a_guard_fails_the_exam(
     assert done.returncode == 1, f"the exam passed with {brk.name} broken:\n{done.stdout}"
 
 
-@pytest.mark.parametrize("brk", PENDING, ids=[b.name for b in PENDING])
+@pytest.mark.parametrize("brk", RULE_BREAKS, ids=[b.name for b in RULE_BREAKS])
 def test_each_break_of_the_new_rules_fails_the_exam(
     brk: Break, planted: dict[str, Path], tmp_path: Path
 ) -> None:
-    if not RULES_LANDED:
-        pytest.skip(f"{brk.name}: Scope.admits_named / admits_private_to not in audience.py yet")
     done = exam(broken_copy(brk, tmp_path), planted[brk.extractor], brk.extractor)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, f"the exam passed with {brk.name} broken:\n{done.stdout}"

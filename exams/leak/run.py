@@ -317,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--extractor",
         choices=EXTRACTORS,
-        default="honest",
-        help="worst: the write path's model also launders the secret (a world fact, a row "
-        "about Cara); honest: the cassette's answer",
+        default="worst",
+        help="worst (the default): the write path's model also launders the secret (a world "
+        "fact, a row about Cara); honest: the cassette's answer",
     )
     p.add_argument(
         "--group-scope",
