@@ -41,7 +41,7 @@ def after_id(request: Request) -> int:
 
 
 async def stream(request: Request) -> Response:
-    uid = security.signed_in_user(request)
+    uid = await security.signed_in_user(request)
     if uid is None:
         return JSONResponse({"ok": False, "error": "not signed in"}, status_code=401)
     if any(p in request.query_params for p in USER_PARAMS):
