@@ -40,7 +40,7 @@ from starlette.types import ASGIApp
 
 from memory_worker import controls, store, toasts
 from memory_worker import settings as settings_mod
-from memory_worker.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S
+from memory_worker.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
 from memory_worker.storage import users
 from memory_worker.web import guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
@@ -308,9 +308,14 @@ class PageApp(Starlette):
     that layer answers a crash before any user middleware sees it, without our headers."""
 
     max_body_bytes: int = 16_384
+    body_timeout_s: float = WEB_BODY_TIMEOUT_S
 
     def build_middleware_stack(self) -> ASGIApp:
-        return guard.Guard(super().build_middleware_stack(), max_body_bytes=self.max_body_bytes)
+        return guard.Guard(
+            super().build_middleware_stack(),
+            max_body_bytes=self.max_body_bytes,
+            body_timeout_s=self.body_timeout_s,
+        )
 
 
 def create_app(
@@ -321,7 +326,7 @@ def create_app(
     allowed_hosts: list[str] | None = None,
     rail_poll_s: float = RAIL_POLL_S,
     max_body_bytes: int | None = None,
-) -> Starlette:
+) -> PageApp:
     """The app. `redis_url` is where toasts are announced (None: the rail polls the store);
     `max_body_bytes` defaults to MW_WEB_MAX_BODY_BYTES."""
     routes: list[Route | Mount] = [
