@@ -28,7 +28,7 @@ from memory_worker import tables as t
 from memory_worker.constants import WEB_JSON_MAX_DEPTH
 from memory_worker.web.app import PageApp, create_app
 from memory_worker.web.security import SECURITY_HEADERS, SESSION_COOKIE, Sessions
-from tests import scenes
+from tests import test_web_security
 from tests.scenes import CARA, DAN
 from tests.test_web_security import snapshot
 from tests.web_server import Served, serve
@@ -39,13 +39,7 @@ SECRET = "s" * 48
 BASE = "http://127.0.0.1"
 ANSWER_TIMEOUT_S = 20.0  # a refusal comes at once; a server reading 1 GB first never answers
 
-
-@pytest.fixture
-def world(db: Engine) -> Engine:
-    scenes.people(db)
-    scenes.private_chat(db)
-    controls.set_note(DAN, "Call me Dan.")
-    return db
+world = test_web_security.world  # Dan and Cara with their rooms; Dan has a note
 
 
 @pytest.fixture
