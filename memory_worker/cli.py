@@ -128,11 +128,11 @@ def _serve(a: argparse.Namespace) -> int:
     if a.rail_poll_s <= 0:
         print("error: --rail-poll-s must be a positive number of seconds", file=sys.stderr)
         return 2
-    empty = _ready_store(must_hold_people=a.user is not None)
+    empty = _ready_store(must_hold_people=a.user is not None, named=False)  # its banner names it
     return serve.run(a.host, a.port, a.user, a.rail_poll_s, empty=empty)
 
 
-def _ready_store(*, must_hold_people: bool = False) -> bool:
+def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
     """The store a reading command opens, checked, named, and never created (SQLite would
     create it on connect); True when it holds no one yet.
 
@@ -149,7 +149,8 @@ def _ready_store(*, must_hold_people: bool = False) -> bool:
     empty = check.is_empty(url)
     if empty and must_hold_people:
         raise check.StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")
-    print(f"store: {redact(url)}{' (empty)' if empty else ''}", file=sys.stderr)
+    if named:
+        print(f"store: {redact(url)}{' (empty)' if empty else ''}", file=sys.stderr)
     return empty
 
 

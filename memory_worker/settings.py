@@ -206,6 +206,15 @@ class Settings(BaseSettings):
                 return "postgresql+psycopg://" + v[len(old) :]
         if not v.startswith(("sqlite:", "postgresql+")):
             raise ValueError("expected sqlite:///file.db or postgresql://user@host/db")
+        from sqlalchemy import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            parsed = make_url(v)
+        except ArgumentError:
+            raise ValueError("not a database URL") from None
+        if parsed.get_backend_name() == "sqlite" and (parsed.username or parsed.password):
+            raise ValueError("a SQLite URL takes no user or password: sqlite:///file.db")
         return v
 
     @field_validator("broker_url")

@@ -75,12 +75,22 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def banner(base: str, database_url: str, *, empty: bool, toasts_on_redis: bool) -> list[str]:
+    """What serve says once it listens: where, which store (its password redacted), toasts."""
+    from memory_worker.check import EMPTY_HINT
+
+    state = f" — empty: {EMPTY_HINT}" if empty else ""
+    return [
+        f"memory-worker serve: {base}/  (store {redact(database_url)}{state})",
+        f"toasts: {'Redis channel + the store' if toasts_on_redis else 'read from the store'}",
+    ]
+
+
 def run(host: str, port: int, user_id: int | None, rail_poll_s: float, empty: bool) -> int:
     """Serve until stopped; 2 (said on stderr) when the secret, the user or the port is wrong.
     `empty`: the store holds no one yet, which the banner says."""
     import uvicorn
 
-    from memory_worker.check import EMPTY_HINT
     from memory_worker.web.app import LOOPBACK_HOSTS, create_app
     from memory_worker.web.security import LoginLinks, Sessions, check_secret
 
@@ -115,9 +125,7 @@ def run(host: str, port: int, user_id: int | None, rail_poll_s: float, empty: bo
             "sign in. Put TLS and your own sign-in in front.",
             file=sys.stderr,
         )
-    state = f" — empty: {EMPTY_HINT}" if empty else ""
-    print(f"memory-worker serve: {base}/  (store {redact(s.database_url)}{state})")
-    print(f"toasts: {'Redis channel + the store' if redis_url else 'read from the store'}")
+    print("\n".join(banner(base, s.database_url, empty=empty, toasts_on_redis=bool(redis_url))))
     if user_id is not None:
         link = f"{base}/login?token={links.mint(user_id)}"
         print(f"sign in as u:{user_id} (one-time link, 15 min): {link}")
