@@ -188,8 +188,15 @@ def run(argv: list[str], env: dict[str, str], cwd: Path) -> Ran:
     return Ran(argv, done.returncode, done.stdout + done.stderr)
 
 
-def run_until(argv: list[str], env: dict[str, str], cwd: Path, ready: str) -> Ran:
-    """A long-running command: started, read until it prints `ready`, stopped with SIGTERM."""
+def run_until(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    ready: str,
+    then: Callable[[], None] = lambda: None,
+) -> Ran:
+    """A long-running command: started, read until it prints `ready` (and `then` returns),
+    stopped with SIGTERM."""
     proc = subprocess.Popen(
         [*_command(), *argv],
         env=env,
@@ -206,6 +213,7 @@ def run_until(argv: list[str], env: dict[str, str], cwd: Path, ready: str) -> Ra
         for line in proc.stdout:
             lines.append(line)
             if ready in line:
+                then()
                 break
         os.killpg(proc.pid, signal.SIGTERM)
         rest, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
@@ -215,6 +223,20 @@ def run_until(argv: list[str], env: dict[str, str], cwd: Path, ready: str) -> Ra
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return Ran(argv, proc.returncode, "".join(lines))
+
+
+def _until_a_worker_answers(broker_url: str) -> None:
+    """A worker on this broker answers a ping: it is consuming, its stop handlers in place."""
+    from celery import Celery
+
+    probe = Celery("probe", broker=broker_url)
+    try:
+        for _ in range(int(RUN_TIMEOUT_S)):
+            if probe.control.ping(timeout=1.0):
+                return
+        raise AssertionError("no worker answered a ping")
+    finally:
+        probe.close()
 
 
 @pytest.fixture
@@ -289,10 +311,16 @@ def test_no_command_prints_a_password_from_the_database_or_broker_url(
     )
     procfile = ["run", "--procfile", str(ROOT / "Procfile"), "commit"]
     worker_env = {**good, "MW_METRICS_PORT_COMMIT": str(closed_port())}
-    ran.append((run_until(procfile, worker_env, tmp_path, "exchange=commit"), None))
+    answers = lambda: _until_a_worker_answers(planted_redis)  # noqa: E731
+    ran.append((run_until(procfile, worker_env, tmp_path, "exchange=commit", answers), None))
     for r, code in ran:
         assert r.output.strip(), f"{r.argv} printed nothing"
         for secret in secrets:
             assert secret not in r.output, f"{r.argv} printed a password:\n{r.output}"
         assert code is None or r.code == code, f"{r.argv} exited {r.code}, not {code}:\n{r.output}"
     assert ":***@" in ran[1][0].output  # check showed the broker's URL, redacted
+    worker = ran[-1][0].output
+    # the single writer's banner tells the truth, and an idle worker stops without a wait
+    assert "concurrency: 1 (solo)" in worker, worker
+    assert "Initiating Soft Shutdown" not in worker, worker
+    assert "| stopped" in worker, worker
