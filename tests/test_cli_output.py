@@ -315,6 +315,8 @@ def test_no_command_prints_a_password_from_the_database_or_broker_url(
     ran.append((run_until(procfile, worker_env, tmp_path, "exchange=commit", answers), None))
     for r, code in ran:
         assert r.output.strip(), f"{r.argv} printed nothing"
+        if r.argv[0] != "run":  # a worker run as root is warned by Celery, rightly
+            assert "warning" not in r.output.lower(), f"{r.argv} warned:\n{r.output}"
         for secret in secrets:
             assert secret not in r.output, f"{r.argv} printed a password:\n{r.output}"
         assert code is None or r.code == code, f"{r.argv} exited {r.code}, not {code}:\n{r.output}"
@@ -323,4 +325,5 @@ def test_no_command_prints_a_password_from_the_database_or_broker_url(
     # the single writer's banner tells the truth, and an idle worker stops without a wait
     assert "concurrency: 1 (solo)" in worker, worker
     assert "Initiating Soft Shutdown" not in worker, worker
+    assert "Invalid -W option" not in worker, worker
     assert "| stopped" in worker, worker
