@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/read_path.py
 	$(BIN)/python -m benchmarks.recall_path
 	$(BIN)/python benchmarks/backlog_drain.py
+	$(BIN)/python benchmarks/page_abuse.py
 
 # Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder (~5 min).
 recall: $(STAMP)

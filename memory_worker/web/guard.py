@@ -32,6 +32,7 @@ from memory_worker.web.security import SECURITY_HEADERS
 log = logging.getLogger(__name__)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # change nothing, so need no origin
+HANG_UP = frozenset({400, 408, 413})  # refusals of a body the server will not read further
 
 
 class Refused(Exception):
@@ -44,10 +45,13 @@ class Refused(Exception):
 
 
 def refusal(path: str, status: int, message: str) -> Response:
-    """The API answers JSON, the page plain text; both say what was wrong."""
+    """The API answers JSON, the page plain text; both say what was wrong. A refused body is
+    not drained: the connection closes, or the server would go on reading what it refused."""
+    headers = {"connection": "close"} if status in HANG_UP else None
     if path.startswith("/api/"):
-        return JSONResponse({"ok": False, "error": message}, status_code=status)
-    return PlainTextResponse(message, status_code=status)
+        body = {"ok": False, "error": message}
+        return JSONResponse(body, status_code=status, headers=headers)
+    return PlainTextResponse(message, status_code=status, headers=headers)
 
 
 async def on_refused(request: Request, exc: Exception) -> Response:
