@@ -89,5 +89,6 @@ RAIL_POLL_S = 5.0  # the page's rail reads the store this often between channel 
 # --- the page under abuse (issue 19) ---------------------------------------------------------
 WEB_JSON_MAX_DEPTH = 8  # the API's bodies are flat objects; deeper is an attack (RecursionError)
 WEB_BODY_TIMEOUT_S = 10.0  # a ≤16 KB body arrives in well under this; a trickle is a slowloris
+WEB_HEADER_TIMEOUT_S = 10.0  # a request head takes one packet; a head still trickling: slowloris
 WEB_MAX_CONNECTIONS = 256  # uvicorn limit_concurrency: memory ≤ this × (16 KB headers + body)
 WEB_SESSION_MAX_AGE_S = 8 * 60 * 60  # a working day; then sign in again (OWASP session mgmt)

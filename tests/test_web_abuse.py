@@ -11,11 +11,15 @@ import base64
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import uvicorn
 from sqlalchemy import Engine, func, select
 from starlette.requests import Request
 from starlette.responses import Response
@@ -28,6 +32,7 @@ from memory_worker import tables as t
 from memory_worker.constants import WEB_JSON_MAX_DEPTH
 from memory_worker.web.app import PageApp, create_app
 from memory_worker.web.security import SECURITY_HEADERS, SESSION_COOKIE, Sessions
+from memory_worker.web.serve import head_deadline_protocol
 from tests import test_web_security
 from tests.scenes import CARA, DAN
 from tests.test_web_security import snapshot
@@ -155,36 +160,56 @@ def test_a_chunked_body_is_a_413_as_soon_as_it_passes_the_limit(served: Served) 
     assert sent <= limit + 4 * len(chunk)  # refused within a few chunks of the limit
 
 
-def test_a_trickled_body_is_a_408_once_its_time_is_up(world: Engine) -> None:
-    """A slowloris: headers, then a byte now and then. The app stops waiting on it."""
-    import threading
-
-    import uvicorn
-
-    app = create_app(secret_key=SECRET)
-    app.body_timeout_s = 0.5
-    client, csrf = sign_in(app, DAN)  # a signed-out body is never read, so never waited on
-    signed_in = (
-        f"Cookie: {SESSION_COOKIE}={client.cookies[SESSION_COOKIE]}\r\nX-CSRF-Token: {csrf}\r\n"
-    )
+@contextmanager
+def uvicorn_serving(app: PageApp, **config: Any) -> Iterator[int]:
+    """The app under a real uvicorn in this process (its knobs turned for a test): the port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        while not server.started:
+        while not server.started and thread.is_alive():
             time.sleep(0.01)
-        with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT_S) as c:
-            c.sendall(_head("/api/note", str(port), "Content-Length: 100\r\n" + signed_in) + b"a")
-            status, head = _status(c)
-        assert status == 408 and "content-security-policy" in head
+        yield int(sock.getsockname()[1])
     finally:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def test_a_trickled_body_is_a_408_once_its_time_is_up(world: Engine) -> None:
+    """A slow body: headers, then a byte now and then. The app stops waiting on it."""
+    app = create_app(secret_key=SECRET)
+    app.body_timeout_s = 0.5
+    client, csrf = sign_in(app, DAN)  # a signed-out body is never read, so never waited on
+    cookie = f"Cookie: {SESSION_COOKIE}={client.cookies[SESSION_COOKIE]}\r\n"
+    with uvicorn_serving(app) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT_S) as c:
+            head = _head(
+                "/api/note", str(port), f"Content-Length: 100\r\n{cookie}X-CSRF-Token: {csrf}\r\n"
+            )
+            c.sendall(head + b"a")
+            status, answer = _status(c)
+    assert status == 408 and "content-security-policy" in answer
+
+
+def test_a_request_head_trickled_in_is_hung_up_on(world: Engine) -> None:
+    """A slowloris never finishes its headers: serve's protocol closes it, before and between
+    requests, so such clients cannot hold the connections for as long as they like."""
+    app = create_app(secret_key=SECRET)
+    with uvicorn_serving(app, http=head_deadline_protocol(0.5)) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT_S) as c:
+            c.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")  # and no more
+            assert c.recv(1024) == b""  # closed, unanswered
+        with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_TIMEOUT_S) as c:
+            c.sendall(b"GET /api/session HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert _status(c)[0] == 401  # a whole head is answered, and the next one waited for
+            c.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            rest = c.recv(65536)
+            while rest:
+                rest = c.recv(65536)  # what is left of the 401, then the close
 
 
 # --- nesting and crashes ---------------------------------------------------------------------

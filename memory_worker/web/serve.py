@@ -11,6 +11,7 @@ every few seconds.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
 import socket
@@ -18,7 +19,7 @@ import sys
 
 from memory_worker import embedded, store
 from memory_worker import settings as settings_mod
-from memory_worker.constants import WEB_MAX_CONNECTIONS
+from memory_worker.constants import WEB_HEADER_TIMEOUT_S, WEB_MAX_CONNECTIONS
 from memory_worker.settings import EMBEDDED, redact
 from memory_worker.storage import users
 
@@ -50,6 +51,48 @@ def check_user(user_id: int | None) -> None:
         return
     with store.engine().connect() as conn:
         users.require_user(conn, user_id)
+
+
+def head_deadline_protocol(timeout_s: float = WEB_HEADER_TIMEOUT_S) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, hanging up on a request head that does not arrive in time.
+
+    uvicorn times the wait *between* requests (keep-alive) but not a head that trickles in a
+    byte at a time (a slowloris): such a connection would be held for as long as the client
+    likes, and enough of them fill `WEB_MAX_CONNECTIONS`. Here every connection, and every
+    keep-alive wait after a response, gets `timeout_s` to start its next request.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            waiting_after = self.cycle  # the request before the head we wait for (or None)
+            self.head_timer = self.loop.call_later(
+                timeout_s, self._hang_up_unless_started, waiting_after
+            )
+
+        def _hang_up_unless_started(self, waiting_after: object) -> None:
+            if self.cycle is waiting_after and not self.transport.is_closing():
+                self.transport.close()  # no new request began in time
+
+    return HeadDeadline
 
 
 class CannotListen(OSError):
@@ -136,6 +179,7 @@ def run(host: str, port: int, user_id: int | None, rail_poll_s: float, empty: bo
         access_log=False,  # a sign-in link's token is in its URL
         server_header=False,
         proxy_headers=False,
+        http=head_deadline_protocol(),  # a slowloris's head is hung up on
         limit_concurrency=WEB_MAX_CONNECTIONS,  # beyond it a 503, not one more buffer
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
