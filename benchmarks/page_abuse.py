@@ -7,7 +7,8 @@ demo), and, for `--seconds` (default 20), at once and without pause:
   it (the issue's first reproduction), reconnecting as soon as they are refused;
 - `--chunked N` signed-in clients that POST /api/note a chunked body of 64 KB chunks without end;
 - `--slow-body N` signed-in clients that declare 16,000 bytes and send one byte a second;
-- `--slowloris N` clients that send their request headers one byte a second and never finish;
+- `--slowloris N` clients that send their request headers one byte a second and never finish
+  (reconnecting when hung up on);
 
 while one normal user, signed in through the printed link, loads the page (GET /) again and
 again. Before the abuse the same user loads it alone for `--warmup` seconds.
@@ -191,22 +192,26 @@ def slow_body(port: int, cookie: str, csrf: str, until: float, t: Tally) -> Awai
 
 
 async def slowloris(port: int, until: float, t: Tally) -> None:
-    """Request headers one byte a second, never finished."""
+    """Request headers one byte a second, never finished; reconnecting when hung up on."""
     head = f"GET / HTTP/1.1\r\nHost: {HOST}:{port}\r\nX-Padding: " + "a" * 10_000
-    t.connections += 1
-    try:
-        reader, writer = await asyncio.open_connection(HOST, port)
-        for ch in head:
-            if time.monotonic() > until or reader.at_eof():
-                break
-            writer.write(ch.encode())
-            await writer.drain()
-            t.sent += 1
-            await asyncio.sleep(1)
-        t.answers["held to the end" if not reader.at_eof() else "closed by server"] += 1
-        writer.close()
-    except ConnectionError:
-        t.answers["reset"] += 1
+    while time.monotonic() < until:
+        t.connections += 1
+        writer = None
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port)
+            for ch in head:
+                if time.monotonic() > until or reader.at_eof():
+                    break
+                writer.write(ch.encode())
+                await writer.drain()
+                t.sent += 1
+                await asyncio.sleep(1)
+            t.answers["held to the end" if not reader.at_eof() else "hung up on"] += 1
+        except ConnectionError:
+            t.answers["hung up on"] += 1
+        finally:
+            if writer is not None:
+                writer.close()
 
 
 async def user(base: str, client: httpx.AsyncClient, until: float) -> tuple[list[float], int]:
