@@ -351,3 +351,31 @@ def test_a_new_web_secret_ends_every_session(world: Engine, app: PageApp) -> Non
     with world.connect() as conn:
         assert conn.execute(select(func.count()).select_from(t.web_sessions)).scalar() == 0
     assert json.loads(base64.b64decode(data))  # the payload held a session id, nothing else
+
+
+def test_an_open_rail_stream_ends_when_its_session_is_signed_out(world: Engine) -> None:
+    """A stream opened before sign-out (by a copy of the cookie, say) does not outlive it."""
+    import httpx
+
+    with (
+        serve(settings_mod.current(), "--user", str(DAN), "--rail-poll-s", "0.2") as served,
+        httpx.Client() as browser,
+    ):
+        assert served.login_url is not None
+        browser.get(served.login_url, follow_redirects=True)
+        csrf = browser.get(served.base_url + "/api/session").json()["csrf_token"]
+        ended = threading.Event()
+        listening = threading.Event()
+
+        def read() -> None:
+            url = served.base_url + "/api/notices/stream"
+            with httpx.stream("GET", url, cookies=browser.cookies, timeout=None) as r:
+                for line in r.iter_lines():
+                    if line == ": listening":
+                        listening.set()
+            ended.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        assert listening.wait(ANSWER_TIMEOUT_S)
+        browser.post(served.base_url + "/logout", data={"csrf": csrf})
+        assert ended.wait(ANSWER_TIMEOUT_S), "the stream went on after sign-out"

@@ -21,6 +21,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
@@ -181,6 +182,18 @@ async def sign_out(request: Request, *, everywhere: bool = False) -> None:
         await run_in_threadpool(_sessions(request).end_all, session.user_id)
     else:
         await run_in_threadpool(_sessions(request).end, sid)
+
+
+def still_live(request: Request) -> Callable[[], Awaitable[bool]]:
+    """For a long answer (the rail's stream): whether the request's session still lives, asked
+    again later, after the request itself is done with."""
+    sid = request.session.get(SESSION_ID)
+    sessions = _sessions(request)
+
+    async def live() -> bool:
+        return isinstance(sid, str) and await run_in_threadpool(sessions.find, sid) is not None
+
+    return live
 
 
 def csrf_token(request: Request) -> str:
