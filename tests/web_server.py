@@ -1,14 +1,14 @@
-"""`memory-worker serve` as a real subprocess on a free loopback port, for the web tests.
+"""`memory-worker serve` as a real subprocess on a loopback port the OS picks, for the web tests.
 
 It gets this process's settings as environment variables (the test's SQLite file, the test's
-Redis), prints its one-time sign-in link, and is ready when its port accepts a connection.
+Redis); it listens before it prints its banner (which names the port) and its one-time
+sign-in link, so it is ready once they are printed.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -21,12 +21,6 @@ from pathlib import Path
 from memory_worker.settings import Settings
 
 START_TIMEOUT_S = 30.0  # a cold start imports Starlette, SQLAlchemy, Jinja2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
