@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/read_path.py
 	$(BIN)/python -m benchmarks.recall_path
 	$(BIN)/python benchmarks/backlog_drain.py
+	$(BIN)/python benchmarks/page_abuse.py
 
 # Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder, and the
 # router's neighbour floor per embedder (~8 min).

@@ -44,7 +44,21 @@ broker_connection_max_retries = None  # a broker that went away is waited for, n
 # SIGTERM starts a soft shutdown — running tasks get WORKER_SOFT_SHUTDOWN_S, then the worker
 # cancels them and their messages go back to the queue (acks_late), as do held ETA retries.
 worker_soft_shutdown_timeout = WORKER_SOFT_SHUTDOWN_S
-worker_enable_soft_shutdown_on_idle = True
+
+
+class _HoldingWork:
+    """Truthy while this worker holds a task: running, or waiting on its ETA (a retry's
+    countdown). Celery sleeps the whole soft-shutdown timeout whenever this setting is true,
+    so a plain True made every idle stop wait 10 s; held ETA tasks still get the wait their
+    hand-back needs (Celery's own advice for this setting)."""
+
+    def __bool__(self) -> bool:
+        from celery.worker import state
+
+        return bool(state.active_requests or state.scheduled_requests)
+
+
+worker_enable_soft_shutdown_on_idle = _HoldingWork()
 
 # Queues by the resource they wait on.
 task_queues = [Queue(q, Exchange(q, type="direct"), routing_key=q) for q in QUEUES]

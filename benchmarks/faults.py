@@ -168,7 +168,7 @@ class Stack:
         env = {
             **os.environ,
             **self.settings.as_env(),
-            "PYTHONWARNINGS": "ignore::celery.exceptions.SecurityWarning",
+            "PYTHONWARNINGS": f"ignore:{local_worker.ROOT_WARNING}",  # by message: see local_worker
         }
         self.beat = subprocess.Popen(
             [sys.executable, "-m", "celery", "--quiet", "-A", "memory_worker.celery_app",

@@ -4,6 +4,10 @@ Each check says what it found in one line — the settings, the store (reachable
 the newest revision), the broker (reachable), the model provider (ready: a key, a cassette),
 the rate limits in force — and the command exits non-zero when any of them is a problem.
 URLs are shown with their passwords redacted; the API key only as "set".
+
+A store that is not ready is one of four things, each said differently with its own fix
+(`require_ready`, `EMPTY_HINT`): the server refuses the connection, the database does not
+exist, it is not migrated, or it is migrated but empty.
 """
 
 from __future__ import annotations
@@ -51,14 +55,66 @@ def require_migrated(url: str) -> None:
         )
 
 
+def require_ready(url: str) -> None:
+    """Raise StoreNotReady, saying which of the store's problems it is and its fix, unless the
+    store answers and is at the newest revision (it may still be empty: `is_empty`)."""
+    try:
+        require_migrated(url)
+    except StoreNotReady:
+        raise
+    except Exception as e:  # unreachable, no such database, bad credentials, missing driver
+        raise StoreNotReady(unreachable(url, e)) from None
+
+
+def unreachable(url: str, e: BaseException) -> str:
+    """What a failed connection to the store means, with its fix (never the password)."""
+    from sqlalchemy import make_url
+
+    said = str(getattr(e, "orig", e)).lower()
+    shown = redact(url)
+    database = make_url(url).database or ""
+    if "database" in said and "does not exist" in said:
+        return (
+            f"the store {shown} names a database the server does not have ({database!r}): "
+            f"create it (`createdb {database}`), then {INIT_HINT}; or fix MW_DATABASE_URL"
+        )
+    if "unable to open database file" in said:
+        return (
+            f"the store {shown} cannot be created or opened (its folder is missing or not "
+            "writable): fix the path in MW_DATABASE_URL"
+        )
+    if "refused" in said or "could not connect" in said or "timeout" in said:
+        return (
+            f"cannot reach the store {shown}: the connection was refused: start the database "
+            "server, or fix the host and port in MW_DATABASE_URL"
+        )
+    if "password" in said or "authentication" in said:
+        return f"the store {shown} refused the credentials: fix them in MW_DATABASE_URL"
+    return f"cannot open the store {shown}: {_short(e)}: check MW_DATABASE_URL"
+
+
+EMPTY_HINT = "no users or rooms yet: your app adds them as people talk"
+
+
+def is_empty(url: str) -> bool:
+    """Whether a ready store holds no human yet (then every user and room is "unknown")."""
+    from memory_worker import store
+    from memory_worker.storage import users
+
+    with store.engine(url).connect() as conn:
+        return not users.has_users(conn)
+
+
 def _store(s: Settings) -> Finding:
     try:
-        require_migrated(s.database_url)
+        require_ready(s.database_url)
+        empty = is_empty(s.database_url)
     except StoreNotReady as e:
         return Finding("store", False, str(e))
-    except Exception as e:  # unreachable, bad credentials, missing driver
+    except Exception as e:  # a driver or schema surprise: named, never a trace
         return Finding("store", False, f"{redact(s.database_url)}: {_short(e)}")
-    return Finding("store", True, f"{redact(s.database_url)} (migrated)")
+    state = f"migrated, empty: {EMPTY_HINT}" if empty else "migrated"
+    return Finding("store", True, f"{redact(s.database_url)} ({state})")
 
 
 def _broker(s: Settings) -> Finding:

@@ -27,6 +27,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from memory_worker import settings as settings_mod
 from memory_worker import store
+from memory_worker.check import StoreNotReady, unreachable
 from memory_worker.constants import RAIL_POLL_S
 from memory_worker.settings import ConfigError, redact
 from memory_worker.web import serve
@@ -63,7 +64,7 @@ def _demo(_: argparse.Namespace) -> int:
 def _block(a: argparse.Namespace) -> int:
     from memory_worker import reader
 
-    _existing_store()
+    _ready_store(must_hold_people=True)
     block = reader.build_block(a.persona, set(a.present), a.room, touch=False)
     print(reader.format_block(block))
     return 0
@@ -72,7 +73,7 @@ def _block(a: argparse.Namespace) -> int:
 def _sweep(_: argparse.Namespace) -> int:
     from memory_worker.tasks.rooms import sweep_lagging_rooms
 
-    _existing_store()
+    _ready_store()
     rooms = sweep_lagging_rooms()
     print(f"enqueued {len(rooms)} room(s): {', '.join(rooms) or '-'}")
     return 0
@@ -81,7 +82,7 @@ def _sweep(_: argparse.Namespace) -> int:
 def _parked(_: argparse.Namespace) -> int:
     from memory_worker.storage import spells
 
-    _existing_store()
+    _ready_store()
     with store.engine().connect() as conn:
         rows = spells.parked(conn)
     for r in rows:
@@ -94,8 +95,9 @@ def _reembed(a: argparse.Namespace) -> int:
     from memory_worker import models
     from memory_worker.write.reembed import reembed_store
 
+    _ready_store()
     embedder = models.embedder()
-    print(f"re-embedding {settings_mod.current().database_url} with {embedder.name}")
+    print(f"re-embedding {redact(settings_mod.current().database_url)} with {embedder.name}")
     done = reembed_store(
         embedder,
         batch=a.batch,
@@ -126,12 +128,42 @@ def _serve(a: argparse.Namespace) -> int:
     if a.rail_poll_s <= 0:
         print("error: --rail-poll-s must be a positive number of seconds", file=sys.stderr)
         return 2
+    empty = _ready_store(must_hold_people=a.user is not None, named=False)  # its banner names it
+    return serve.run(a.host, a.port, a.user, a.rail_poll_s, empty=empty)
+
+
+def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
+    """The store a reading command opens, checked, named, and never created (SQLite would
+    create it on connect); True when it holds no one yet.
+
+    Refused connection, unknown database, not migrated: `check.StoreNotReady`, each with its
+    fix. Empty: an error when the command needs people (`block`, `serve --user`, which would
+    otherwise say "unknown room" about a store the reader did not know they had switched to),
+    else a note. The store's name goes to stderr, so `block`'s output stays the block.
+    """
+    from memory_worker import check
+
     _existing_store()
-    return serve.run(a.host, a.port, a.user, a.rail_poll_s)
+    url = settings_mod.current().database_url
+    check.require_ready(url)
+    empty = check.is_empty(url)
+    if empty and must_hold_people:
+        raise check.StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")
+    if named:
+        print(f"store: {redact(url)}{' (empty)' if empty else ''}", file=sys.stderr)
+    return empty
+
+
+def _empty_fix() -> str:
+    from memory_worker.check import EMPTY_HINT
+    from memory_worker.demo import DEMO_STORE
+
+    demo = f"; the demo's store is MW_DATABASE_URL=sqlite:///{DEMO_STORE}"
+    return EMPTY_HINT + (demo if DEMO_STORE.exists() else " (or run `make demo` for one)")
 
 
 def _existing_store() -> None:
-    """A command that reads the store never creates one (SQLite would, on connect).
+    """A SQLite store that is not there is not made by a reading command.
 
     With the default file missing and `make demo` run in this folder, read the demo's store
     and say so; with neither, say exactly what to do.
@@ -158,11 +190,13 @@ def _existing_store() -> None:
 
 
 def _sqlite_file(url: str) -> Path | None:
-    """The file a `sqlite:///…` URL names (None for another database, or in memory)."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix) or url[len(prefix) :] in ("", ":memory:"):
+    """The file a SQLite URL names (None for another database, or in memory)."""
+    from sqlalchemy import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
-    return Path(url[len(prefix) :].split("?", 1)[0])
+    return Path(parsed.database)
 
 
 COMMANDS = {  # name: (one line for the list, what `memory-worker NAME --help` says)
@@ -279,17 +313,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except LookupError as e:  # an unknown room, persona or file: say it plainly
-        print(f"error: {e}", file=sys.stderr)
+    except (LookupError, StoreNotReady) as e:  # an unknown room, a store not ready: plainly
+        print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2
     except (OperationalError, ProgrammingError) as e:
-        if not _missing_table(e):
-            raise
-        url = redact(settings_mod.current().database_url)
-        print(
-            f"error: the store {url} is not initialised: run `memory-worker init-db`",
-            file=sys.stderr,
-        )
+        url = settings_mod.current().database_url
+        if _missing_table(e):
+            shown = f"the store {redact(url)} is not initialised: run `memory-worker init-db`"
+        else:
+            shown = unreachable(url, e)
+        print(f"error: {shown}", file=sys.stderr)
         return 2
 
 

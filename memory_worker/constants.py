@@ -99,3 +99,10 @@ SWEEP_WINDOW_S = 86_400.0  # the frequent sweep reads lines of the last day (old
 # --- toasts reach the app (seed §5 "the toast"; issue 11) ---------------------------------
 TOAST_CHANNEL = "mw:toasts:u:{user_id}"  # Redis pub/sub, one channel per human; ids only
 RAIL_POLL_S = 5.0  # the page's rail reads the store this often between channel nudges
+
+# --- the page under abuse (issue 19) ---------------------------------------------------------
+WEB_JSON_MAX_DEPTH = 8  # the API's bodies are flat objects; deeper is an attack (RecursionError)
+WEB_BODY_TIMEOUT_S = 10.0  # a ≤16 KB body arrives in well under this; a trickle is a slowloris
+WEB_HEADER_TIMEOUT_S = 10.0  # a request head takes one packet; a head still trickling: slowloris
+WEB_MAX_CONNECTIONS = 256  # uvicorn limit_concurrency: memory ≤ this × (16 KB headers + body)
+WEB_SESSION_MAX_AGE_S = 8 * 60 * 60  # a working day; then sign in again (OWASP session mgmt)

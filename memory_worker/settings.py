@@ -25,16 +25,23 @@ PROVIDERS = ("replay", "gemini")
 
 SECRETS = ("gemini_api_key", "web_secret")  # shown as "set", never as their value
 _ONLY_GIVEN: ContextVar[bool] = ContextVar("only_given", default=False)
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]+)@")
+# user:PASSWORD@ in a URL's authority (the password may hold '@': the last one before the host
+# ends it), and ?password=… in its query (libpq and redis-py read one there too).
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)(\S*?)@(?=[^@\s]*(?:[\s/?#]|$))")
+_PASSWORD_IN_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&#\s]+")
 
 
 class ConfigError(ValueError):
     """A setting from the environment is wrong; the message names the variable."""
 
 
-def redact(url: str) -> str:
-    """A URL fit for a log or a terminal: any password replaced by `***`."""
-    return _PASSWORD_IN_URL.sub(r"\1***@", url)
+def redact(text: str) -> str:
+    """A URL (or a line holding URLs) fit for a log or a terminal: any password as `***`.
+
+    The one redaction: every command's banner, error, `check` line and log line that may hold
+    a URL or a setting goes through it.
+    """
+    return _PASSWORD_IN_QUERY.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***@", text))
 
 
 def _env(*names: str) -> Any:
@@ -173,6 +180,14 @@ class Settings(BaseSettings):
     web_secret: str | None = Field(
         None, repr=False, validation_alias=AliasChoices("MW_WEB_SECRET", "web_secret")
     )
+    # The largest request body the page reads (413 beyond it, from the headers or mid-stream):
+    # its biggest write is a 400-char note, ~5 KB at worst once form- or JSON-escaped.
+    web_max_body_bytes: int = Field(
+        16_384,
+        ge=1_024,
+        le=10 * 2**20,
+        validation_alias=AliasChoices("MW_WEB_MAX_BODY_BYTES", "web_max_body_bytes"),
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -202,6 +217,15 @@ class Settings(BaseSettings):
                 return "postgresql+psycopg://" + v[len(old) :]
         if not v.startswith(("sqlite:", "postgresql+")):
             raise ValueError("expected sqlite:///file.db or postgresql://user@host/db")
+        from sqlalchemy import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            parsed = make_url(v)
+        except ArgumentError:
+            raise ValueError("not a database URL") from None
+        if parsed.get_backend_name() == "sqlite" and (parsed.username or parsed.password):
+            raise ValueError("a SQLite URL takes no user or password: sqlite:///file.db")
         return v
 
     @field_validator("broker_url")

@@ -247,3 +247,19 @@ spells = Table(
         dialect="sqlite"
     ),
 )
+
+# --- the human's page (memory-worker serve) ---------------------------------------------
+
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    # A signed-in browser: the cookie holds a random id, the store its hash, so neither a
+    # stolen cookie outlives sign-out nor a read of this table signs anyone in.
+    Column("id_hash", Text, primary_key=True),  # sha256 of the cookie's session id, hex
+    Column("user_id", Integer, nullable=False),
+    Column("csrf", Text, nullable=False),  # the session's CSRF token
+    Column("secret_tag", Text, nullable=False),  # which MW_WEB_SECRET minted it (rotation)
+    Column("created", Integer, nullable=False),  # unix seconds
+    Column("expires", Integer, nullable=False),  # unix seconds; after it the session is gone
+    Index("ix_web_sessions_user_id", "user_id"),  # "sign out everywhere"
+)

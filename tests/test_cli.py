@@ -47,6 +47,7 @@ def test_block_prints_the_meter_and_the_rows_and_does_not_touch_them(
 def test_block_for_an_unknown_room_says_so_and_exits_2(
     db: Engine, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    people(db)
     assert cli.main(["block", "--persona", "warren", "--present", "42", "--room", "nope"]) == 2
     assert "unknown room 'nope'" in capsys.readouterr().err
 

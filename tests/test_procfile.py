@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
-from memory_worker import demo, store
+from memory_worker import demo, local_worker, store
 from memory_worker import tables as t
 from tests.worker import spare_database
 
@@ -83,7 +83,7 @@ def test_the_procfile_runs_from_a_fresh_checkout_and_stops_cleanly(
         "FLOWER_USER": "ops",
         "FLOWER_PASSWORD": PASSWORD,
         "FLOWER_PORT": str(flower_port),
-        "PYTHONWARNINGS": "ignore::celery.exceptions.SecurityWarning",
+        "PYTHONWARNINGS": f"ignore:{local_worker.ROOT_WARNING}",  # by message: see local_worker
     }
     from memory_worker import settings as settings_mod
 

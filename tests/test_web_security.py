@@ -263,10 +263,17 @@ def _cookie(payload: dict, secret: str) -> str:
     return TimestampSigner(secret).sign(data).decode()
 
 
+def _session_id(client: TestClient) -> str:
+    """The session id a signed-in client's cookie carries (the payload is only signed)."""
+    data = client.cookies[SESSION_COOKIE].split(".", 1)[0]
+    return str(json.loads(base64.b64decode(data))["sid"])
+
+
 @pytest.mark.parametrize("how", ["unsigned", "signed with another secret", "tampered"])
 def test_a_forged_session_cookie_signs_no_one_in(app, rows, how: str) -> None:  # type: ignore[no-untyped-def]
+    dan, _ = signed_in(app, DAN)
+    payload = {"sid": _session_id(dan)}  # Dan's live session: only the signature is wrong
     client = TestClient(app, base_url="http://127.0.0.1")
-    payload = {"user_id": DAN, "csrf": "x"}
     if how == "unsigned":
         value = base64.b64encode(json.dumps(payload).encode()).decode()
     elif how == "signed with another secret":
@@ -276,7 +283,7 @@ def test_a_forged_session_cookie_signs_no_one_in(app, rows, how: str) -> None:  
         signed = real.cookies[SESSION_COOKIE]
         data, rest = signed.split(".", 1)
         forged = json.loads(base64.b64decode(data))
-        forged["user_id"] = DAN
+        forged["sid"] = payload["sid"]
         value = base64.b64encode(json.dumps(forged).encode()).decode() + "." + rest
     client.cookies.set(SESSION_COOKIE, value)
     assert client.get("/api/page").status_code == 401
@@ -286,8 +293,9 @@ def test_a_forged_session_cookie_signs_no_one_in(app, rows, how: str) -> None:  
 
 def test_a_cookie_signed_with_the_servers_secret_is_the_control(app) -> None:  # type: ignore[no-untyped-def]
     """The forgery test's cookie format is the real one: with the right secret it works."""
+    dan, _ = signed_in(app, DAN)
     client = TestClient(app, base_url="http://127.0.0.1")
-    client.cookies.set(SESSION_COOKIE, _cookie({"user_id": DAN, "csrf": "x"}, SECRET))
+    client.cookies.set(SESSION_COOKIE, _cookie({"sid": _session_id(dan)}, SECRET))
     assert client.get("/api/session").json()["user_id"] == DAN
 
 

@@ -1,14 +1,14 @@
-"""`memory-worker serve` as a real subprocess on a free loopback port, for the web tests.
+"""`memory-worker serve` as a real subprocess on a loopback port the OS picks, for the web tests.
 
 It gets this process's settings as environment variables (the test's SQLite file, the test's
-Redis), prints its one-time sign-in link, and is ready when its port accepts a connection.
+Redis); it listens before it prints its banner (which names the port) and its one-time
+sign-in link, so it is ready once they are printed.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -21,12 +21,6 @@ from pathlib import Path
 from memory_worker.settings import Settings
 
 START_TIMEOUT_S = 30.0  # a cold start imports Starlette, SQLAlchemy, Jinja2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -44,11 +38,11 @@ def _command() -> list[str]:
 
 @contextmanager
 def serve(settings: Settings, *args: str) -> Iterator[Served]:
-    """Run `memory-worker serve --port P *args` until the block ends; stop it after."""
-    port = free_port()
+    """Run `memory-worker serve --port 0 *args` (the OS picks the port; the banner says which)
+    until the block ends; stop it after."""
     env = {**os.environ, **settings.as_env()}
     proc = subprocess.Popen(
-        [*_command(), "serve", "--port", str(port), *args],
+        [*_command(), "serve", "--port", "0", *args],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -66,8 +60,8 @@ def serve(settings: Settings, *args: str) -> Iterator[Served]:
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        login = _wait_ready(proc, port, lines, output, wants_login="--user" in args)
-        yield Served(proc, f"http://127.0.0.1:{port}", login, output)
+        base, login = _wait_ready(proc, lines, output, wants_login="--user" in args)
+        yield Served(proc, base, login, output)
     finally:
         proc.terminate()
         try:
@@ -78,23 +72,22 @@ def serve(settings: Settings, *args: str) -> Iterator[Served]:
 
 
 def _wait_ready(
-    proc: subprocess.Popen, port: int, lines: queue.Queue[str], output: list[str], wants_login: bool
-) -> str | None:
+    proc: subprocess.Popen, lines: queue.Queue[str], output: list[str], wants_login: bool
+) -> tuple[str, str | None]:
+    """(the base URL, the sign-in link): serve listens before its banner names the port."""
     deadline = time.monotonic() + START_TIMEOUT_S
-    login = None
+    base = login = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"serve exited {proc.returncode}: {''.join(output)}")
         try:
             line = lines.get(timeout=0.1)
-            if "/login?token=" in line:
-                login = line.split(": ", 1)[1].strip()
-            continue
         except queue.Empty:
-            pass
-        if wants_login and login is None:
             continue
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return login
+        if line.startswith("memory-worker serve: http://"):
+            base = line.split()[2].rstrip("/")
+        if "/login?token=" in line:
+            login = line.split(": ", 1)[1].strip()
+        if base is not None and (login is not None or not wants_login):
+            return base, login
     raise AssertionError(f"serve not ready in {START_TIMEOUT_S}s: {''.join(output)}")

@@ -43,6 +43,11 @@ def require_user(conn: Connection, user_id: int) -> None:
 USER_NAMES = Prepared(lambda ids: select(u.id, u.name).where(u.id.in_(ids)), ids=0)
 
 
+def has_users(conn: Connection) -> bool:
+    """Whether the store holds any human at all (an empty store: say so, not "unknown user")."""
+    return conn.execute(select(u.id).limit(1)).first() is not None
+
+
 def user_names(conn: Connection, user_ids: Sequence[int]) -> dict[int, str]:
     """Display names by user id (only users that exist). Each spell asks (embed, commit)."""
     if not user_ids:

@@ -4,7 +4,7 @@ Routes (every write is POST, under / for the page's forms and under /api/ for JS
 
     GET  /                          the page (signed out: how to sign in)
     GET  /login?token=…             a one-time sign-in link → the page
-    POST /logout
+    POST /logout                    (with everywhere=1: every session of the user, everywhere)
     GET  /clear[?persona=P]         "are you sure?" before clearing
     GET  /api/session               who is signed in, and the CSRF token for API writes
     GET  /api/page                  the page as JSON
@@ -13,12 +13,13 @@ Routes (every write is POST, under / for the page's forms and under /api/ for JS
     POST [/api]/notices/{id}/undo · /memories/{id}/delete · /clear · /note
          · /switches/memory_on · /personas/{slug}/forget_me · /rooms
 
-Missing and not-yours get one answer (404 "not found"), so an id reveals nothing.
+Missing and not-yours get one answer (404 "not found"), so an id reveals nothing. Before any
+route, `guard.Guard` bounds the body, refuses a write from another origin and puts the security
+headers on every answer; every route checks the session before it reads a body.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -35,11 +36,13 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp
 
 from memory_worker import controls, store, toasts
-from memory_worker.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S
+from memory_worker import settings as settings_mod
+from memory_worker.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
 from memory_worker.storage import users
-from memory_worker.web import rail, security
+from memory_worker.web import guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
 
 HERE = Path(__file__).resolve().parent
@@ -133,13 +136,13 @@ def _error_page(request: Request, status: int, message: str) -> Response:
 
 
 async def page(request: Request) -> Response:
-    uid = security.signed_in_user(request)
+    uid = await security.signed_in_user(request)
     if uid is None:
         return _signed_out(request)
     try:
         return await run_in_threadpool(_render_page, request, uid)
     except LookupError:  # the user is gone from the store
-        request.session.clear()
+        await security.sign_out(request, everywhere=True)
         return _signed_out(request)
 
 
@@ -148,21 +151,21 @@ async def login(request: Request) -> Response:
     uid = links.redeem(request.query_params.get("token", ""))
     if uid is None:
         return _error_page(request, 403, "This sign-in link was used already or has expired.")
-    security.sign_in(request, uid)
+    await security.sign_in(request, uid)
     return RedirectResponse("/", status_code=303)
 
 
 async def logout(request: Request) -> Response:
+    if await security.current(request) is None:  # no session: nothing to read, nothing to end
+        return RedirectResponse("/", status_code=303)
     form = await request.form()
-    if security.signed_in_user(request) is not None and security.csrf_ok(
-        request, form.get(security.CSRF_FIELD)
-    ):
-        request.session.clear()
+    if security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        await security.sign_out(request, everywhere=form.get("everywhere") == "1")
     return RedirectResponse("/", status_code=303)
 
 
 async def confirm_clear(request: Request) -> Response:
-    uid = security.signed_in_user(request)
+    uid = await security.signed_in_user(request)
     if uid is None:
         return _signed_out(request)
     persona = request.query_params.get("persona") or None
@@ -187,7 +190,7 @@ def _run(action: Action, user_id: int, path: dict[str, Any], raw: dict[str, Any]
 
 def _html_write(action: Action) -> Endpoint:
     async def handler(request: Request) -> Response:
-        uid = security.signed_in_user(request)
+        uid = await security.signed_in_user(request)
         if uid is None:
             return _signed_out(request)
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
@@ -215,7 +218,7 @@ def _html_write(action: Action) -> Endpoint:
 
 def _api_write(action: Action) -> Endpoint:
     async def handler(request: Request) -> Response:
-        uid = security.signed_in_user(request)
+        uid = await security.signed_in_user(request)
         if uid is None:
             return _json_error(401, "not signed in")
         if not security.csrf_ok(request, request.headers.get(security.CSRF_HEADER)):
@@ -240,10 +243,7 @@ async def _json_body(request: Request, action: Action) -> dict[str, Any]:
         return {}
     if "application/json" not in request.headers.get("content-type", ""):
         raise ValueError("send the body as JSON (Content-Type: application/json)")
-    try:
-        body = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"the body is not JSON: {e.msg}") from e
+    body = guard.parse_json(raw)
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object")
     return body
@@ -272,14 +272,14 @@ def _json_error(status: int, message: str) -> JSONResponse:
 
 
 async def api_session(request: Request) -> Response:
-    uid = security.signed_in_user(request)
+    uid = await security.signed_in_user(request)
     if uid is None:
         return _json_error(401, "not signed in")
     return JSONResponse({"user_id": uid, "csrf_token": security.csrf_token(request)})
 
 
 async def api_page(request: Request) -> Response:
-    uid = security.signed_in_user(request)
+    uid = await security.signed_in_user(request)
     if uid is None:
         return _json_error(401, "not signed in")
     try:
@@ -289,7 +289,7 @@ async def api_page(request: Request) -> Response:
 
 
 async def api_notices(request: Request) -> Response:
-    uid = security.signed_in_user(request)
+    uid = await security.signed_in_user(request)
     if uid is None:
         return _json_error(401, "not signed in")
     try:
@@ -303,6 +303,21 @@ async def api_notices(request: Request) -> Response:
 # --- the app ---------------------------------------------------------------------------------
 
 
+class PageApp(Starlette):
+    """Starlette with `guard.Guard` outside everything, Starlette's own error layer included:
+    that layer answers a crash before any user middleware sees it, without our headers."""
+
+    max_body_bytes: int = 16_384
+    body_timeout_s: float = WEB_BODY_TIMEOUT_S
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return guard.Guard(
+            super().build_middleware_stack(),
+            max_body_bytes=self.max_body_bytes,
+            body_timeout_s=self.body_timeout_s,
+        )
+
+
 def create_app(
     *,
     secret_key: str,
@@ -310,8 +325,10 @@ def create_app(
     redis_url: str | None = None,
     allowed_hosts: list[str] | None = None,
     rail_poll_s: float = RAIL_POLL_S,
-) -> Starlette:
-    """The app. `redis_url` is where toasts are announced (None: the rail polls the store)."""
+    max_body_bytes: int | None = None,
+) -> PageApp:
+    """The app. `redis_url` is where toasts are announced (None: the rail polls the store);
+    `max_body_bytes` defaults to MW_WEB_MAX_BODY_BYTES."""
     routes: list[Route | Mount] = [
         Route("/", page),
         Route("/login", login),
@@ -326,10 +343,9 @@ def create_app(
     for action in ACTIONS:
         routes.append(Route(action.path, _html_write(action), methods=["POST"]))
         routes.append(Route("/api" + action.path, _api_write(action), methods=["POST"]))
-    app = Starlette(
+    app = PageApp(
         routes=routes,
         middleware=[
-            Middleware(security.SecurityHeaders),
             Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS),
             Middleware(
                 SessionMiddleware,
@@ -340,8 +356,13 @@ def create_app(
                 https_only=False,  # loopback http; put TLS in front before exposing it
             ),
         ],
+        exception_handlers={guard.Refused: guard.on_refused},
+    )
+    app.max_body_bytes = (
+        settings_mod.current().web_max_body_bytes if max_body_bytes is None else max_body_bytes
     )
     app.state.login_links = login_links or security.LoginLinks()
+    app.state.sessions = security.Sessions(secret_key)
     app.state.redis_url = redis_url
     app.state.rail_poll_s = rail_poll_s
     return app

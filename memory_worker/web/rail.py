@@ -41,7 +41,7 @@ def after_id(request: Request) -> int:
 
 
 async def stream(request: Request) -> Response:
-    uid = security.signed_in_user(request)
+    uid = await security.signed_in_user(request)
     if uid is None:
         return JSONResponse({"ok": False, "error": "not signed in"}, status_code=401)
     if any(p in request.query_params for p in USER_PARAMS):
@@ -52,15 +52,20 @@ async def stream(request: Request) -> Response:
     except ValueError as e:
         return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
     state = request.app.state
-    events = _events(uid, after, state.redis_url, state.rail_poll_s)
+    events = _events(uid, after, state.redis_url, state.rail_poll_s, security.still_live(request))
     return StreamingResponse(
         events, media_type="text/event-stream", headers={"x-accel-buffering": "no"}
     )
 
 
 async def _events(
-    user_id: int, after: int, redis_url: str | None, poll_s: float
+    user_id: int,
+    after: int,
+    redis_url: str | None,
+    poll_s: float,
+    live: Callable[[], Awaitable[bool]],
 ) -> AsyncIterator[str]:
+    """The stream; it ends once its session does (a sign-out elsewhere reaches it too)."""
     nudges = await _subscribe(user_id, redis_url)
     try:
         yield f"retry: {RETRY_MS}\n\n"
@@ -75,6 +80,8 @@ async def _events(
                 first = False
             if not await _wait_for_nudge(nudges, poll_s):
                 yield ": still here\n\n"  # a comment keeps proxies from closing an idle stream
+            if not await live():
+                return
     finally:
         if nudges is not None:
             await _close(nudges)

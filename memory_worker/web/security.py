@@ -2,26 +2,39 @@
 
 - **Sign-in**: one-time login links (`LoginLinks`), minted by `memory-worker serve --user N`
   for local use; an app puts its own sign-in in front and mints the same way.
-- **Session**: Starlette's signed cookie (itsdangerous), HttpOnly and SameSite=Strict; it
-  holds the user id and the CSRF token, nothing else.
+- **Session**: held by the server (`Sessions`, in the store): Starlette's signed cookie
+  (itsdangerous), HttpOnly and SameSite=Strict, carries only a random session id. Sign-out,
+  "sign out everywhere", expiry and a new MW_WEB_SECRET end the session for every copy of
+  the cookie, since the server no longer holds what it names.
 - **CSRF**: every form carries the session's token in a hidden field, every API write in the
-  `X-CSRF-Token` header; a write without it changes nothing.
+  `X-CSRF-Token` header; a write without it changes nothing (and `guard` refuses a write
+  from another origin before it reaches a route).
 - **Headers**: a strict Content-Security-Policy (no inline script or style), no framing, no
-  sniffing, no referrer, no caching of a page full of personal data.
+  sniffing, referrers only to ourselves, no caching of a page full of personal data;
+  `guard.Guard` puts them on every response, errors included.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memory_worker import store
+from memory_worker.constants import WEB_SESSION_MAX_AGE_S
+from memory_worker.storage import web_sessions
+from memory_worker.storage.web_sessions import WebSession
 
 LOGIN_LINK_TTL_S = 15 * 60  # a link printed in a terminal: used within minutes, or never
-SESSION_MAX_AGE_S = 8 * 60 * 60  # a working day; then sign in again
+SESSION_MAX_AGE_S = WEB_SESSION_MAX_AGE_S
+SESSION_ID = "sid"  # the one thing the cookie holds (besides a one-shot "done" message)
 SESSION_COOKIE = "mw_session"
 CSRF_FIELD = "csrf"  # the hidden form field
 CSRF_HEADER = "x-csrf-token"  # the API's header
@@ -43,7 +56,9 @@ SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    # Not "no-referrer": under it a browser sends `Origin: null` on its own same-origin
+    # POSTs, and the origin check could not tell them from a forged one.
+    "referrer-policy": "same-origin",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
     "permissions-policy": "camera=(), microphone=(), geolocation=()",
@@ -76,20 +91,115 @@ class LoginLinks:
         return found[0]
 
 
-def sign_in(request: Request, user_id: int) -> None:
+class Sessions:
+    """The sessions the server holds, under one MW_WEB_SECRET (blocking: call off the loop)."""
+
+    def __init__(self, secret: str, max_age_s: int = SESSION_MAX_AGE_S):
+        # Which secret minted a session; a rotated secret's sessions are found by no one.
+        self.secret_tag = hmac.new(secret.encode(), b"web_sessions", "sha256").hexdigest()[:16]
+        self.max_age_s = max_age_s
+
+    def start(self, user_id: int) -> str:
+        """A new session for the user: the id for the cookie (the store keeps its hash)."""
+        sid = secrets.token_urlsafe(32)
+        now = int(time.time())
+        with store.transaction() as conn:
+            web_sessions.start(
+                conn,
+                id_hash=_hash(sid),
+                user_id=int(user_id),
+                csrf=secrets.token_urlsafe(32),
+                secret_tag=self.secret_tag,
+                now=now,
+                expires=now + self.max_age_s,
+            )
+        return sid
+
+    def find(self, sid: str) -> WebSession | None:
+        with store.engine().connect() as conn:
+            found = web_sessions.find(
+                conn, _hash(sid), secret_tag=self.secret_tag, now=int(time.time())
+            )
+        return found
+
+    def end(self, sid: str) -> None:
+        with store.transaction() as conn:
+            web_sessions.end(conn, _hash(sid))
+
+    def end_all(self, user_id: int) -> int:
+        with store.transaction() as conn:
+            return web_sessions.end_all_of(conn, user_id)
+
+    def end_stale(self) -> int:
+        """Expired sessions and a rotated secret's: gone (`serve` runs this at start)."""
+        with store.transaction() as conn:
+            return web_sessions.end_stale(conn, secret_tag=self.secret_tag, now=int(time.time()))
+
+
+def _hash(sid: str) -> str:
+    return hashlib.sha256(sid.encode()).hexdigest()
+
+
+def _sessions(request: Request) -> Sessions:
+    found: Sessions = request.app.state.sessions
+    return found
+
+
+async def current(request: Request) -> WebSession | None:
+    """The live session the request's cookie names (looked up once per request), or None."""
+    if hasattr(request.state, "web_session"):
+        cached: WebSession | None = request.state.web_session
+        return cached
+    sid = request.session.get(SESSION_ID)
+    found = None
+    if isinstance(sid, str) and sid:
+        found = await run_in_threadpool(_sessions(request).find, sid)
+    request.state.web_session = found
+    return found
+
+
+async def signed_in_user(request: Request) -> int | None:
+    session = await current(request)
+    return None if session is None else session.user_id
+
+
+async def sign_in(request: Request, user_id: int) -> None:
     """A fresh session for the user: nothing from before survives (no session fixation)."""
     request.session.clear()
-    request.session["user_id"] = int(user_id)
-    request.session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    request.session[SESSION_ID] = await run_in_threadpool(_sessions(request).start, user_id)
+    request.state.web_session = None  # looked up afresh by the next request
 
 
-def signed_in_user(request: Request) -> int | None:
-    uid = request.session.get("user_id")
-    return uid if isinstance(uid, int) and not isinstance(uid, bool) else None
+async def sign_out(request: Request, *, everywhere: bool = False) -> None:
+    """End this session (or every session of its user) for every copy of the cookie."""
+    session = await current(request)
+    sid = request.session.get(SESSION_ID)
+    request.session.clear()
+    request.state.web_session = None
+    if session is None or not isinstance(sid, str):
+        return
+    if everywhere:
+        await run_in_threadpool(_sessions(request).end_all, session.user_id)
+    else:
+        await run_in_threadpool(_sessions(request).end, sid)
+
+
+def still_live(request: Request) -> Callable[[], Awaitable[bool]]:
+    """For a long answer (the rail's stream): whether the request's session still lives, asked
+    again later, after the request itself is done with."""
+    sid = request.session.get(SESSION_ID)
+    sessions = _sessions(request)
+
+    async def live() -> bool:
+        return isinstance(sid, str) and await run_in_threadpool(sessions.find, sid) is not None
+
+    return live
 
 
 def csrf_token(request: Request) -> str:
-    return str(request.session.get(CSRF_FIELD, ""))
+    """The session's CSRF token ("" signed out); `current` must have run for the request."""
+    session: WebSession | None = getattr(request.state, "web_session", None)
+    return "" if session is None else session.csrf
 
 
 def csrf_ok(request: Request, supplied: object) -> bool:
@@ -98,31 +208,6 @@ def csrf_ok(request: Request, supplied: object) -> bool:
     if not expected or not isinstance(supplied, str) or not supplied:
         return False
     return secrets.compare_digest(expected.encode(), supplied.encode())
-
-
-class SecurityHeaders:
-    """ASGI middleware: the headers above on every response, streams included."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [
-                    (k, v)
-                    for k, v in message.get("headers", [])
-                    if k.decode().lower() != "cache-control"
-                ]
-                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-                message["headers"] = headers
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
 
 
 def check_secret(secret: str | None) -> str:

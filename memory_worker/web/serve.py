@@ -1,26 +1,32 @@
 """`memory-worker serve`: the page on loopback, for one person's local use or an app's reference.
 
-Binds 127.0.0.1 unless told otherwise (and says so loudly when told). With `--user N` it mints
-a one-time sign-in link for that user and prints it; the link works once, for 15 minutes.
-The store must exist (`memory-worker init-db`); the toast channel is the broker's Redis when
-one is running, else the rail reads the store every few seconds.
+Binds 127.0.0.1 unless told otherwise (and says so loudly when told), and binds *before* it
+prints anything: a taken port is an error and no link (a printed link would point at whatever
+holds the port). With `--user N` it mints a one-time sign-in link for that user and prints it;
+the link works once, for 15 minutes. The store must be ready (`memory-worker init-db`; the
+command checks it first); the banner names it, password redacted, and says when it is empty.
+The toast channel is the broker's Redis when one is running, else the rail reads the store
+every few seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import ipaddress
+import socket
 import sys
-
-from sqlalchemy.exc import SQLAlchemyError
 
 from memory_worker import embedded, store
 from memory_worker import settings as settings_mod
-from memory_worker.settings import EMBEDDED
+from memory_worker.constants import WEB_HEADER_TIMEOUT_S, WEB_MAX_CONNECTIONS
+from memory_worker.settings import EMBEDDED, redact
 from memory_worker.storage import users
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only: this page shows what personas remember
 DEFAULT_PORT = 8420
 SHUTDOWN_GRACE_S = 2  # open rail streams never end by themselves; don't wait on them long
+BACKLOG = 2048  # uvicorn's own default listen backlog
 
 
 def is_loopback(host: str) -> bool:
@@ -39,25 +45,97 @@ def toast_redis_url(s: settings_mod.Settings) -> str | None:
     return s.broker_url
 
 
-def check_store(user_id: int | None) -> None:
-    """Fail at start, naming what to do, when the store is missing or the user unknown."""
+def check_user(user_id: int | None) -> None:
+    """LookupError naming the user when `--user` names no one in the (ready) store."""
+    if user_id is None:
+        return
+    with store.engine().connect() as conn:
+        users.require_user(conn, user_id)
+
+
+def head_deadline_protocol(timeout_s: float = WEB_HEADER_TIMEOUT_S) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, hanging up on a request head that does not arrive in time.
+
+    uvicorn times the wait *between* requests (keep-alive) but not a head that trickles in a
+    byte at a time (a slowloris): such a connection would be held for as long as the client
+    likes, and enough of them fill `WEB_MAX_CONNECTIONS`. Here every connection, and every
+    keep-alive wait after a response, gets `timeout_s` to start its next request.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            waiting_after = self.cycle  # the request before the head we wait for (or None)
+            self.head_timer = self.loop.call_later(
+                timeout_s, self._hang_up_unless_started, waiting_after
+            )
+
+        def _hang_up_unless_started(self, waiting_after: object) -> None:
+            if self.cycle is waiting_after and not self.transport.is_closing():
+                self.transport.close()  # no new request began in time
+
+    return HeadDeadline
+
+
+class CannotListen(OSError):
+    """The address is taken or not ours to bind; the message says which and what to do."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, bound now, so a taken port fails before any link."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT only, not a listener
     try:
-        with store.engine().connect() as conn:
-            users.user_names(conn, [0])  # the users table answers
-            if user_id is not None:
-                users.require_user(conn, user_id)
-    except SQLAlchemyError as e:
-        raise LookupError(
-            f"no store at MW_DATABASE_URL ({settings_mod.current().database_url}): "
-            f"run `memory-worker init-db` first ({type(e).__name__})"
-        ) from e
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError as e:
+        sock.close()
+        why = "the port is taken" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+        raise CannotListen(
+            f"cannot listen on {host}:{port}: {why}: stop what holds it, or pass --port "
+            "(--port 0: any free port)"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
-def run(host: str, port: int, user_id: int | None, rail_poll_s: float) -> int:
+def banner(base: str, database_url: str, *, empty: bool, toasts_on_redis: bool) -> list[str]:
+    """What serve says once it listens: where, which store (its password redacted), toasts."""
+    from memory_worker.check import EMPTY_HINT
+
+    state = f" — empty: {EMPTY_HINT}" if empty else ""
+    return [
+        f"memory-worker serve: {base}/  (store {redact(database_url)}{state})",
+        f"toasts: {'Redis channel + the store' if toasts_on_redis else 'read from the store'}",
+    ]
+
+
+def run(host: str, port: int, user_id: int | None, rail_poll_s: float, empty: bool) -> int:
+    """Serve until stopped; 2 (said on stderr) when the secret, the user or the port is wrong.
+    `empty`: the store holds no one yet, which the banner says."""
     import uvicorn
 
     from memory_worker.web.app import LOOPBACK_HOSTS, create_app
-    from memory_worker.web.security import LoginLinks, check_secret
+    from memory_worker.web.security import LoginLinks, Sessions, check_secret
 
     s = settings_mod.current()
     try:
@@ -65,7 +143,13 @@ def run(host: str, port: int, user_id: int | None, rail_poll_s: float) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    check_store(user_id)
+    check_user(user_id)
+    try:
+        sock = listen(host, port)
+    except CannotListen as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    Sessions(secret).end_stale()  # a rotated secret's sessions, and expired ones: gone
     links = LoginLinks()
     redis_url = toast_redis_url(s)
     hosts = LOOPBACK_HOSTS if is_loopback(host) else [*LOOPBACK_HOSTS, host]
@@ -77,27 +161,27 @@ def run(host: str, port: int, user_id: int | None, rail_poll_s: float) -> int:
         rail_poll_s=rail_poll_s,
     )
     shown = f"[{host}]" if ":" in host else host
-    base = f"http://{shown}:{port}"
+    base = f"http://{shown}:{sock.getsockname()[1]}"
     if not is_loopback(host):
         print(
             f"warning: serving on {host}, beyond loopback: anyone who can reach it can try to "
             "sign in. Put TLS and your own sign-in in front.",
             file=sys.stderr,
         )
-    print(f"memory-worker serve: {base}/  (store {s.database_url})")
-    print(f"toasts: {'Redis channel + the store' if redis_url else 'read from the store'}")
+    print("\n".join(banner(base, s.database_url, empty=empty, toasts_on_redis=bool(redis_url))))
     if user_id is not None:
         link = f"{base}/login?token={links.mint(user_id)}"
         print(f"sign in as u:{user_id} (one-time link, 15 min): {link}")
     sys.stdout.flush()
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         log_level="warning",
         access_log=False,  # a sign-in link's token is in its URL
         server_header=False,
         proxy_headers=False,
+        http=head_deadline_protocol(),  # a slowloris's head is hung up on
+        limit_concurrency=WEB_MAX_CONNECTIONS,  # beyond it a 503, not one more buffer
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
