@@ -5,7 +5,7 @@ after it. Now the cookie names a row here, and sign-out, "sign out everywhere", 
 new MW_WEB_SECRET end the row (`memory_worker.storage.web_sessions`).
 
 Revision ID: 0012
-Revises: 0009 (0010 and 0011 were written beside this one: re-chain at merge)
+Revises: 0011
 Create Date: 2026-12-04
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0009"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
