@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine, select, update
 
 from memory_worker import app_side, reader, store
+from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.constants import DAILY_CAP_PER_HUMAN
 from memory_worker.models.hashing import HashingEmbedder
@@ -160,6 +161,7 @@ def test_recall_reads_embeds_and_touches_the_store_it_is_given(db: Engine, tmp_p
 def test_recall_refuses_a_store_whose_vectors_another_embedder_made(db: Engine) -> None:
     """A cosine between two models' vectors means nothing: the message names both
     (x_embed_query__mutmut_3/_7: the check skipped or turned; _8 to _14: the message)."""
+    settings_mod.configure(settings_mod.current().with_(embedder="hashing"))  # restored by `db`
     group_of_dan_and_cara()
     with store.transaction() as c:
         store_embedder.check(c, "another-model", 7)

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from sqlalchemy import Engine, select, update
 
 from memory_worker import app_side, reader, store
+from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.vectors import quantise
@@ -112,7 +113,8 @@ def test_recall_never_returns_a_row_about_a_human_who_muted_the_persona(db: Engi
 def test_a_text_query_is_embedded_by_the_configured_embedder_and_names_find_ids(
     db: Engine,
 ) -> None:
-    hashing = HashingEmbedder()
+    settings_mod.configure(settings_mod.current().with_(embedder="hashing"))  # the db fixture
+    hashing = HashingEmbedder()  # restores the settings after the test
     # The row the message is about comes second: ties go to the older row, so only the
     # message's vector can put it first (docs/mutation.md: x_recall__mutmut_46).
     texts = {"cake": "u:42 bakes lemon cake.", "boat": "u:42 keeps a boat in Qingdao."}
