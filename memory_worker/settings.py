@@ -42,6 +42,11 @@ def _env(*names: str) -> Any:
     return Field(validation_alias=AliasChoices(*names))
 
 
+def _seconds(default: float, *names: str) -> Any:
+    """A finite number of seconds from 0 to 60, read from `names`."""
+    return Field(default, ge=0, le=60, allow_inf_nan=False, validation_alias=AliasChoices(*names))
+
+
 class Settings(BaseSettings):
     """Everything the worker and reader read from the environment, with documented defaults."""
 
@@ -111,6 +116,15 @@ class Settings(BaseSettings):
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_MODEL_TPM", "model_tokens_per_minute"),
+    )
+    # Grants are spaced (window + margin) / n apart, so the jitter between a slot granted and
+    # the call reaching the model (tens of ms, more on a loaded host) never puts n + 1 calls
+    # in one of the model's windows. 0.05 s keeps ~95 % of a 1 s window's quota.
+    model_quota_margin_s: float = _seconds(0.05, "MW_MODEL_QUOTA_MARGIN_S", "model_quota_margin_s")
+    # How long a call may sleep in its worker slot for its quota slot; a slot further away
+    # sends the task back to the queue with its ticket (back-pressure, never a fault).
+    model_quota_max_wait_s: float = _seconds(
+        5.0, "MW_MODEL_QUOTA_MAX_WAIT_S", "model_quota_max_wait_s"
     )
     # First retry backoff for model faults (doubles per retry, jittered); tests shorten it.
     retry_backoff_base_s: float = Field(
