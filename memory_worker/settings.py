@@ -9,9 +9,11 @@ starts and by `memory-worker check`, not here: the app and the reader need no pr
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from datetime import date
 from pathlib import Path
@@ -29,7 +31,39 @@ _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]+)@")
 
 
 class ConfigError(ValueError):
-    """A setting from the environment is wrong; the message names the variable."""
+    """A setting from the environment is wrong; the message names the variable, on one line."""
+
+
+# Variables that were settings once: set, they would be silently ignored (no limit where one
+# was meant), so they are refused, naming what replaced them.
+REPLACED = {
+    "MW_MODEL_CALLS_PER_SECOND": "MW_MODEL_RPM (requests per minute: 10 a second is 600)",
+}
+# MW_ variables that are not settings of a process: the Procfile's per-process metrics ports
+# and the test suite's own.
+NOT_SETTINGS_PREFIXES = ("MW_METRICS_PORT_", "MW_TEST_")
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """One line per `MW_` variable in `env` that no setting reads, with what to set instead."""
+    known = {
+        str(a)
+        for f in Settings.model_fields.values()
+        if isinstance(f.validation_alias, AliasChoices)
+        for a in f.validation_alias.choices
+        if str(a).startswith("MW_")
+    }
+    lines = []
+    for name in sorted(env):
+        if not name.startswith("MW_") or name in known or name.startswith(NOT_SETTINGS_PREFIXES):
+            continue
+        if name in REPLACED:
+            lines.append(f"{name}: no longer a setting; replaced by {REPLACED[name]}")
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else " (see the README's settings table)"
+        lines.append(f"{name}: not a setting{hint}")
+    return lines
 
 
 def redact(url: str) -> str:
@@ -224,11 +258,16 @@ class Settings(BaseSettings):
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        """Settings from `env` (default: the process environment). Raises ConfigError."""
+        """Settings from `env` (default: the process environment). Raises ConfigError, on
+        one line, naming every variable that is wrong — an `MW_` one that is no setting too."""
+        unknown = unknown_variables(os.environ if env is None else env)
         try:
-            return cls() if env is None else cls._given(dict(env))
+            got = cls() if env is None else cls._given(dict(env))
         except ValidationError as err:
-            raise ConfigError(_explain(err)) from None
+            raise ConfigError(_one_line([*unknown, *_explain(err)])) from None
+        if unknown:
+            raise ConfigError(_one_line(unknown))
+        return got
 
     @classmethod
     def _given(cls, values: dict[str, Any]) -> Settings:
@@ -286,8 +325,12 @@ def env_name(field: str) -> str:
     return str(alias.choices[0]) if isinstance(alias, AliasChoices) else field.upper()
 
 
-def _explain(err: ValidationError) -> str:
-    """One line per bad value, naming the variable and what was wrong (never a secret)."""
+def _one_line(problems: list[str]) -> str:
+    return "invalid configuration: " + "; ".join(problems)
+
+
+def _explain(err: ValidationError) -> list[str]:
+    """One entry per bad value, naming the variable and what was wrong (never a secret)."""
     lines = []
     for e in err.errors():
         loc = str(e["loc"][0]) if e["loc"] else ""
@@ -300,7 +343,7 @@ def _explain(err: ValidationError) -> str:
         if isinstance(got, float) and not math.isfinite(got):
             shown = f" (got {got})"
         lines.append(f"{name}: {e['msg']}{shown}")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+    return lines
 
 
 _current: Settings | None = None
@@ -312,6 +355,15 @@ def current() -> Settings:
     if _current is None:
         _current = Settings.from_env()
     return _current
+
+
+def current_or_exit() -> Settings:
+    """`current()` for a process that is starting (a worker, beat): a bad setting ends it
+    with the one line that names the variable — not a traceback from inside Celery."""
+    try:
+        return current()
+    except ConfigError as e:
+        raise SystemExit(f"memory-worker: {e}") from None
 
 
 def configure(settings: Settings | None) -> Settings:

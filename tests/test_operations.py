@@ -121,6 +121,25 @@ def test_a_worker_with_a_bad_config_refuses_to_start_naming_what_is_missing(
     assert "MW_PROVIDER=gemini needs GEMINI_API_KEY" in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [("MW_SWEEP_LAG_S=-1", "MW_SWEEP_LAG_S: "), ("MW_MODEL_CALLS_PER_SECOND=10", "MW_MODEL_RPM")],
+)
+@pytest.mark.parametrize("process", ["worker", "beat"])
+def test_a_bad_setting_stops_a_worker_or_beat_with_one_line_and_no_traceback(
+    good_env: dict[str, str], tmp_path: Path, setting: str, named: str, process: str
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    name, _, value = setting.partition("=")
+    env = {**clean, **good_env, name: value}
+    cmd = [sys.executable, "-m", "celery", "-A", "memory_worker.celery_app", process]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    said = (out.stdout + out.stderr).strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("memory-worker: invalid configuration: ")
+    assert named in said[0] and "Traceback" not in out.stderr
+
+
 def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: Path) -> None:
     target = tmp_path / "configured.db"
     env = {**os.environ, "MW_DATABASE_URL": f"sqlite:///{target}"}
