@@ -176,15 +176,23 @@ class Settings(BaseSettings):
         24_000, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_CHARS", "spell_max_chars")
     )
     # The frequent sweep (every `sweep_every_s`, beat) re-enqueues rooms whose lines waited
-    # longer than `sweep_lag_s` and delivers toasts left undelivered that long.
+    # longer than `sweep_grace_s` with no spell holding them (one held by a lost chain: when
+    # its claim lapses), and delivers toasts left undelivered longer than `sweep_lag_s`.
+    # With these defaults a lost message is recovered within 120 s (README).
     sweep_lag_s: float = Field(
         300.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_LAG_S", "sweep_lag_s"),
     )
+    sweep_grace_s: float = Field(
+        30.0,
+        ge=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_SWEEP_GRACE_S", "sweep_grace_s"),
+    )
     sweep_every_s: float = Field(
-        120.0,
+        60.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),

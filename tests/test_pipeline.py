@@ -10,12 +10,13 @@ import time
 import pytest
 from sqlalchemy import Engine, select
 
-from memory_worker import app_side, events, models
+from memory_worker import app_side, broker, events, inflight, models
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
+from memory_worker.celery_app import app
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
-from memory_worker.tasks.rooms import sweep
+from memory_worker.tasks.rooms import sweep, sweep_lagging_rooms
 from memory_worker.vectors import quantise
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
@@ -292,6 +293,28 @@ def test_the_sweep_finds_a_room_whose_quiet_event_was_lost(pipeline: Pipeline, d
     sweep.delay()
     assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
     assert len(rows(pipeline.db)) == 2
+
+
+def test_one_frequent_sweep_recovers_a_room_still_held_by_a_lost_chains_claim(
+    pipeline: Pipeline, dm
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 #7: a room whose lines wait but whose in-flight claim a killed chain still
+    held was skipped, and waited for a second sweep (a lag and two sweeps: 319–357 s). One
+    sweep now enqueues it for the moment the claim lapses."""
+    settings_mod.configure(settings_mod.current().with_(sweep_grace_s=1.0, sweep_lag_s=1.0))
+    client = broker.client(str(app.conf.broker_url))
+    assert inflight.claim(client, "warren", "dm-dan", ttl_s=3)  # the killed chain's claim
+    assert sweep_lagging_rooms(recent=True, now=time.time() + 5) == ["dm-dan"]  # one sweep
+    assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
+    assert len(rows(pipeline.db)) == 2
+
+
+def test_the_frequent_sweep_enqueues_a_room_no_spell_holds_after_the_grace_not_the_lag(
+    pipeline: Pipeline, dm
+) -> None:  # type: ignore[no-untyped-def]
+    settings_mod.configure(settings_mod.current().with_(sweep_grace_s=1.0))  # the lag: 300 s
+    assert sweep_lagging_rooms(recent=True, now=time.time() + 5) == ["dm-dan"]
+    assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
 
 
 def test_an_incognito_room_writes_nothing_and_calls_no_model(pipeline: Pipeline) -> None:
