@@ -197,6 +197,15 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),
     )
+    # How long the app's calls (events.py) wait for the broker to take a message; past it
+    # the message is left to the sweep (the line is already in the store).
+    publish_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=30,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_PUBLISH_TIMEOUT_S", "publish_timeout_s"),
+    )
     # Prometheus metrics and /healthz on 127.0.0.1:<port>; 0 = off (one port per process).
     metrics_port: int = Field(
         0, ge=0, le=65_535, validation_alias=AliasChoices("MW_METRICS_PORT", "metrics_port")
