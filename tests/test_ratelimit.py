@@ -205,6 +205,54 @@ def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
     assert most_in_any_window(times, 2.0 - JITTER_S) <= 10
 
 
+MARGIN_S = 0.25  # covers the grant-to-arrival jitter on a loaded host (MW_MODEL_QUOTA_MARGIN_S)
+
+
+@pytest.mark.pipeline
+def test_three_worker_processes_started_at_once_never_send_the_stub_more_than_the_quota(
+    pipeline: Pipeline, redis_url: str
+) -> None:
+    """Issue 20 #3: the quota held in Redis but not at the model — five slots granted at once
+    reached it 7–173 ms apart, ten in a sliding second. Measured where the model counts: at
+    the stub, as each request arrives, with three worker processes draining one backlog."""
+    from memory_worker import local_worker
+    from memory_worker.celery_app import app
+    from memory_worker.constants import QUEUES
+    from memory_worker.tasks.rooms import on_room_quiet
+    from tests.worker import spare_database
+
+    people(pipeline.db)
+    by_line = {}
+    rooms = [f"dm-{i}" for i in range(12)]
+    for room in rooms:
+        answer = extract_answer(private_chat(pipeline.db, room))
+        by_line[str(answer["candidates"][0]["evidence"][0])] = answer
+    pipeline.stub.chat_responder = gemini_responder(
+        lambda prompt: next(a for k, a in by_line.items() if f"[{k}] " in prompt)
+    )
+    url = spare_database(redis_url, 3)
+    s = settings_mod.current().with_(
+        broker_url=url, model_requests_per_minute=300, model_quota_margin_s=MARGIN_S
+    )
+    with app.connection_for_write(url) as conn:
+        for queue in QUEUES:  # only our queues: this may be the host's Redis
+            conn.default_channel.queue_purge(queue)
+    redis.Redis.from_url(url).delete(*ratelimit._keys("model"))
+    with app.connection_for_write(url) as conn:
+        for room in rooms:  # the backlog is there before any worker is
+            on_room_quiet.apply_async((room,), connection=conn)
+    procs = [local_worker.start(s, name=f"quota{i}", concurrency=8) for i in range(3)]
+    try:
+        outcomes = [pipeline.wait_for_spell("warren", room, 1, timeout=120) for room in rooms]
+    finally:
+        for proc in procs:
+            local_worker.stop(proc)
+    assert [o["status"] for o in outcomes] == ["committed"] * len(rooms)
+    times = [r.at for r in pipeline.stub.requests]
+    assert len(times) >= 3 * len(rooms)
+    assert most_in_any_window(times, 1.0) <= 5  # the quota, where the model counts it
+
+
 @pytest.mark.pipeline
 def test_a_429s_retry_delay_is_honoured_before_the_next_call(pipeline: Pipeline) -> None:
     people(pipeline.db)
