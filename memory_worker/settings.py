@@ -206,6 +206,14 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_PUBLISH_TIMEOUT_S", "publish_timeout_s"),
     )
+    # `memory-worker run` pings each worker this often; three unanswered pings in a row (the
+    # broker up) and the worker is restarted: up but not consuming is not alive.
+    liveness_every_s: float = Field(
+        20.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_LIVENESS_EVERY_S", "liveness_every_s"),
+    )
     # Prometheus metrics and /healthz on 127.0.0.1:<port>; 0 = off (one port per process).
     metrics_port: int = Field(
         0, ge=0, le=65_535, validation_alias=AliasChoices("MW_METRICS_PORT", "metrics_port")

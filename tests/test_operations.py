@@ -5,6 +5,7 @@ supervisor that runs the Procfile."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,3 +210,61 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
     assert "run      | stubborn did not stop within 2s: killed\n" in lines  # ignored SIGTERM
     leftover = subprocess.run(["pgrep", "-f", f"sleep {STUBBORN}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
+
+
+def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
+    good_env: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
+    """Issue 20 #5: a worker that cannot consume stayed up and the supervisor did not notice.
+    Here the worker is frozen (SIGSTOP): alive to `poll()`, deaf to the broker."""
+    from tests.worker import spare_database
+
+    node = f"live{os.getpid()}@%h"
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(
+        "w: exec celery -A memory_worker.celery_app worker -Q events --pool solo "
+        f"--hostname {node} --without-mingle --without-gossip --loglevel WARNING\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    env = {
+        **clean,
+        **good_env,
+        "REDIS_URL": spare_database(redis_url, 5),
+        "MW_STATE_DIR": str(tmp_path / "state"),
+        "MW_LIVENESS_EVERY_S": "1",
+    }
+    proc = subprocess.Popen(
+        [*CLI, "run", "--procfile", str(procfile), "--stop-timeout", "5"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    started = re.compile(r"started w \(pid (\d+)\)")
+    try:
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
+            with attempt:  # up and answering: only then is freezing it a test of liveness
+                assert any(started.search(ln) for ln in lines)
+                from celery import Celery
+
+                probe = Celery("probe", broker=env["REDIS_URL"])
+                try:
+                    assert probe.control.ping(timeout=1.0)
+                finally:
+                    probe.close()
+        first = int(next(m.group(1) for ln in lines if (m := started.search(ln))))
+        os.killpg(first, signal.SIGSTOP)
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
+            with attempt:
+                assert "run | w answered no ping 3 times: restarting it\n" in lines
+                assert len([ln for ln in lines if started.search(ln)]) == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        reader.join()
