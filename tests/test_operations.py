@@ -162,6 +162,26 @@ def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: P
 # --- the supervisor ---------------------------------------------------------------------------
 
 
+def supervise(
+    procfile: Path, env: dict[str, str], cwd: Path, stop_timeout: float
+) -> tuple[subprocess.Popen[str], list[str], threading.Thread]:
+    """`memory-worker run` on `procfile`, its output collected line by line as it comes."""
+    proc = subprocess.Popen(
+        [*CLI, "run", "--procfile", str(procfile), "--stop-timeout", str(stop_timeout)],
+        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    return proc, lines, reader
+
+
 STUBBORN = f"117.{os.getpid()}"  # this run's own: another engineer's run has another
 
 
@@ -179,23 +199,7 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
         "MW_STATE_DIR": str(tmp_path / "state"),
         "REDIS_URL": "redis://127.0.0.1:1/0",
     }
-    proc = subprocess.Popen(
-        [*CLI, "run", "--procfile", str(procfile), "--stop-timeout", "2"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-
-    reader = threading.Thread(target=read)
-    reader.start()
+    proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=2)
     try:
         for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2), reraise=True):
             with attempt:
@@ -233,19 +237,7 @@ def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
         "MW_STATE_DIR": str(tmp_path / "state"),
         "MW_LIVENESS_EVERY_S": "1",
     }
-    proc = subprocess.Popen(
-        [*CLI, "run", "--procfile", str(procfile), "--stop-timeout", "5"],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-
-    reader = threading.Thread(target=read)
-    reader.start()
+    proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=5)
     started = re.compile(r"started w \(pid (\d+)\)")
     try:
         for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
