@@ -231,6 +231,16 @@ def run(procfile: Path, only: list[str] | None = None, stop_after: float | None 
     started_broker = s.broker_url == EMBEDDED and embedded.running_url(s.state_dir) is None
     if s.broker_url == EMBEDDED:
         embedded.ensure_running(s.state_dir)
+    with embedded.supervising(s.state_dir):  # the broker is ours: no worker's exit stops it
+        return _supervise(s, processes, stop_after, started_broker)
+
+
+def _supervise(
+    s: settings_mod.Settings,
+    processes: list[Process],
+    stop_after: float | None,
+    started_broker: bool,
+) -> int:
     sup = Supervisor(processes, stop_timeout(s) if stop_after is None else stop_after)
     stop_now = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
