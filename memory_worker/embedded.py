@@ -30,6 +30,8 @@ from typing import Any
 import redis
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from memory_worker import inflight
+
 START_TIMEOUT_S = 10.0  # a cold redis-server answers PING within milliseconds; CI may be slow
 STOP_TIMEOUT_S = 5.0  # redis-server exits on SIGTERM at once when it saves nothing
 
@@ -94,6 +96,9 @@ def ensure_running(state_dir: Path, *, own: bool = False) -> str:
         info = _address(state_dir)
         if not _alive(url_of(info)):
             _start(state_dir, info)
+            # A restart loads the append-only file: the queue, and the in-flight claims of
+            # chains that died with the connections (see inflight.forget_all).
+            inflight.forget_all(redis.Redis.from_url(url_of(info)))
             if own and not _supervised(state_dir):
                 atexit.register(_stop_if_owner, state_dir, os.getpid())
         return url_of(info)
