@@ -159,6 +159,8 @@ class Supervisor:
         try:
             for p in workers:
                 if probe.control.ping(destination=[str(p.node)], timeout=1.0):
+                    if not p.answered:
+                        self.say(f"{p.name} answers pings as {p.node}")
                     p.answered, p.misses = True, 0
                 elif p.answered:
                     p.misses += 1
