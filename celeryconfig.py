@@ -95,7 +95,7 @@ timezone = "UTC"
 beat_schedule = {
     "frequent-sweep": {
         "task": "memory_worker.sweep_recent",
-        "schedule": settings_mod.current().sweep_every_s,  # MW_SWEEP_EVERY_S
+        "schedule": settings_mod.current_or_exit().sweep_every_s,  # MW_SWEEP_EVERY_S
     },
     "daily-sweep": {
         "task": "memory_worker.sweep",

@@ -22,11 +22,18 @@ each row in exactly one toast, every toast delivered. The faults, one run each:
            `memory-worker run` brings it back) and the workers reconnect
     chaos  the model fails a third of calls: 429 (retryDelay 1 s), 500, timeouts, malformed
     twice  every room_quiet sent twice (the same spell enqueued twice)
+    garbled  a third of the chat answers are JSON whose every item fails its schema (must be
+           re-asked and retried, never taken as "nothing to remember")
+    quota  the model quota far below the demand (MW_MODEL_RPM 120, every room at once): no
+           spell may park for the quota, and the stub counts what reaches it per window
 
 Printed per fault: spells committed, rows, lost, duplicate rows, duplicate and missing toasts,
-undelivered toasts, reopened facts, and the recovery time — from the last fault to the last
-spell committed (for chaos/twice: the whole run). The tests (tests/test_faults.py) run the
-same harness small and assert the zeros.
+undelivered toasts, reopened facts, spells parked, the most calls the stub saw in any window
+of the quota (against the quota), the share of the quota used while calls waited, and the
+recovery time — from the last fault to the last spell committed (for chaos/twice/garbled/
+quota: the whole run). `--production-sweep` runs with the default sweep settings (every 60 s,
+grace 30 s) instead of the fast ones (every 1 s, grace/lag 3 s). The tests
+(tests/test_faults.py) run the same harness small and assert the zeros.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from memory_worker import tables as t  # noqa: E402
 from memory_worker.constants import QUEUES  # noqa: E402
 from memory_worker.models.gemini_stub import Fault, GeminiStub  # noqa: E402
 from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids  # noqa: E402
+from memory_worker.ratelimit import Quota  # noqa: E402
 from memory_worker.settings import Settings  # noqa: E402
 
 FACTS = {  # a line's words → the fact it states (u:N added in front)
@@ -79,7 +87,11 @@ OPEN_FACTS = [
     "bakes sourdough every sunday.",
 ]
 CLOSED_FACT = "keeps bees on the roof."
-FAULTS = ("kill", "wipe", "restart", "chaos", "twice")
+FAULTS = ("kill", "wipe", "restart", "chaos", "twice", "garbled", "quota")
+QUOTA_RPM = 120.0  # the "quota" fault: 2 calls a second for every room at once
+GARBLED = json.dumps(  # every item ill-typed: a malformed answer, not an empty one
+    {"candidates": [{"subject": 5000, "kind": "fact", "text": ["x"], "importance": "high"}] * 2}
+)
 BURST_TIMEOUT_S = 120.0
 _LINE = re.compile(r"^\[(\d+)\] (u:\d+): (.*)$", re.M)
 
@@ -119,6 +131,19 @@ def chaos(share: float, seed: int = 7):  # type: ignore[no-untyped-def]
     return pick
 
 
+def garbled(share: float, seed: int = 7):  # type: ignore[no-untyped-def]
+    """A stub hook answering `share` of chat calls with JSON none of whose items is valid."""
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def pick(kind: str) -> Fault | None:
+        with lock:
+            hit = kind == "chat" and rng.random() < share
+        return Fault(kind=kind, text=GARBLED) if hit else None
+
+    return pick
+
+
 @dataclass
 class Figures:
     fault: str
@@ -131,6 +156,11 @@ class Figures:
     missing_toasts: int = 0
     undelivered_toasts: int = 0
     reopened: int = 0
+    parked: int = 0
+    parked_for_quota: int = 0
+    stub_most_in_window: int = 0  # calls the stub saw in any sliding window of the quota
+    quota_per_window: int = 0
+    quota_used: float = 0.0  # calls / what the quota allowed, first call to last
     faults_injected: int = 0
     recovery_s: float = 0.0
     elapsed_s: float = 0.0
@@ -288,6 +318,25 @@ def check(eng: Engine, rooms: list[tuple[str, int]], fig: Figures) -> None:
     fig.duplicate_toasts = sum(c - 1 for c in noted.values() if c > 1)
     fig.missing_toasts = sum(1 for r in rows if noted[r["id"]] == 0)
     fig.undelivered_toasts = sum(1 for n in notes if not n["delivered"])
+    fig.parked = sum(1 for s in spells if s["status"] == "parked")
+    fig.parked_for_quota = sum(
+        1 for s in spells if s["status"] == "parked" and "quota" in (s["reason"] or "")
+    )
+
+
+def at_the_stub(stub: GeminiStub, quota: Quota, fig: Figures) -> None:
+    """The quota where the model counts it: the most requests in any sliding window, and how
+    much of the quota the run used between its first and last call."""
+    times = sorted(r.at for r in stub.requests)
+    best, j = 0, 0
+    for i, at in enumerate(times):
+        while times[j] <= at - quota.window_s:
+            j += 1
+        best = max(best, i - j + 1)
+    fig.stub_most_in_window, fig.quota_per_window = best, quota.requests
+    if len(times) > 1:
+        allowed = (times[-1] - times[0]) * quota.requests / quota.window_s
+        fig.quota_used = round((len(times) - 1) / allowed, 3)
 
 
 def run(
@@ -297,6 +346,8 @@ def run(
     redis_url: str | None = None,
     database_url: str | None = None,
     seed_: int = 1,
+    production_sweep: bool = False,
+    quota_margin_s: float | None = None,
 ) -> Figures:
     """One run of the workload under `fault`; returns its figures (invariants and timings)."""
     rng = random.Random(seed_)
@@ -316,6 +367,8 @@ def run(
         stub.chat_responder = gemini_responder(extract)
         if fault == "chaos":
             stub.chaos = chaos(1 / 3, seed_)
+        elif fault == "garbled":
+            stub.chaos = garbled(1 / 3, seed_)
         elif fault in ("wipe", "restart"):  # a slower model: a backlog waits in the queues
             stub.chaos = lambda kind: Fault(kind=kind, hang_seconds=0.3)
         s = stub.settings(
@@ -325,11 +378,16 @@ def run(
                 state_dir=state,
                 retry_backoff_base_s=0.2,
                 model_timeout_ms=1_000,
-                model_requests_per_minute=60_000,
-                sweep_every_s=1.0,
-                sweep_lag_s=3.0,
+                model_requests_per_minute=QUOTA_RPM if fault == "quota" else 60_000,
                 today=None,
             )
+        )
+        if not production_sweep:
+            s = s.with_(sweep_every_s=1.0, sweep_grace_s=3.0, sweep_lag_s=3.0)
+        if quota_margin_s is not None:
+            s = s.with_(model_quota_margin_s=quota_margin_s)
+        quota = Quota.per_minute(
+            s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_margin_s
         )
         from memory_worker.celery_app import app
 
@@ -394,6 +452,7 @@ def run(
             _settle(eng)
             fig.elapsed_s = round(finished - started, 2)
             since = last_fault[0] if fault in ("kill", "wipe", "restart") else started
+            at_the_stub(stub, quota, fig)
             fig.recovery_s = round(max(0.0, finished - since), 2)  # the last burst read
             fig.notes = errors
         finally:
@@ -424,23 +483,36 @@ def main() -> None:
     p.add_argument("--database", help="a store URL (default: a SQLite file)")
     p.add_argument("--faults", nargs="*", default=None, choices=FAULTS)
     p.add_argument("--json", type=Path, help="also write the figures here (benchmarks.report)")
+    p.add_argument(
+        "--production-sweep", action="store_true", help="the default sweep settings, not 1 s/3 s"
+    )
     a = p.parse_args()
     if a.faults is None:  # restart needs the embedded Redis
         a.faults = [f for f in FAULTS if not (f == "restart" and a.redis)]
-    print(f"{a.rooms} rooms × 3 spells, 2 workers + beat (sweep every 1 s, lag 3 s)")
+    sweep = "production sweep settings" if a.production_sweep else "sweep every 1 s, grace 3 s"
+    print(f"{a.rooms} rooms × 3 spells, 2 workers + beat ({sweep})")
     head = (
-        f"{'fault':<7}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
-        f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'faults':>7}{'recovery s':>11}{'total s':>8}"
+        f"{'fault':<8}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
+        f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'parked':>7}{'quota':>6}{'at stub':>8}"
+        f"{'used':>6}{'faults':>7}{'recovery s':>11}{'total s':>8}"
     )
     print(head)
     figures = []
     for fault in a.faults:
-        f = run(fault, rooms=a.rooms, redis_url=a.redis, database_url=a.database)
+        f = run(
+            fault,
+            rooms=a.rooms,
+            redis_url=a.redis,
+            database_url=a.database,
+            production_sweep=a.production_sweep,
+        )
         figures.append({**asdict(f), "clean": f.clean})
         print(
-            f"{f.fault:<7}{f.spells_committed:>7}{f.rows:>6}{f.lost:>6}{f.duplicate_rows:>9}"
+            f"{f.fault:<8}{f.spells_committed:>7}{f.rows:>6}{f.lost:>6}{f.duplicate_rows:>9}"
             f"{f.duplicate_toasts:>11}{f.missing_toasts:>8}{f.undelivered_toasts:>8}"
-            f"{f.reopened:>7}{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.elapsed_s:>8.1f}"
+            f"{f.reopened:>7}{f.parked:>7}{f.parked_for_quota:>6}"
+            f"{f'{f.stub_most_in_window}/{f.quota_per_window}':>8}{f.quota_used:>6.2f}"
+            f"{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.elapsed_s:>8.1f}"
         )
         for note in f.notes:
             print(f"        {note}")

@@ -22,12 +22,15 @@ import secrets
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import redis
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+from memory_worker import inflight
 
 START_TIMEOUT_S = 10.0  # a cold redis-server answers PING within milliseconds; CI may be slow
 STOP_TIMEOUT_S = 5.0  # redis-server exits on SIGTERM at once when it saves nothing
@@ -79,9 +82,12 @@ def running_url(state_dir: Path) -> str | None:
 def ensure_running(state_dir: Path, *, own: bool = False) -> str:
     """The URL of this project's embedded Redis, (re)starting it on its kept address.
 
-    With `own`, a server this call starts is stopped when this process exits (the CLI, a
-    worker, the app); without it the caller stops it (the demo, the test fixtures, the
-    supervisor of `memory-worker run`).
+    With `own`, a server this call starts is this process's to stop when it exits (the CLI, a
+    worker, the app) — unless the supervisor of `memory-worker run` is up (`supervising`):
+    then it is the supervisor's, and no worker's restart stops it. An owner that exits while
+    other clients still use the server hands it on: it leaves it running (issue 20: a routine
+    worker restart shut the broker down with the queued messages). Without `own` the caller
+    stops it (the demo, the test fixtures, the supervisor).
     """
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -90,14 +96,81 @@ def ensure_running(state_dir: Path, *, own: bool = False) -> str:
         info = _address(state_dir)
         if not _alive(url_of(info)):
             _start(state_dir, info)
-            if own:
+            # A restart loads the append-only file: the queue, and the in-flight claims of
+            # chains that died with the connections (see inflight.forget_all).
+            inflight.forget_all(redis.Redis.from_url(url_of(info)))
+            if own and not _supervised(state_dir):
                 atexit.register(_stop_if_owner, state_dir, os.getpid())
         return url_of(info)
 
 
+SUPERVISOR_PID = "supervisor.pid"  # written by `memory-worker run` while it runs
+
+
+@contextmanager
+def supervising(state_dir: Path) -> Iterator[None]:
+    """While this runs, the calling process (the supervisor) owns the embedded Redis."""
+    marker = state_dir.resolve() / SUPERVISOR_PID
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(os.getpid()))
+    try:
+        yield
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def _supervised(state_dir: Path) -> bool:
+    try:
+        pid = int((state_dir / SUPERVISOR_PID).read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return pid != os.getpid() and _running(pid)
+
+
 def _stop_if_owner(state_dir: Path, owner_pid: int) -> None:
-    if os.getpid() == owner_pid:  # a forked child inherits atexit hooks: only the owner stops
-        stop(state_dir, forget=False)
+    """At the owner's exit: stop the server, unless a supervisor took it over or another
+    process still uses it (then it is handed on, running)."""
+    if os.getpid() != owner_pid:  # a forked child inherits atexit hooks: only the owner stops
+        return
+    if _supervised(state_dir) or _other_clients(state_dir) > 0:
+        return
+    stop(state_dir, forget=False)
+
+
+def _other_clients(state_dir: Path) -> int:
+    """Clients of the embedded Redis from other processes (0 if it is down): this process's
+    own connections, about to close with it, do not keep it up."""
+    try:
+        client = redis.Redis.from_url(url_of(_address(state_dir)), socket_timeout=1)
+        with client:
+            listed = client.client_list()
+            mine = _my_tcp_ports()  # the asking connection included
+    except (redis.RedisError, OSError):
+        return 0
+    return sum(1 for c in listed if int(str(c.get("addr", ":0")).rsplit(":", 1)[1]) not in mine)
+
+
+def _my_tcp_ports() -> set[int]:
+    """Local ports of this process's TCP sockets (Linux: /proc/self/fd and /proc/net/tcp)."""
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[9] in inodes:
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def _start(state_dir: Path, info: dict[str, Any]) -> None:
@@ -111,7 +184,12 @@ def _start(state_dir: Path, info: dict[str, Any]) -> None:
                 "bind 127.0.0.1",
                 f"requirepass {info['password']}",
                 'save ""',
-                "appendonly no",
+                # Append-only file in the state folder: a Redis killed and started again
+                # still holds its queued messages (issue 20: 29 + 33, then 63 lost until the
+                # sweep). Written before each reply; fsynced each second (a host crash, not a
+                # process kill, may lose that second: the sweep finds what it was).
+                "appendonly yes",
+                "appendfsync everysec",
                 "daemonize yes",
                 f"dir {state_dir}",
                 f"pidfile {state_dir / 'redis.pid'}",

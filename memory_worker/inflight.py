@@ -59,3 +59,13 @@ def release(client: redis.Redis, persona: str, room_id: str, token: str | None) 
     if not token:
         return False
     return bool(client.eval(_RELEASE, 1, key(persona, room_id), token))
+
+
+def forget_all(client: redis.Redis) -> int:
+    """Drop every claim: after the broker died, the chains that held them lost their
+    connections and their messages may be gone; a claim kept (the append-only file) would
+    hold its room for a claim's lifetime. A claim dropped costs at most a model call, never a
+    row. Returns how many."""
+    pattern = REDIS_INFLIGHT_KEY.format(persona="*", room_id="*")
+    keys = list(client.scan_iter(match=pattern, count=1000))
+    return int(client.delete(*keys)) if keys else 0

@@ -102,7 +102,9 @@ class CommitResult(_Strict):
 
     spell: SpellMessage
     row_ids: list[Annotated[StrictInt, Field(ge=1)]]
-    status: Literal["committed", "skipped", "parked"]
+    # Every status the commit task returns ("stale" never leaves it: it re-routes or parks);
+    # "covered" is a late spell whose lines a newer one already read.
+    status: Literal["committed", "skipped", "covered", "parked"]
 
 
 class RoomMessage(_Strict):

@@ -1,21 +1,27 @@
 """The global model quota: requests and tokens per minute, shared by every worker through Redis.
 
-Celery's own `rate_limit` is per worker (DESIGN.md "Traps"). This is a sliding-window log in
-one Lua script, run on Redis's own clock, so N workers on M hosts together never send more
-than the quota in any window, and a request and its tokens are taken together or not at all.
-(`limits`' moving window takes one limit per call and integer rates; a 429's pause and a
-fractional rate both need more, and the script is short.)
+Celery's own `rate_limit` is per worker (DESIGN.md "Traps"). This is one Lua script, run on
+Redis's own clock, so N workers on M hosts together never send more than the quota in any
+window, and a request's slot and its tokens are taken together or not at all.
 
-* Requests: `rpm` a minute is enforced as `n` calls in any `window_s` sliding window, the
-  shortest window (≥ 1 s) in which `n` is whole: 300/min → 5 per 1 s, 90/min → 3 per 2 s,
-  0.5/min → 1 per 120 s. Bursts stay small and fractional rates are exact on average.
+* Requests are spaced, not burst (a generic cell rate): `rpm` a minute is `n` calls in the
+  shortest whole window (300/min → 5 per 1 s, 90/min → 3 per 2 s, 0.5/min → 1 per 120 s),
+  and each grant comes `(window + margin) / n` after the one before. Five slots granted at
+  once reach the model 7–173 ms apart (issue 20), so Gemini, which counts where it receives,
+  saw 10 in a sliding second; spaced grants plus a `margin` covering the send-to-arrival
+  jitter never put more than `n` in any window at the model.
+* Every slot is a reservation, handed out in the order asked (a ticket): a caller whose slot
+  is further than `max_wait` away keeps it and comes back for it (`RateLimited.slot_ms`,
+  `holding`), so a backlog is served in order instead of scrambling, and nobody who came
+  later overtakes it. A ticket not used in time is given up and the caller asks again.
 * Tokens: the estimated input tokens of each call in a 60 s sliding window (Gemini's TPM).
   A single call larger than the whole budget still goes, alone.
 * A 429 with `retryDelay` pauses everyone (`pause`), not only the worker that got it.
 
 `acquire` is called by `memory_worker.models` at the moment each call is sent (re-asks
-included). A wait longer than `max_wait` raises `RateLimited` (a transient model error): the
-task retries through Celery, freeing its worker slot instead of sleeping in it.
+included). A wait longer than `max_wait` raises `RateLimited` (a transient model error that
+is back-pressure, not a fault): the task retries through Celery with its ticket, freeing its
+worker slot instead of sleeping in it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import redis
@@ -30,39 +39,70 @@ import redis
 from memory_worker.constants import REDIS_RATE_KEY
 from memory_worker.models.base import TransientModelError
 
-MAX_WAIT_S = 5.0  # past this, hand the call back to the queue: the task retries later
+MAX_WAIT_S = 5.0  # past this, hand the call back to the queue (MW_MODEL_QUOTA_MAX_WAIT_S)
 TOKEN_WINDOW_MS = 60_000  # Gemini counts tokens per minute
+RETURN_LEAD_S = 1.0  # a deferred task comes back this long before its slot (then sleeps)
+COUNTDOWN_MAX_S = 60.0  # a farther slot: come back, keep the ticket, wait again
+
+_held: ContextVar[int | None] = ContextVar("held_slot", default=None)
 
 
 class RateLimited(TransientModelError):
-    """No slot within `max_wait`; `retry_after` says when one is expected."""
+    """No slot within `max_wait`; `retry_after` says when ours comes, `slot_ms` (on Redis's
+    clock; 0 when none was reserved) is the ticket to present then (`holding`)."""
+
+    def __init__(self, message: str, retry_after: float, slot_ms: int = 0):
+        super().__init__(message, retry_after=retry_after)
+        self.slot_ms = slot_ms
+
+    def countdown(self) -> float:
+        """When the task should come back: a little before its slot, never past the cap."""
+        return max(0.0, min(COUNTDOWN_MAX_S, (self.retry_after or 0.0) - RETURN_LEAD_S))
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A slot that is ours: `at_ms` on Redis's clock (when the call may go), `waited_s`."""
+
+    at_ms: int
+    waited_s: float
 
 
 @dataclass(frozen=True)
 class Quota:
-    """`requests` calls in any `window_s` seconds, and `tokens_per_minute`."""
+    """`requests` calls in any `window_s` seconds, and `tokens_per_minute`; grants spaced
+    `interval_ms` apart, which `margin_s` (the send-to-arrival jitter) stretches."""
 
     requests: int
     window_s: float
     tokens_per_minute: float
+    margin_s: float = 0.0
 
     @classmethod
-    def per_minute(cls, rpm: float, tpm: float) -> Quota:
+    def per_minute(cls, rpm: float, tpm: float, margin_s: float = 0.0) -> Quota:
         if not (math.isfinite(rpm) and rpm > 0 and math.isfinite(tpm) and tpm > 0):
             raise ValueError(f"a quota needs positive finite rates, got rpm={rpm}, tpm={tpm}")
+        if not (math.isfinite(margin_s) and margin_s >= 0):
+            raise ValueError(f"a quota's margin must be ≥ 0 seconds, got {margin_s}")
         per_second = rpm / 60.0
         for window in range(1, 3601):
             n = per_second * window
             if n >= 1 and abs(n - round(n)) < 1e-9:
-                return cls(int(round(n)), float(window), tpm)
+                return cls(int(round(n)), float(window), tpm, margin_s)
         if per_second * 3600 < 1:  # rarer than once an hour: one call per its interval
-            return cls(1, 1.0 / per_second, tpm)
-        return cls(max(1, math.floor(rpm)), 60.0, tpm)  # no whole count: round down
+            return cls(1, 1.0 / per_second, tpm, margin_s)
+        return cls(max(1, math.floor(rpm)), 60.0, tpm, margin_s)  # no whole count: round down
+
+    @property
+    def interval_ms(self) -> float:
+        """The spacing of grants: `requests` of them never fit in a half-open window."""
+        return (self.window_s + self.margin_s) * 1000.0 / self.requests
 
 
-# KEYS: requests zset, tokens zset, pause key, tokens total.
-# ARGV: requests, window ms, tokens/min, cost, id, token window ms.
-# Returns 0 when the slot is taken, else the milliseconds until one may be free.
+# KEYS: next free slot (the ticket counter), tokens zset, pause key, tokens total.
+# ARGV: interval ms, tokens/min, cost, id, token window ms, held slot ms (0: none).
+# Returns {ms until our slot, our slot in ms on Redis's clock}; slot 0: nothing reserved
+# (the tokens are spent: come back after the returned ms and ask again).
 # The tokens in the window are kept as a running total beside the zset (members "id:cost"):
 # a call reads only the entries that left the window since the last one, not the whole
 # minute's (thousands a call at a high quota, in the one Redis every worker shares). A total
@@ -70,18 +110,14 @@ class Quota:
 _ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local interval = tonumber(ARGV[1])
+local budget, cost = tonumber(ARGV[2]), tonumber(ARGV[3])
+local tw, held = tonumber(ARGV[5]), tonumber(ARGV[6])
+local open_at = now
 local paused = redis.call('PTTL', KEYS[3])
-if paused > 0 then return paused end
-local limit, window = tonumber(ARGV[1]), tonumber(ARGV[2])
-local budget, cost = tonumber(ARGV[3]), tonumber(ARGV[4])
-local tw = tonumber(ARGV[6])
+if paused > 0 then open_at = now + paused end
+if held > 0 and held >= now and held >= open_at then return {held - now, held} end
 local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local n = redis.call('ZCARD', KEYS[1])
-if n >= limit then
-  local first = redis.call('ZRANGE', KEYS[1], n - limit, n - limit, 'WITHSCORES')
-  return math.max(1, tonumber(first[2]) + window - now)
-end
 local used = redis.call('GET', KEYS[4])
 if used and redis.call('EXISTS', KEYS[2]) == 0 then used = false end  -- outlived its window
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tw)
@@ -99,21 +135,33 @@ if used > 0 and used + cost > budget then
   local over = used + cost - budget
   for i = 1, #entries, 2 do
     over = over - cost_of(entries[i])
-    if over <= 0 then return math.max(1, tonumber(entries[i + 1]) + tw - now) end
+    if over <= 0 then return {math.max(1, tonumber(entries[i + 1]) + tw - now), 0} end
   end
 end
-redis.call('ZADD', KEYS[1], now, ARGV[5])
-redis.call('PEXPIRE', KEYS[1], window + 1000)
-redis.call('ZADD', KEYS[2], now, ARGV[5] .. ':' .. ARGV[4])
-redis.call('PEXPIRE', KEYS[2], tw + 1000)
-redis.call('SET', KEYS[4], used + cost, 'PX', tw + 1000)
-return 0
+local slot = math.max(now, open_at, tonumber(redis.call('GET', KEYS[1]) or '0'))
+local after = math.ceil(slot + interval)
+redis.call('SET', KEYS[1], after, 'PX', after - now + 1000)
+redis.call('ZADD', KEYS[2], slot, ARGV[4] .. ':' .. ARGV[3])
+redis.call('PEXPIRE', KEYS[2], slot - now + tw + 1000)
+redis.call('SET', KEYS[4], used + cost, 'PX', slot - now + tw + 1000)
+return {slot - now, slot}
 """
 
 
 def _keys(name: str) -> list[str]:
-    parts = ("requests", "tokens", "pause", "tokens_total")
+    parts = ("next_slot", "tokens", "pause", "tokens_total")
     return [REDIS_RATE_KEY.format(name=name, part=p) for p in parts]
+
+
+@contextmanager
+def holding(slot_ms: int | None) -> Iterator[None]:
+    """Present the ticket a deferred task kept (`RateLimited.slot_ms`) at its next `acquire`
+    in this context; the calls after it queue as anyone's."""
+    token = _held.set(slot_ms or None)
+    try:
+        yield
+    finally:
+        _held.reset(token)
 
 
 def acquire(
@@ -123,27 +171,32 @@ def acquire(
     tokens: int = 0,
     *,
     max_wait: float = MAX_WAIT_S,
-) -> float:
-    """Block until a request slot and `tokens` are ours. Returns the seconds waited.
+) -> Grant:
+    """Block until a request slot and `tokens` are ours; returns the grant.
 
-    Raises RateLimited when the wait would pass `max_wait`.
+    Raises RateLimited (with the slot kept for us) when the wait would pass `max_wait`.
     """
     script = client.register_script(_ACQUIRE)
     started = time.monotonic()
     member = uuid.uuid4().hex
-    args = [quota.requests, int(quota.window_s * 1000), quota.tokens_per_minute, max(0, tokens)]
+    args: list[str | float] = [
+        quota.interval_ms, quota.tokens_per_minute, max(0, tokens), member, TOKEN_WINDOW_MS
+    ]  # fmt: skip
+    held = _held.get() or 0
+    _held.set(None)  # a ticket serves one call
     while True:
-        wait_ms = int(script(keys=_keys(name), args=[*args, member, TOKEN_WINDOW_MS]))
-        if wait_ms <= 0:
-            return time.monotonic() - started
+        wait_ms, slot = (int(x) for x in script(keys=_keys(name), args=[*args, held]))
         waited = time.monotonic() - started
-        if waited + wait_ms / 1000 > max_wait:
+        if wait_ms > 0 and waited + wait_ms / 1000 > max_wait:
             raise RateLimited(
                 f"model quota: no {name} slot within {max_wait:g}s "
                 f"({quota.requests} per {quota.window_s:g}s, {quota.tokens_per_minute:g} tok/min)",
                 retry_after=wait_ms / 1000,
+                slot_ms=slot,
             )
-        time.sleep(wait_ms / 1000)
+        time.sleep(max(0, wait_ms) / 1000)
+        if slot:  # reserved for us: it is ours when the sleep ends
+            return Grant(slot, time.monotonic() - started)
 
 
 def pause(client: redis.Redis, name: str, seconds: float) -> None:

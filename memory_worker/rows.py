@@ -23,6 +23,22 @@ def now_iso() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
+def stamp(at: str) -> str:
+    """An app's timestamp as the store writes its own (`now_iso`): UTC, to the second. The
+    sweeps compare these as text, so "not-a-date" or a time without its offset would sort
+    anywhere and the line might never be seen (issue 20): refused, naming the value."""
+    try:
+        when = datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ValueError(
+            f"at: {at!r} is not an ISO 8601 time with its UTC offset "
+            "(e.g. 2026-12-02T10:00:00+00:00)"
+        )
+    return when.astimezone(UTC).replace(microsecond=0).isoformat()
+
+
 def human_id(member: str) -> int | None:
     """42 for 'u:42'; None for a persona slug, 'self' or 'world'."""
     if member.startswith(HUMAN_PREFIX):

@@ -10,6 +10,10 @@ call in flight. Here:
   and left down (Flower without `FLOWER_USER`/`FLOWER_PASSWORD`);
 * with the embedded broker, the supervisor starts it and starts it again on the same address
   if it dies (`embedded.ensure_running`), so the workers' reconnect loops find it;
+* a worker that is up but answers no Celery ping (over the broker, by its `--hostname`) for
+  LIVENESS_MISSES checks in a row, MW_LIVENESS_EVERY_S apart, while the broker answers, is
+  killed and started again: a worker that cannot consume is not alive (issue 20: one stayed
+  up after "Unrecoverable error" on a broker loss and consumed nothing until restarted);
 * SIGTERM/SIGINT stop everything: SIGTERM to every group (Celery's soft shutdown: no new
   work; a model call in flight ends by its own HTTP timeout and its task retries through the
   broker), SIGKILL only after `stop_timeout()` = soft shutdown + model timeout + a margin.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,7 +43,9 @@ from memory_worker.settings import EMBEDDED
 STOP_MARGIN_S = 10.0  # after the soft shutdown and a model call's own timeout
 CRASH_LOOP_S = 10.0  # a process that dies this soon after starting...
 CRASH_LOOP_MAX = 5  # ...this many times in a row is left down
+LIVENESS_MISSES = 3  # pings in a row unanswered, the broker up, before a worker is restarted
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
+_HOSTNAME = re.compile(r"--hostname[= ]+(\S+)")
 _restart_wait = wait_exponential(multiplier=0.5, max=30)
 
 
@@ -52,6 +59,17 @@ class Process:
     given_up: bool = False
     next_start: float = 0.0
     log_threads: list[threading.Thread] = field(default_factory=list)
+    misses: int = 0  # liveness pings unanswered in a row, since it first answered one
+    answered: bool = False  # since its last start: a worker still booting is not judged
+
+    @property
+    def node(self) -> str | None:
+        """The Celery node name this line's worker answers pings as, or None (not a worker,
+        or no --hostname to address it by)."""
+        found = _HOSTNAME.search(self.command)
+        if " worker " not in f" {self.command} " or found is None:
+            return None
+        return found.group(1).strip("'\"").replace("%h", socket.gethostname())
 
 
 def parse_procfile(path: Path) -> list[Process]:
@@ -99,7 +117,7 @@ class Supervisor:
             start_new_session=True,  # its own group: a stop reaches its children too
             env=self.env,
         )
-        p.started = time.monotonic()
+        p.started, p.misses, p.answered = time.monotonic(), 0, False
         t = threading.Thread(target=_pump, args=(p.name, p.proc.stdout, self.width), daemon=True)
         t.start()
         p.log_threads = [t]
@@ -124,6 +142,35 @@ class Supervisor:
         if now >= p.next_start:
             p.next_start = 0.0
             self.start(p)
+
+    def check_alive(self, broker_url: str) -> None:
+        """Ping every running worker over the broker; restart one that stopped answering."""
+        workers = [p for p in self.processes if p.node and p.proc and p.proc.poll() is None]
+        if not workers:
+            return
+        from celery import Celery
+
+        probe = Celery("liveness", broker=broker_url)
+        try:
+            probe.connection_for_read().ensure_connection(max_retries=1)
+        except Exception:  # the broker is away: not the workers' fault, nothing to judge
+            probe.close()
+            return
+        try:
+            for p in workers:
+                if probe.control.ping(destination=[str(p.node)], timeout=1.0):
+                    if not p.answered:
+                        self.say(f"{p.name} answers pings as {p.node}")
+                    p.answered, p.misses = True, 0
+                elif p.answered:
+                    p.misses += 1
+                if p.misses >= LIVENESS_MISSES:
+                    self.say(f"{p.name} answered no ping {p.misses} times: restarting it")
+                    p.misses = 0
+                    _signal_group(p, signal.SIGKILL)  # it consumes nothing: its messages
+                    # are unacked and come back to the queue
+        finally:
+            probe.close()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -186,18 +233,34 @@ def run(procfile: Path, only: list[str] | None = None, stop_after: float | None 
     started_broker = s.broker_url == EMBEDDED and embedded.running_url(s.state_dir) is None
     if s.broker_url == EMBEDDED:
         embedded.ensure_running(s.state_dir)
+    with embedded.supervising(s.state_dir):  # the broker is ours: no worker's exit stops it
+        return _supervise(s, processes, stop_after, started_broker)
+
+
+def _supervise(
+    s: settings_mod.Settings,
+    processes: list[Process],
+    stop_after: float | None,
+    started_broker: bool,
+) -> int:
     sup = Supervisor(processes, stop_timeout(s) if stop_after is None else stop_after)
     stop_now = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop_now.set())
     for p in processes:
         sup.start(p)
+    next_check = time.monotonic() + s.liveness_every_s
     try:
         while not stop_now.wait(0.5):
+            url = s.broker_url
             if s.broker_url == EMBEDDED:
-                embedded.ensure_running(s.state_dir)  # same port and password: clients reconnect
+                url = embedded.ensure_running(s.state_dir)  # same port and password: clients
+                # reconnect
             for p in processes:
                 sup.tend(p)
+            if time.monotonic() >= next_check:
+                sup.check_alive(url)
+                next_check = time.monotonic() + s.liveness_every_s
     finally:
         sup.stop()
         if started_broker:

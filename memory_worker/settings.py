@@ -9,9 +9,11 @@ starts and by `memory-worker check`, not here: the app and the reader need no pr
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from datetime import date
 from pathlib import Path
@@ -32,7 +34,39 @@ _PASSWORD_IN_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&#\s]+")
 
 
 class ConfigError(ValueError):
-    """A setting from the environment is wrong; the message names the variable."""
+    """A setting from the environment is wrong; the message names the variable, on one line."""
+
+
+# Variables that were settings once: set, they would be silently ignored (no limit where one
+# was meant), so they are refused, naming what replaced them.
+REPLACED = {
+    "MW_MODEL_CALLS_PER_SECOND": "MW_MODEL_RPM (requests per minute: 10 a second is 600)",
+}
+# MW_ variables that are not settings of a process: the Procfile's per-process metrics ports
+# and the test suite's own.
+NOT_SETTINGS_PREFIXES = ("MW_METRICS_PORT_", "MW_TEST_")
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """One line per `MW_` variable in `env` that no setting reads, with what to set instead."""
+    known = {
+        str(a)
+        for f in Settings.model_fields.values()
+        if isinstance(f.validation_alias, AliasChoices)
+        for a in f.validation_alias.choices
+        if str(a).startswith("MW_")
+    }
+    lines = []
+    for name in sorted(env):
+        if not name.startswith("MW_") or name in known or name.startswith(NOT_SETTINGS_PREFIXES):
+            continue
+        if name in REPLACED:
+            lines.append(f"{name}: no longer a setting; replaced by {REPLACED[name]}")
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else " (see the README's settings table)"
+        lines.append(f"{name}: not a setting{hint}")
+    return lines
 
 
 def redact(text: str) -> str:
@@ -47,6 +81,11 @@ def redact(text: str) -> str:
 def _env(*names: str) -> Any:
     """The environment variables a field is read from, in order; the field name works too."""
     return Field(validation_alias=AliasChoices(*names))
+
+
+def _seconds(default: float, *names: str) -> Any:
+    """A finite number of seconds from 0 to 60, read from `names`."""
+    return Field(default, ge=0, le=60, allow_inf_nan=False, validation_alias=AliasChoices(*names))
 
 
 class Settings(BaseSettings):
@@ -130,6 +169,15 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_MODEL_TPM", "model_tokens_per_minute"),
     )
+    # Grants are spaced (window + margin) / n apart, so the jitter between a slot granted and
+    # the call reaching the model (tens of ms, more on a loaded host) never puts n + 1 calls
+    # in one of the model's windows. 0.05 s keeps ~95 % of a 1 s window's quota.
+    model_quota_margin_s: float = _seconds(0.05, "MW_MODEL_QUOTA_MARGIN_S", "model_quota_margin_s")
+    # How long a call may sleep in its worker slot for its quota slot; a slot further away
+    # sends the task back to the queue with its ticket (back-pressure, never a fault).
+    model_quota_max_wait_s: float = _seconds(
+        5.0, "MW_MODEL_QUOTA_MAX_WAIT_S", "model_quota_max_wait_s"
+    )
     # First retry backoff for model faults (doubles per retry, jittered); tests shorten it.
     retry_backoff_base_s: float = Field(
         2.0,
@@ -146,18 +194,43 @@ class Settings(BaseSettings):
         24_000, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_CHARS", "spell_max_chars")
     )
     # The frequent sweep (every `sweep_every_s`, beat) re-enqueues rooms whose lines waited
-    # longer than `sweep_lag_s` and delivers toasts left undelivered that long.
+    # longer than `sweep_grace_s` with no spell holding them (one held by a lost chain: when
+    # its claim lapses), and delivers toasts left undelivered longer than `sweep_lag_s`.
+    # With these defaults a lost message is recovered within 120 s (README).
     sweep_lag_s: float = Field(
         300.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_LAG_S", "sweep_lag_s"),
     )
+    sweep_grace_s: float = Field(
+        30.0,
+        ge=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_SWEEP_GRACE_S", "sweep_grace_s"),
+    )
     sweep_every_s: float = Field(
-        120.0,
+        60.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),
+    )
+    # How long the app's calls (events.py) wait for the broker to take a message; past it
+    # the message is left to the sweep (the line is already in the store).
+    publish_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=30,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_PUBLISH_TIMEOUT_S", "publish_timeout_s"),
+    )
+    # `memory-worker run` pings each worker this often; three unanswered pings in a row (the
+    # broker up) and the worker is restarted: up but not consuming is not alive.
+    liveness_every_s: float = Field(
+        20.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_LIVENESS_EVERY_S", "liveness_every_s"),
     )
     # Prometheus metrics and /healthz on 127.0.0.1:<port>; 0 = off (one port per process).
     metrics_port: int = Field(
@@ -245,11 +318,16 @@ class Settings(BaseSettings):
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        """Settings from `env` (default: the process environment). Raises ConfigError."""
+        """Settings from `env` (default: the process environment). Raises ConfigError, on
+        one line, naming every variable that is wrong — an `MW_` one that is no setting too."""
+        unknown = unknown_variables(os.environ if env is None else env)
         try:
-            return cls() if env is None else cls._given(dict(env))
+            got = cls() if env is None else cls._given(dict(env))
         except ValidationError as err:
-            raise ConfigError(_explain(err)) from None
+            raise ConfigError(_one_line([*unknown, *_explain(err)])) from None
+        if unknown:
+            raise ConfigError(_one_line(unknown))
+        return got
 
     @classmethod
     def _given(cls, values: dict[str, Any]) -> Settings:
@@ -307,8 +385,12 @@ def env_name(field: str) -> str:
     return str(alias.choices[0]) if isinstance(alias, AliasChoices) else field.upper()
 
 
-def _explain(err: ValidationError) -> str:
-    """One line per bad value, naming the variable and what was wrong (never a secret)."""
+def _one_line(problems: list[str]) -> str:
+    return "invalid configuration: " + "; ".join(problems)
+
+
+def _explain(err: ValidationError) -> list[str]:
+    """One entry per bad value, naming the variable and what was wrong (never a secret)."""
     lines = []
     for e in err.errors():
         loc = str(e["loc"][0]) if e["loc"] else ""
@@ -321,7 +403,7 @@ def _explain(err: ValidationError) -> str:
         if isinstance(got, float) and not math.isfinite(got):
             shown = f" (got {got})"
         lines.append(f"{name}: {e['msg']}{shown}")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+    return lines
 
 
 _current: Settings | None = None
@@ -333,6 +415,15 @@ def current() -> Settings:
     if _current is None:
         _current = Settings.from_env()
     return _current
+
+
+def current_or_exit() -> Settings:
+    """`current()` for a process that is starting (a worker, beat): a bad setting ends it
+    with the one line that names the variable — not a traceback from inside Celery."""
+    try:
+        return current()
+    except ConfigError as e:
+        raise SystemExit(f"memory-worker: {e}") from None
 
 
 def configure(settings: Settings | None) -> Settings:

@@ -21,6 +21,7 @@ from sqlalchemy import Engine, select
 from memory_worker import app_side, events
 from memory_worker import tables as t
 from memory_worker.celery_app import app
+from memory_worker.constants import MODEL_MAX_RETRIES
 from memory_worker.models.gemini_stub import prompt_text, system_text
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from tests.scenes import CARA, DAN, people
@@ -321,7 +322,9 @@ def _add_all(prompt: str) -> dict:
     return {"decisions": [{"candidate": c["candidate"], "event": "ADD"} for c in shown]}
 
 
-def test_an_answer_that_is_not_json_twice_parks_the_spell_and_writes_nothing(attack) -> None:  # type: ignore[no-untyped-def]
+def test_an_answer_that_is_never_json_parks_the_spell_after_its_retries_and_writes_nothing(
+    attack,
+) -> None:  # type: ignore[no-untyped-def]
     scene, runner = attack
     if runner.mode == "in-process":
         from memory_worker.models.base import MalformedAnswer
@@ -332,7 +335,8 @@ def test_an_answer_that_is_not_json_twice_parks_the_spell_and_writes_nothing(att
     run = runner.spell("dm-dan", scene.ids["warren_loaf"], lambda p: "I refuse.", sensible_route)
     (outcome,) = spell_records(scene.db)
     assert outcome["status"] == "parked"
-    assert_after(scene, run, new_rows=[], chat_calls=2)  # asked, re-asked once, parked
+    # asked and re-asked once, on the first try and each of its retries; then parked
+    assert_after(scene, run, new_rows=[], chat_calls=2 * (1 + MODEL_MAX_RETRIES))
 
 
 ECHOES = [
@@ -362,4 +366,4 @@ def test_a_malformed_answer_that_repeats_the_chat_parks_without_keeping_a_word_o
     assert outcome["status"] == "parked" and outcome["reason"]
     assert not any(w in outcome["reason"] for w in said), outcome["reason"]
     assert any(w in run.extract_prompts[0] for w in said)  # the answer did repeat them
-    assert_after(scene, run, new_rows=[], chat_calls=2)
+    assert_after(scene, run, new_rows=[], chat_calls=2 * (1 + MODEL_MAX_RETRIES))

@@ -10,7 +10,7 @@ import pytest
 import redis
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
-from memory_worker import embedded
+from memory_worker import embedded, inflight
 
 
 def test_the_embedded_redis_is_started_once_and_found_again(tmp_path: Path) -> None:
@@ -27,20 +27,25 @@ def test_the_embedded_redis_is_started_once_and_found_again(tmp_path: Path) -> N
         assert embedded.stop(state)
 
 
-def test_a_dead_embedded_redis_comes_back_on_the_same_address_and_clients_reconnect(
+def test_a_dead_embedded_redis_comes_back_on_the_same_address_with_its_queue(
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
     try:
         url = embedded.ensure_running(state)
         client = redis.Redis.from_url(url)
-        client.set("k", "v")
+        client.rpush("events", "a queued message")
+        assert inflight.claim(client, "warren", "dm-dan")  # a chain's, in flight
         pid = int((state / "redis.pid").read_text())
         os.kill(pid, signal.SIGKILL)
         wait_until_gone(pid)
         assert embedded.ensure_running(state) == url  # same port, same password
         assert client.ping()  # the old client's own reconnect finds it
-        assert client.get("k") is None  # nothing kept: the store is the source of truth
+        # The queue kept (append-only file in the state folder): a restart loses no message.
+        assert client.lrange("events", 0, -1) == [b"a queued message"]
+        assert (state / "appendonly.aof").exists() or (state / "appendonlydir").is_dir()
+        # ...but not the claims of chains that died with their connections: the room is free
+        assert inflight.claim(client, "warren", "dm-dan")
     finally:
         embedded.stop(state)
 

@@ -18,10 +18,14 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.faults]
 ROOMS = 4
 
 
-def run(fault: str, redis_url: str | None) -> faults.Figures:
+def run(fault: str, redis_url: str | None, quota_margin_s: float | None = None) -> faults.Figures:
     url = spare_database(redis_url, 3) if redis_url else None
     return faults.run(
-        fault, rooms=ROOMS, redis_url=url, database_url=os.environ.get("MW_TEST_DATABASE_URL")
+        fault,
+        rooms=ROOMS,
+        redis_url=url,
+        database_url=os.environ.get("MW_TEST_DATABASE_URL"),
+        quota_margin_s=quota_margin_s,
     )
 
 
@@ -31,7 +35,7 @@ def assert_clean(fig: faults.Figures) -> None:
     assert fig.rows == 5 * ROOMS and fig.spells_committed >= 3 * ROOMS
 
 
-@pytest.mark.parametrize("fault", ["kill", "wipe", "chaos", "twice"])
+@pytest.mark.parametrize("fault", ["kill", "wipe", "chaos", "twice", "garbled"])
 def test_under_each_fault_nothing_is_lost_doubled_or_reopened(fault: str, redis_url: str) -> None:
     fig = run(fault, redis_url)
     assert_clean(fig)
@@ -43,3 +47,11 @@ def test_the_embedded_redis_killed_mid_run_comes_back_and_nothing_is_lost() -> N
     fig = run("restart", None)
     assert fig.faults_injected == 1
     assert_clean(fig)
+
+
+def test_a_quota_far_below_the_demand_parks_nothing_and_holds_at_the_stub(redis_url: str) -> None:
+    """Issue 20 #2 and #3 on real processes: every room at once against 2 calls a second."""
+    fig = run("quota", redis_url, quota_margin_s=0.25)  # the margin the stub test uses
+    assert_clean(fig)
+    assert fig.parked == 0 and fig.parked_for_quota == 0
+    assert fig.stub_most_in_window <= fig.quota_per_window

@@ -64,3 +64,66 @@ def test_the_process_that_starts_the_embedded_redis_stops_it_when_it_exits(
     pid = int(out.stdout.strip())
     assert not alive(pid), "the embedded redis-server outlived the process that started it"
     assert (state / "redis.json").exists()  # its address is kept: the next start reuses it
+
+
+STARTER = (
+    "from memory_worker.celery_app import app\n"
+    "import pathlib, sys\n"
+    "print(app.conf.broker_url, flush=True)\n"  # first use starts the embedded Redis
+    "sys.stdin.readline()\n"  # until the test has its own client connected
+)
+
+
+def test_an_owner_that_exits_while_another_process_uses_the_broker_hands_it_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 20 #6: the process that started the embedded Redis shut it down at its exit, a
+    routine worker restart taking every queued message with it."""
+    import redis
+
+    from memory_worker import embedded
+
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "REDIS_"))}
+    env["MW_STATE_DIR"] = str(state)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", STARTER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert owner.stdout is not None and owner.stdin is not None
+        url = owner.stdout.readline().strip()
+        other = redis.Redis.from_url(url)
+        other.rpush("events", "queued")  # another process, connected and using it
+        owner.stdin.write("\n")
+        owner.stdin.close()
+        assert owner.wait(timeout=60) == 0
+        pid = int((state / "redis.pid").read_text())
+        assert alive(pid), "the owner stopped a broker another process was using"
+        assert other.lrange("events", 0, -1) == [b"queued"]
+        other.close()
+    finally:
+        owner.kill()
+        embedded.stop(state)
+
+
+def test_under_the_supervisor_no_worker_owns_the_broker(tmp_path: Path) -> None:
+    """While `memory-worker run` supervises (its pid in the state folder), a process that
+    finds the broker down and starts it does not stop it when it exits."""
+    from memory_worker import embedded
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / embedded.SUPERVISOR_PID).write_text(str(os.getpid()))  # this test plays it
+    code = (
+        "from memory_worker.celery_app import app\n"
+        "assert app.conf.broker_url.startswith('redis://')\n"
+        "import pathlib\n"
+        f"print(pathlib.Path({str(state)!r}, 'redis.pid').read_text().strip())\n"
+    )
+    try:
+        out = run_python(code, state)
+        assert out.returncode == 0, out.stderr
+        assert alive(int(out.stdout.strip())), "a worker's exit stopped the supervisor's broker"
+    finally:
+        embedded.stop(state)

@@ -5,6 +5,7 @@ supervisor that runs the Procfile."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,6 +122,25 @@ def test_a_worker_with_a_bad_config_refuses_to_start_naming_what_is_missing(
     assert "MW_PROVIDER=gemini needs GEMINI_API_KEY" in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [("MW_SWEEP_LAG_S=-1", "MW_SWEEP_LAG_S: "), ("MW_MODEL_CALLS_PER_SECOND=10", "MW_MODEL_RPM")],
+)
+@pytest.mark.parametrize("process", ["worker", "beat"])
+def test_a_bad_setting_stops_a_worker_or_beat_with_one_line_and_no_traceback(
+    good_env: dict[str, str], tmp_path: Path, setting: str, named: str, process: str
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    name, _, value = setting.partition("=")
+    env = {**clean, **good_env, name: value}
+    cmd = [sys.executable, "-m", "celery", "-A", "memory_worker.celery_app", process]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    said = (out.stdout + out.stderr).strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("memory-worker: invalid configuration: ")
+    assert named in said[0] and "Traceback" not in out.stderr
+
+
 def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: Path) -> None:
     target = tmp_path / "configured.db"
     env = {**os.environ, "MW_DATABASE_URL": f"sqlite:///{target}"}
@@ -142,6 +162,26 @@ def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: P
 # --- the supervisor ---------------------------------------------------------------------------
 
 
+def supervise(
+    procfile: Path, env: dict[str, str], cwd: Path, stop_timeout: float
+) -> tuple[subprocess.Popen[str], list[str], threading.Thread]:
+    """`memory-worker run` on `procfile`, its output collected line by line as it comes."""
+    proc = subprocess.Popen(
+        [*CLI, "run", "--procfile", str(procfile), "--stop-timeout", str(stop_timeout)],
+        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    return proc, lines, reader
+
+
 STUBBORN = f"117.{os.getpid()}"  # this run's own: another engineer's run has another
 
 
@@ -160,23 +200,7 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
         "MW_STATE_DIR": str(tmp_path / "state"),
         "REDIS_URL": "redis://127.0.0.1:1/0",
     }
-    proc = subprocess.Popen(
-        [*CLI, "run", "--procfile", str(procfile), "--stop-timeout", "2"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-
-    reader = threading.Thread(target=read)
-    reader.start()
+    proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=2)
     try:
         for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2), reraise=True):
             with attempt:
@@ -191,3 +215,42 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
     assert "run      | stubborn did not stop within 2s: killed\n" in lines  # ignored SIGTERM
     leftover = subprocess.run(["pgrep", "-f", f"sleep {STUBBORN}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
+
+
+def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
+    good_env: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
+    """Issue 20 #5: a worker that cannot consume stayed up and the supervisor did not notice.
+    Here the worker is frozen (SIGSTOP): alive to `poll()`, deaf to the broker."""
+    from tests.worker import spare_database
+
+    node = f"live{os.getpid()}@%h"
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(
+        "w: exec celery -A memory_worker.celery_app worker -Q events --pool solo "
+        f"--hostname {node} --without-mingle --without-gossip --loglevel WARNING\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    env = {
+        **clean,
+        **good_env,
+        "REDIS_URL": spare_database(redis_url, 5),
+        "MW_STATE_DIR": str(tmp_path / "state"),
+        "MW_LIVENESS_EVERY_S": "1",
+    }
+    proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=5)
+    started = re.compile(r"started w \(pid (\d+)\)")
+    try:
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
+            with attempt:  # up and answering the supervisor: only then is freezing it a test
+                assert any(ln.startswith("run | w answers pings as live") for ln in lines)
+        first = int(next(m.group(1) for ln in lines if (m := started.search(ln))))
+        os.killpg(first, signal.SIGSTOP)
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
+            with attempt:
+                assert "run | w answered no ping 3 times: restarting it\n" in lines
+                assert len([ln for ln in lines if started.search(ln)]) == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        reader.join()

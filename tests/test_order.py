@@ -6,7 +6,7 @@ delivered once; a parked spell resolves when a later spell covers its lines."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from memory_worker import app_side, cli
 from memory_worker import tables as t
@@ -147,3 +147,32 @@ def test_the_frequent_sweep_finds_rooms_whose_lines_waited_and_skips_fresh_ones(
         assert waited == ["dm-old"]
         assert rooms.lagging_rooms(conn) == ["dm-dan", "dm-old"]  # the daily sweep: all
         assert rooms.lagging_rooms(conn, written_after="2026-12-02T11:00:00+00:00") == ["dm-dan"]
+
+
+@pytest.mark.parametrize("bad", ["not-a-date", "2026-12-02T10:00:00", "", "2026-13-02T10:00Z"])
+def test_a_line_stamped_with_a_time_that_is_not_one_is_refused_naming_it(
+    dm: Engine, bad: str
+) -> None:
+    """A stamp the sweeps cannot order would hide the line from them for good (issue 20 #8)."""
+    with pytest.raises(ValueError, match="^at: .* ISO 8601 time with its UTC offset"):
+        with dm.begin() as conn:
+            app_side.say(conn, "dm-dan", DAN, "hello", at=bad)
+    assert rooms_lines(dm) == 0
+
+
+def test_a_line_stamped_in_another_offset_is_stored_in_utc_where_the_sweep_finds_it(
+    dm: Engine,
+) -> None:
+    with dm.begin() as conn:
+        app_side.say(conn, "dm-dan", DAN, "hello", at="2026-12-02T18:00:00.5+08:00")
+    with dm.connect() as conn:
+        assert conn.execute(select(t.lines.c.created)).scalar() == "2026-12-02T10:00:00+00:00"
+        waited = rooms.lagging_rooms(
+            conn, written_before="2026-12-02T11:55:00+00:00", written_after="2026-12-01T12:00"
+        )
+    assert waited == ["dm-dan"]
+
+
+def rooms_lines(db: Engine) -> int:
+    with db.connect() as conn:
+        return len(conn.execute(select(t.lines.c.id)).all())

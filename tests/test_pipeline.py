@@ -10,11 +10,13 @@ import time
 import pytest
 from sqlalchemy import Engine, select
 
-from memory_worker import app_side, events
+from memory_worker import app_side, broker, events, inflight, models
+from memory_worker import settings as settings_mod
 from memory_worker import tables as t
+from memory_worker.celery_app import app
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
-from memory_worker.tasks.rooms import sweep
+from memory_worker.tasks.rooms import sweep, sweep_lagging_rooms
 from memory_worker.vectors import quantise
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
@@ -123,8 +125,21 @@ def test_a_malformed_answer_is_asked_again_once_and_then_used(pipeline: Pipeline
     assert "could not be used" in json.dumps(pipeline.stub.of_kind("chat")[1].body)
 
 
-def test_two_malformed_answers_park_the_spell_and_write_nothing(pipeline: Pipeline, dm) -> None:  # type: ignore[no-untyped-def]
+def test_two_malformed_answers_are_a_fault_retried_and_the_spell_commits(
+    pipeline: Pipeline, dm
+) -> None:  # type: ignore[no-untyped-def]
     pipeline.stub.malformed_next("I'd rather chat about the weather.", times=2)
+    events.room_quiet("dm-dan")
+    pipeline.wait_for_notices(1)
+    assert pipeline.spell_outcome("warren", "dm-dan")["status"] == "committed"
+    assert len(rows(pipeline.db)) == 2 and cursor(pipeline.db) == dm[-1]
+    assert pipeline.stub.pending_faults == 0
+
+
+def test_a_model_that_keeps_answering_malformed_parks_and_the_park_is_not_final(
+    pipeline: Pipeline, dm
+) -> None:  # type: ignore[no-untyped-def]
+    pipeline.stub.malformed_next("I'd rather chat about the weather.", times=2 * 6)
     events.room_quiet("dm-dan")
     outcome = pipeline.wait_for_spell("warren", "dm-dan", dm[-1])
     assert outcome["status"] == "parked" and "malformed" in outcome["reason"]
@@ -134,6 +149,56 @@ def test_two_malformed_answers_park_the_spell_and_write_nothing(pipeline: Pipeli
     pipeline.wait_for_notices(1)
     assert pipeline.spell_outcome("warren", "dm-dan")["status"] == "committed"
     assert len(rows(pipeline.db)) == 2 and cursor(pipeline.db) == dm[-1]
+
+
+GARBLED = json.dumps(
+    {"candidates": [{"subject": 42, "kind": "fact", "text": ["x"], "importance": "high"}] * 3}
+)
+
+
+def test_an_answer_whose_every_item_fails_its_schema_is_not_taken_as_nothing(
+    pipeline: Pipeline, dm
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 #1: a garbled answer was "nothing to remember": the spell committed no rows
+    and the cursor passed its lines, losing the facts for good. Now it is malformed: re-asked,
+    retried as a fault, and the facts land once the model answers."""
+    pipeline.stub.malformed_next(GARBLED, times=3)  # the ask, its re-ask, and the retry's ask
+    events.room_quiet("dm-dan")
+    pipeline.wait_for_notices(1)
+    assert pipeline.spell_outcome("warren", "dm-dan")["status"] == "committed"
+    assert len(rows(pipeline.db)) == 2 and cursor(pipeline.db) == dm[-1]
+    with pipeline.db.connect() as c:
+        outcomes = list(c.execute(select(t.spells.c.status)).scalars())
+    assert outcomes == ["committed"]  # no spell committed "nothing" over these lines
+
+
+def test_a_backlog_far_past_the_quota_waits_its_turn_and_parks_nothing(
+    pipeline: Pipeline,
+) -> None:
+    """Issue 20 #2: "no model slot within 5 s" used the retries meant for faults, so a
+    backlog parked healthy spells. Waiting for the quota is back-pressure: every spell
+    commits, however many times it was sent back to wait."""
+    settings_mod.configure(
+        settings_mod.current().with_(
+            model_requests_per_minute=120, model_quota_margin_s=0, model_quota_max_wait_s=0.5
+        )
+    )
+    models.clear_cache()
+    people(pipeline.db)
+    rooms = [f"dm-{i}" for i in range(8)]  # 24 calls, 2 a second: most are sent back to wait
+    by_line = {}
+    for room in rooms:
+        answer = extract_answer(private_chat(pipeline.db, room))
+        by_line[str(answer["candidates"][0]["evidence"][0])] = answer
+    pipeline.stub.chat_responder = gemini_responder(
+        lambda prompt: next(a for k, a in by_line.items() if f"[{k}] " in prompt)
+    )
+    for room in rooms:
+        events.room_quiet(room)
+    outcomes = [pipeline.wait_for_spell("warren", room, 1, timeout=180) for room in rooms]
+    assert [o["status"] for o in outcomes] == ["committed"] * len(rooms), [
+        o["reason"] for o in outcomes
+    ]
 
 
 def test_a_model_that_keeps_failing_parks_the_spell_when_retries_run_out(
@@ -228,6 +293,28 @@ def test_the_sweep_finds_a_room_whose_quiet_event_was_lost(pipeline: Pipeline, d
     sweep.delay()
     assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
     assert len(rows(pipeline.db)) == 2
+
+
+def test_one_frequent_sweep_recovers_a_room_still_held_by_a_lost_chains_claim(
+    pipeline: Pipeline, dm
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20 #7: a room whose lines wait but whose in-flight claim a killed chain still
+    held was skipped, and waited for a second sweep (a lag and two sweeps: 319–357 s). One
+    sweep now enqueues it for the moment the claim lapses."""
+    settings_mod.configure(settings_mod.current().with_(sweep_grace_s=1.0, sweep_lag_s=1.0))
+    client = broker.client(str(app.conf.broker_url))
+    assert inflight.claim(client, "warren", "dm-dan", ttl_s=3)  # the killed chain's claim
+    assert sweep_lagging_rooms(recent=True, now=time.time() + 5) == ["dm-dan"]  # one sweep
+    assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
+    assert len(rows(pipeline.db)) == 2
+
+
+def test_the_frequent_sweep_enqueues_a_room_no_spell_holds_after_the_grace_not_the_lag(
+    pipeline: Pipeline, dm
+) -> None:  # type: ignore[no-untyped-def]
+    settings_mod.configure(settings_mod.current().with_(sweep_grace_s=1.0))  # the lag: 300 s
+    assert sweep_lagging_rooms(recent=True, now=time.time() + 5) == ["dm-dan"]
+    assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
 
 
 def test_an_incognito_room_writes_nothing_and_calls_no_model(pipeline: Pipeline) -> None:

@@ -55,8 +55,27 @@ def test_an_empty_variable_means_unset() -> None:
     ],
 )
 def test_a_bad_value_fails_at_once_naming_the_variable(env: dict[str, str], named: str) -> None:
-    with pytest.raises(ConfigError, match=f"^invalid configuration:\n  {named}: "):
+    with pytest.raises(ConfigError, match=f"^invalid configuration: {named}: [^\n]*$"):
         Settings.from_env(env)
+
+
+def test_a_setting_that_was_renamed_is_refused_naming_what_replaced_it() -> None:
+    """MW_MODEL_CALLS_PER_SECOND was silently ignored: no limit where one was meant."""
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env({"MW_MODEL_CALLS_PER_SECOND": "10"})
+    assert str(err.value) == (
+        "invalid configuration: MW_MODEL_CALLS_PER_SECOND: no longer a setting; "
+        "replaced by MW_MODEL_RPM (requests per minute: 10 a second is 600)"
+    )
+
+
+def test_an_mw_variable_no_setting_reads_is_refused_with_the_nearest_name() -> None:
+    with pytest.raises(
+        ConfigError, match="MW_SWEEP_LAGS: not a setting; did you mean MW_SWEEP_LAG_S"
+    ):
+        Settings.from_env({"MW_SWEEP_LAGS": "60", "MW_SWEEP_LAG_S": "-1"})
+    # the Procfile's per-process ports and the test suite's own are not settings, and allowed
+    assert Settings.from_env({"MW_METRICS_PORT_MODEL": "9101", "MW_TEST_REDIS_URL": "x"})
 
 
 def test_a_bad_database_url_is_reported_without_its_password() -> None:

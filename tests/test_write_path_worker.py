@@ -17,9 +17,18 @@ from memory_worker import app_side, events, inflight
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
 from memory_worker.celery_app import app
-from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
+from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.models.scripted import (
+    ScriptedChat,
+    candidate,
+    gemini_responder,
+    sensible_route,
+    transcript_ids,
+)
+from memory_worker.rows import Spell
 from memory_worker.tasks import pipeline as tasks
 from memory_worker.tasks.rooms import on_room_quiet
+from memory_worker.write import pipeline as pipeline_steps
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.worker import SPELL_TIMEOUT_S, Pipeline, settle
 
@@ -147,6 +156,30 @@ def test_hole9_a_malformed_commit_message_is_refused_and_changes_nothing(
     events.room_quiet("dm-dan")
     assert pipeline.wait_for_spell("warren", "dm-dan", lines[-1])["status"] == "committed"
     assert cursor(pipeline) == lines[-1]
+
+
+@pytest.mark.parametrize("status", ["committed", "skipped", "covered", "parked"])
+def test_notify_toast_accepts_every_status_the_commit_returns_through_the_real_worker(
+    pipeline: Pipeline, status: str
+) -> None:
+    """A late spell's commit returns "covered": its toast step must deliver, not reject it
+    as malformed (issue 20 #4). Each status rides with a spell whose toast is still waiting,
+    so the delivery is the real event the test waits on."""
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    chat = ScriptedChat({"extract": lambda _: extract_answer(lines), "route": sensible_route})
+    spell = pipeline_steps.begin("warren", "dm-dan")
+    assert spell is not None
+    spell = pipeline_steps.run_route(
+        pipeline_steps.run_embed(pipeline_steps.run_extract(spell, chat), HashingEmbedder()), chat
+    )
+    assert pipeline_steps.run_commit(spell).status == "committed"  # its toast is now waiting
+    settled = Spell.from_json({**spell.to_json(), "candidates": [], "decisions": []})
+    tasks.notify_toast.apply_async(({"spell": settled.to_json(), "row_ids": [], "status": status},))
+    deadline = time.monotonic() + SPELL_TIMEOUT_S
+    while pipeline_steps.pending_toasts(spell.key) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pipeline_steps.pending_toasts(spell.key) == []
 
 
 def test_hole6_no_task_message_repr_event_or_result_carries_memory_text(

@@ -52,6 +52,7 @@ _SCHEMA_ONLY_MESSAGES = frozenset(
         "int_parsing", "int_from_float", "float_type", "float_parsing", "bool_type",
         "bool_parsing", "literal_error", "string_too_long", "string_too_short", "too_long",
         "too_short", "greater_than", "greater_than_equal", "less_than", "less_than_equal",
+        "all_items_invalid",  # memory_worker.write.ask: a count and the list's field name
     }
 )  # fmt: skip
 

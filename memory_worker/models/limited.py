@@ -32,8 +32,11 @@ R = TypeVar("R")
 class _Limited:
     def __init__(self, settings: Settings):
         self.quota = ratelimit.Quota.per_minute(
-            settings.model_requests_per_minute, settings.model_tokens_per_minute
+            settings.model_requests_per_minute,
+            settings.model_tokens_per_minute,
+            settings.model_quota_margin_s,
         )
+        self.max_wait = settings.model_quota_max_wait_s
 
     def _redis(self) -> redis.Redis:
         from memory_worker import broker  # resolved at the first call: importing starts nothing
@@ -43,11 +46,13 @@ class _Limited:
     def _send(self, purpose: str, tokens: int, call: Callable[[], R]) -> R:
         client = self._redis()
         try:
-            waited = ratelimit.acquire(client, QUOTA_NAME, self.quota, tokens)
+            grant = ratelimit.acquire(
+                client, QUOTA_NAME, self.quota, tokens, max_wait=self.max_wait
+            )
         except ratelimit.RateLimited:
             metrics.RATE_DEFERRED.inc()
             raise
-        metrics.RATE_WAIT.observe(waited)
+        metrics.RATE_WAIT.observe(grant.waited_s)
         try:
             result = call()
         except TransientModelError as err:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from memory_worker import tables as t
-from memory_worker.rows import Line, Room, human_id, human_ref, now_iso
+from memory_worker.rows import Line, Room, human_id, human_ref, now_iso, stamp
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 r = t.rooms.c
@@ -67,9 +67,11 @@ def join(conn: Connection, room_id: str, member: str) -> None:
 def say(
     conn: Connection, room_id: str, speaker: str | int, text: str, *, at: str | None = None
 ) -> int:
-    """Append a transcript line; an int speaker is a human id. Returns the line id."""
+    """Append a transcript line; an int speaker is a human id. Returns the line id. `at`
+    (the app's own time for the line) must be ISO 8601 with its offset (`rows.stamp`)."""
     who = human_ref(speaker) if isinstance(speaker, int) else speaker
-    values = dict(room_id=room_id, speaker=who, text=text, created=at or now_iso())
+    created = now_iso() if at is None else stamp(at)
+    values = dict(room_id=room_id, speaker=who, text=text, created=created)
     return int(conn.execute(insert(t.lines).values(**values).returning(ln.id)).scalar_one())
 
 

@@ -1,18 +1,23 @@
 """The policy every model step shares, as a Celery Task base class (`base=ModelStep`).
 
-One place for what a model step may go through: retries with jittered backoff that honour
-the server's retry-after (a call the global quota could not place soon comes back the same
-way, as `ratelimit.RateLimited`; the quota itself is taken by `memory_worker.models` as each
-call is sent, re-asks included), and parking — a spell whose model kept failing or answered
-malformed twice is handed on with `parked` set, so the commit records it where an operator
-sees it and leaves the cursor alone. A chain never dies half-way with nothing said. Token
-counts ride on the Spell: each step adds its call's usage (`memory_worker.write.pipeline`).
+One place for what a model step may go through:
 
+* Faults (429/5xx/timeouts, and an answer still malformed after its re-ask): retried with
+  jittered backoff that honours the server's retry-after, MODEL_MAX_RETRIES times, then the
+  spell is handed on with `parked` set, so the commit records it where an operator sees it
+  and leaves the cursor alone. A chain never dies half-way with nothing said.
+* Waiting for the quota (`ratelimit.RateLimited`) is back-pressure, not a fault: the task
+  comes back when its reserved slot is near (`RateLimited.countdown`), presents that ticket
+  (`ratelimit.holding`), and is never parked for it however long the backlog. The faults are
+  counted by the task itself (the `faults` keyword it retries with), since Celery's one
+  `retries` counter counts both; Celery's own limit is off (`max_retries = None`).
+
+Token counts ride on the Spell: each step adds its call's usage (`memory_worker.write.pipeline`).
 A task body names only its step:
 
     @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
-    def extract(self: ModelStep, spell: dict) -> dict:
-        return self.run_step(spell, lambda s: pipeline.run_extract(s, models.chat_model()))
+    def extract(self: ModelStep, spell: dict, faults: int = 0, slot: int = 0) -> dict:
+        return self.run_step(spell, lambda s: pipeline.run_extract(s, ...), faults, slot)
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memory_worker import broker, inflight, metrics
+from memory_worker import broker, inflight, metrics, ratelimit
 from memory_worker import settings as settings_mod
 from memory_worker.constants import INFLIGHT_RENEW_AFTER_S, MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
 from memory_worker.messages import MalformedMessage
@@ -43,38 +48,57 @@ def backoff(retries: int, retry_after: float | None) -> float:
 
 
 class ModelStep(QuietTask):
-    """A chain step that calls a model: retry, park."""
+    """A chain step that calls a model: wait for the quota, retry faults, park."""
 
     abstract = True
-    max_retries = MODEL_MAX_RETRIES
+    max_retries = None  # quota waits are unbounded; faults are bounded by `run_step`
 
-    def run_step(self, message: dict[str, Any], step: Callable[[Spell], Spell]) -> dict[str, Any]:
+    def run_step(
+        self,
+        message: dict[str, Any],
+        step: Callable[[Spell], Spell],
+        faults: int = 0,
+        slot: int = 0,
+    ) -> dict[str, Any]:
         """Run `step` on the message's spell under the policy; always returns a spell message
-        (retrying raises Celery's Retry instead)."""
+        (retrying raises Celery's Retry instead). `faults`: retries spent on model faults so
+        far; `slot`: the quota ticket this task kept when it was deferred (0: none)."""
         try:
             spell = Spell.from_json(message)
+            faults, slot = _count("faults", faults), _count("slot", slot)
         except MalformedMessage as e:
             reject(self.name, e)
         renew_claim(self.app, spell)
         if spell.done:
             return spell.to_json()
         try:
-            return step(spell).to_json()
-        except TransientModelError as e:  # ratelimit.RateLimited too: the worker slot is freed
-            retries = int(self.request.retries)
-            if retries >= self.max_retries:
-                spell.parked = f"model unavailable after {retries} retries: {e}"
+            with ratelimit.holding(slot):
+                return step(spell).to_json()
+        except ratelimit.RateLimited as e:
+            log.info("spell %s: waiting for the model quota (%.1fs)", spell.key, e.retry_after)
+            again = {"faults": faults, "slot": e.slot_ms}
+            raise self.retry(args=(message,), kwargs=again, countdown=e.countdown(), exc=e) from e
+        except (TransientModelError, MalformedAnswer) as e:
+            if faults >= MODEL_MAX_RETRIES:
+                what = "malformed model answer" if isinstance(e, MalformedAnswer) else "model"
+                spell.parked = f"{what} unavailable after {faults} retries: {e}"
                 return spell.to_json()
             retry_after = getattr(e, "retry_after", None)
             log.warning("spell %s: %s; retrying", spell.key, e)
             metrics.RETRIES.labels(self.name).inc()
-            raise self.retry(countdown=backoff(retries, retry_after), exc=e) from e
-        except MalformedAnswer as e:
-            spell.parked = f"malformed model answer (asked twice): {e}"
-            return spell.to_json()
+            again = {"faults": faults + 1, "slot": 0}
+            wait = backoff(faults, retry_after)
+            raise self.retry(args=(message,), kwargs=again, countdown=wait, exc=e) from e
         except PermanentModelError as e:
             spell.parked = f"model error: {e}"
             return spell.to_json()
+
+
+def _count(name: str, value: Any) -> int:
+    """A retry's own bookkeeping, checked like any field of a message."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedMessage("model step", f"{name}: expected a whole number ≥ 0")
+    return value
 
 
 def renew_claim(app: Any, spell: Spell, now: float | None = None) -> None:

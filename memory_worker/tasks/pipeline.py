@@ -40,18 +40,20 @@ Message = dict[str, Any]
 
 
 @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
-def extract(self: ModelStep, spell: Message) -> Message:
-    return self.run_step(spell, lambda s: pipeline.run_extract(s, models.chat_model()))
+def extract(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
+    return self.run_step(
+        spell, lambda s: pipeline.run_extract(s, models.chat_model()), faults, slot
+    )
 
 
 @app.task(name="memory_worker.embed", bind=True, base=ModelStep)
-def embed(self: ModelStep, spell: Message) -> Message:
-    return self.run_step(spell, lambda s: pipeline.run_embed(s, models.embedder()))
+def embed(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
+    return self.run_step(spell, lambda s: pipeline.run_embed(s, models.embedder()), faults, slot)
 
 
 @app.task(name="memory_worker.route", bind=True, base=ModelStep)
-def route(self: ModelStep, spell: Message) -> Message:
-    return self.run_step(spell, lambda s: pipeline.run_route(s, models.chat_model()))
+def route(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
+    return self.run_step(spell, lambda s: pipeline.run_route(s, models.chat_model()), faults, slot)
 
 
 class ToastNotPublished(Exception):

@@ -7,7 +7,9 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from memory_worker import models, store
+from sqlalchemy import Connection
+
+from memory_worker import broker, inflight, models, store
 from memory_worker import settings as settings_mod
 from memory_worker.celery_app import app
 from memory_worker.constants import DB_MAX_RETRIES, SWEEP_WINDOW_S
@@ -54,21 +56,43 @@ def sweep_lagging_rooms(*, recent: bool = False, now: float | None = None) -> li
     never delivered; returns the rooms. The queue is not the source of truth, the cursors and
     the outbox are: the beat and `memory-worker sweep` run this.
 
-    `recent`: only lines that waited longer than MW_SWEEP_LAG_S, written in the last day
-    (cheap, on an index: the frequent sweep); else every line (the daily sweep).
+    `recent`: only lines that waited longer than MW_SWEEP_GRACE_S, written in the last day
+    (cheap, on an index: the frequent sweep); else every line (the daily sweep). Recovery
+    takes one sweep (issue 20): a room no spell holds is enqueued now, not after a full lag;
+    one still held by an in-flight claim — a live chain, or a killed one's until it lapses —
+    is enqueued for the moment the claim would lapse (a live chain renews it, and then the
+    fan-out finds it held and starts nothing).
     """
     now = time.time() if now is None else now
-    lag = settings_mod.current().sweep_lag_s
+    s = settings_mod.current()
     window: dict[str, str] = {}
     if recent:
-        window = dict(written_before=iso(now - lag), written_after=iso(now - SWEEP_WINDOW_S))
+        window = dict(
+            written_before=iso(now - s.sweep_grace_s), written_after=iso(now - SWEEP_WINDOW_S)
+        )
     with store.engine().connect() as conn:
         lagging = rooms.lagging_rooms(conn, **window)
+        claims = {room_id: claims_on(conn, room_id) for room_id in lagging}
     for room_id in lagging:
-        on_room_quiet.delay(room_id)
-    for spell_key in pipeline.waiting_toasts(iso(now - lag)):
+        free, lapse_s = claims[room_id]
+        if free:  # a persona no spell holds: start it now
+            on_room_quiet.delay(room_id)
+        if lapse_s is not None:  # a persona held: look again when its claim would lapse
+            on_room_quiet.apply_async((room_id,), countdown=lapse_s)
+    for spell_key in pipeline.waiting_toasts(iso(now - s.sweep_lag_s)):
         deliver_toasts.delay(spell_key)
     return lagging
+
+
+def claims_on(conn: Connection, room_id: str) -> tuple[bool, float | None]:
+    """(whether some persona of the room holds no in-flight claim, the seconds until the last
+    held claim would lapse — a little over — or None when none is held)."""
+    found = room_members(conn, room_id)
+    personas = found.personas if found is not None else []
+    client = broker.client(app.conf.broker_url)
+    held = [ms for p in personas if (ms := int(client.pttl(inflight.key(p, room_id)))) > 0]
+    lapse = max(held) / 1000 + 1.0 if held else None
+    return len(held) < len(personas) or not personas, lapse
 
 
 def iso(epoch: float) -> str:

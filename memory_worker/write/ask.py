@@ -9,10 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 
 from memory_worker.constants import MALFORMED_REASKS
 from memory_worker.models.base import ChatModel, ChatResult, MalformedAnswer, T
 
+ALL_ITEMS_INVALID = "all_items_invalid"  # pydantic error type: its message names counts only
 REASK_NOTE = (
     "\n\nYour previous answer could not be used ({error}). "
     "Answer again with JSON that matches the schema exactly."
@@ -39,8 +41,12 @@ def keep_valid_items(data: Any, key: str, item: type[BaseModel]) -> tuple[Any, i
     """`data` with `data[key]` cut to the items that pass `item`'s schema, and how many did not.
 
     One ill-typed item of a model's answer must not lose its siblings: each is checked on its
-    own. Anything that is not a dict holding a list under `key` is returned as it is, for the
-    whole answer's schema to refuse (and the caller to re-ask).
+    own. But an answer none of whose items passes did not answer at all: taken as "nothing",
+    it would let the cursor pass lines nobody read (issue 20). It is refused as a whole
+    (`ALL_ITEMS_INVALID`), so the caller re-asks, then retries, then parks — as for any
+    malformed answer. An empty list is the model saying "nothing" and stays valid. Anything
+    that is not a dict holding a list under `key` is returned as it is, for the whole
+    answer's schema to refuse.
     """
     if not (isinstance(data, dict) and isinstance(data.get(key), list)):
         return data, 0
@@ -50,4 +56,10 @@ def keep_valid_items(data: Any, key: str, item: type[BaseModel]) -> tuple[Any, i
             good.append(item.model_validate(raw))
         except ValidationError:
             bad += 1
+    if bad and not good:
+        raise PydanticCustomError(
+            ALL_ITEMS_INVALID,
+            "all {count} item(s) of {key} failed their schema",
+            {"count": bad, "key": key},
+        )
     return {**data, key: good}, bad
