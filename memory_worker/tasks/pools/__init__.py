@@ -6,32 +6,17 @@ the base pool raises NotImplementedError ("TaskPool does not implement kill_job"
 CRITICAL on every stop (issue 20). Nothing needs killing here: the task's message is unacked
 (acks_late) and goes back to the queue as the worker exits, and a model call in flight ends
 by its own HTTP timeout. The Procfile selects these through Celery's own hook for a pool of
-one's own: CELERY_CUSTOM_WORKER_POOL=memory_worker.tasks.pools:Threads and `--pool custom`.
+one's own: CELERY_CUSTOM_WORKER_POOL=memory_worker.tasks.pools.threads:Threads and `--pool custom`.
+Each pool lives in a module named as Celery names its own (`solo`, `threads`): a worker's
+banner shows that name beside its concurrency.
 """
 
 from __future__ import annotations
 
 import logging
 
-from celery.concurrency.solo import TaskPool as _Solo
-from celery.concurrency.thread import TaskPool as _Threads
-
 log = logging.getLogger(__name__)
 
 
-def _left_to_the_exit(pid: int | None) -> None:
+def left_to_the_exit(pid: int | None) -> None:
     log.info("a task still running at the stop is left to the exit; its message is requeued")
-
-
-class Threads(_Threads):
-    """`--pool threads`, whose stop hands running tasks back instead of failing to kill."""
-
-    def terminate_job(self, pid: int | None, signal: int | None = None) -> None:
-        _left_to_the_exit(pid)
-
-
-class Solo(_Solo):
-    """`--pool solo` (the commit worker), likewise."""
-
-    def terminate_job(self, pid: int | None, signal: int | None = None) -> None:
-        _left_to_the_exit(pid)
