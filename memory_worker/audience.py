@@ -60,7 +60,6 @@ class Scope:
     persona: str
     world: bool
     humans: frozenset[int]
-    strangers: frozenset[int] = frozenset()  # present but not members: the app's error
 
     @property
     def human_refs(self) -> tuple[str, ...]:
@@ -105,7 +104,7 @@ def scope_for(
     - a persona that is not a member of the room: nothing (it remembers only where it is);
     - a present human who is not a member (the app and the store disagree) adds nothing about
       them and makes the room not private for everyone else: we fail closed, and the caller
-      logs it as the app's error (`Scope.strangers`);
+      logs it as the app's error;
     - a present member who has memory off, or has muted this persona, is treated as absent:
       neither rows about them nor the persona's promises to them load;
     - with `proven_scope` (v1), only a private chat with its one human loads anything personal;
@@ -121,7 +120,7 @@ def scope_for(
     private = room.is_private_chat() and not strangers and len(present) == 1
     if proven_scope and not private:
         humans = frozenset()
-    return Scope(persona, world=True, humans=humans, strangers=strangers)
+    return Scope(persona, world=True, humans=humans)
 
 
 def visible_memories(
