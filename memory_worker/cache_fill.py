@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from memory_worker.per_process import PerProcess
@@ -54,14 +53,8 @@ class Filler:
         """Wait until everything requested so far is filled (or given up). True if idle."""
         if not self._state.here:
             return True
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            while self._pending or self._busy:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cv.wait(left)
-            return True
+            return self._cv.wait_for(lambda: not (self._pending or self._busy), timeout)
 
     def _run(self) -> None:
         while True:

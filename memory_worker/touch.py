@@ -97,14 +97,8 @@ class Toucher:
         """Wait until every touch promised so far is applied (or given up). True if drained."""
         if not self._state.here:
             return True  # nothing promised in this process
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            while self._pending or self._busy:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cv.wait(left)
-        return True
+            return self._cv.wait_for(lambda: not (self._pending or self._busy), timeout)
 
     def _run(self) -> None:
         while True:
