@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -80,8 +80,14 @@ def known_or_new(prompt: str) -> dict:
 
 def session_date(stamp: str) -> str:
     """'1:56 pm on 8 May, 2023' → '2023-05-08'."""
-    day = stamp.split(" on ", 1)[1]
-    return datetime.strptime(day, "%d %B, %Y").date().isoformat()
+    return session_time(stamp)[:10]
+
+
+def session_time(stamp: str) -> str:
+    """'1:56 pm on 8 May, 2023' → '2023-05-08T13:56:00+00:00': the store takes a line's time
+    only with its offset (issue 20); LoCoMo gives none, so UTC."""
+    when = datetime.strptime(stamp.strip(), "%I:%M %p on %d %B, %Y")
+    return when.replace(tzinfo=UTC).isoformat()
 
 
 def sessions(conv: dict) -> list[int]:
@@ -106,13 +112,14 @@ def replay(sample: dict, url: str, embedder: Embedder | None = None) -> Replay:
         app_side.add_persona(c, PERSONA, b)
         app_side.add_room(c, "dm", "private", [f"u:{HUMAN}", PERSONA])
     for n in sessions(conv):
-        day = session_date(conv[f"session_{n}_date_time"])
+        at = session_time(conv[f"session_{n}_date_time"])
+        day = at[:10]
         settings_mod.configure(base.with_(today=day))
         line_of: dict[str, int] = {}
         with store.transaction() as c:
             for turn in conv[f"session_{n}"]:
                 who = HUMAN if turn["speaker"] == a else PERSONA
-                line_of[turn["dia_id"]] = app_side.say(c, "dm", who, turn["text"], at=day)
+                line_of[turn["dia_id"]] = app_side.say(c, "dm", who, turn["text"], at=at)
         facts = obs.get(f"session_{n}_observation", {}).get(a, [])
         annotated["candidates"] = [
             {
