@@ -348,8 +348,11 @@ def run(
     seed_: int = 1,
     production_sweep: bool = False,
     quota_margin_s: float | None = None,
+    inflight_ttl_s: int | None = None,
 ) -> Figures:
-    """One run of the workload under `fault`; returns its figures (invariants and timings)."""
+    """One run of the workload under `fault`; returns its figures (invariants and timings).
+    `inflight_ttl_s`: a shorter claim (MW_INFLIGHT_TTL_S) bounds how long a chain lost with a
+    killed worker holds its room, which is most of the `kill` and `wipe` recovery."""
     rng = random.Random(seed_)
     fig = Figures(fault, rooms)
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
@@ -386,6 +389,8 @@ def run(
             s = s.with_(sweep_every_s=1.0, sweep_grace_s=3.0, sweep_lag_s=3.0)
         if quota_margin_s is not None:
             s = s.with_(model_quota_margin_s=quota_margin_s)
+        if inflight_ttl_s is not None:
+            s = s.with_(inflight_ttl_s=inflight_ttl_s)
         quota = Quota.per_minute(
             s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_margin_s
         )

@@ -87,10 +87,11 @@ STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, t
 # --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
 REDIS_RATE_KEY = "mw:rate:{name}:{part}"  # the global model quota's sliding windows and pause
 REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # issue 7: one spell per persona and room
-INFLIGHT_TTL_S = 60  # renewed by each step: a claim this old is a lost chain (the sweep retries)
-# A step renews the claim only when it was taken or renewed longer ago than this (issue 10: a
-# Redis round trip per step saved), so every step starts with at least 50 s of it left.
-INFLIGHT_RENEW_AFTER_S = 10
+INFLIGHT_TTL_S = 60  # MW_INFLIGHT_TTL_S's default: a claim this old is a lost chain (swept again)
+# A step renews the claim only when it was taken or renewed longer ago than this share of its
+# lifetime (issue 10: a Redis round trip per step saved), so every step starts with at least
+# five sixths of it left (50 s of the default 60).
+INFLIGHT_RENEW_AFTER = 1 / 6
 
 # --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
 SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule

@@ -4,9 +4,9 @@
 next window: each would begin a spell at the same cursor and pay the model for the same lines.
 Whoever starts a spell first claims `mw:spell:{persona}:{room_id}` (SET NX with a short
 expiry); the others see it held and start nothing. A step of the chain renews the claim
-(`renew`) when it was last renewed over INFLIGHT_RENEW_AFTER_S ago, the commit releases it —
+(`renew`) when it was last renewed over a sixth of its lifetime ago, the commit releases it —
 both only while it still holds the claimant's token — so a chain lost with a killed worker or
-a wiped broker frees its room within INFLIGHT_TTL_S, and the sweep picks the room up again.
+a wiped broker frees its room within MW_INFLIGHT_TTL_S, and the sweep picks the room up again.
 A claim that lapses while a step waits out a long retry lets a second spell begin: that costs
 a model call, never a row (the commit is exactly-once).
 Redis holds nothing here that cannot be rebuilt.

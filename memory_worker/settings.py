@@ -22,6 +22,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from memory_worker.constants import INFLIGHT_TTL_S
+
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (DESIGN.md)
 PROVIDERS = ("replay", "gemini")
 
@@ -214,6 +216,15 @@ class Settings(BaseSettings):
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),
+    )
+    # A spell's in-flight claim lapses this long after its chain last renewed it: a chain lost
+    # with a worker holds its room no longer than this before the sweep starts it again. A
+    # claim that lapses under a slow chain costs a model call, never a row (the cursor decides).
+    inflight_ttl_s: int = Field(
+        INFLIGHT_TTL_S,
+        ge=5,
+        le=3600,
+        validation_alias=AliasChoices("MW_INFLIGHT_TTL_S", "inflight_ttl_s"),
     )
     # How long the app's calls (events.py) wait for the broker to take a message; past it
     # the message is left to the sweep (the line is already in the store).

@@ -105,6 +105,34 @@ def test_a_step_renews_the_claim_only_when_it_was_taken_more_than_ten_seconds_ag
         inflight.release(client, "warren", "dm-renew", token)
 
 
+def test_a_shorter_claim_is_taken_and_renewed_for_mw_inflight_ttl_s(redis_url: str) -> None:
+    """MW_INFLIGHT_TTL_S sets the claim's lifetime and, with it, when a step renews: a sixth of
+    it (2 s of 12), so a shorter claim is kept alive by a chain as a long one is."""
+    from types import SimpleNamespace
+
+    from memory_worker import broker
+    from memory_worker.rows import Spell
+    from memory_worker.tasks.model_step import renew_claim
+
+    settings_mod.configure(
+        settings_mod.current().with_(broker_url=redis_url, inflight_ttl_s=12)
+    )
+    client = broker.client(redis_url)
+    claimant = SimpleNamespace(conf=SimpleNamespace(broker_url=redis_url))
+    token = inflight.claim(client, "warren", "dm-short", settings_mod.current().inflight_ttl_s)
+    assert token is not None
+    try:
+        client.expire(inflight.key("warren", "dm-short"), 3)  # as if 9 s had passed
+        spell = Spell("warren", "dm-short", 0, 3, inflight=token, renewed=1_000.0)
+        renew_claim(claimant, spell, now=1_001.9)  # under 2 s: left alone
+        assert client.ttl(inflight.key("warren", "dm-short")) <= 3 and spell.renewed == 1_000.0
+        renew_claim(claimant, spell, now=1_002.0)  # 2 s: renewed to the whole 12
+        assert 3 < client.ttl(inflight.key("warren", "dm-short")) <= 12
+        assert spell.renewed == 1_002.0
+    finally:
+        inflight.release(client, "warren", "dm-short", token)
+
+
 def test_hole7_a_backlog_drains_window_by_window_through_the_worker(pipeline: Pipeline) -> None:
     settings_mod.configure(settings_mod.current().with_(spell_max_lines=100))
     people(pipeline.db)

@@ -30,7 +30,7 @@ from typing import Any
 
 from memory_worker import broker, inflight, metrics, ratelimit
 from memory_worker import settings as settings_mod
-from memory_worker.constants import INFLIGHT_RENEW_AFTER_S, MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
+from memory_worker.constants import INFLIGHT_RENEW_AFTER, MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
 from memory_worker.messages import MalformedMessage
 from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
 from memory_worker.rows import Spell
@@ -103,10 +103,11 @@ def _count(name: str, value: Any) -> int:
 
 def renew_claim(app: Any, spell: Spell, now: float | None = None) -> None:
     """Keep the spell's in-flight claim (`memory_worker.inflight`) while its chain runs: renewed
-    when it was last taken or renewed more than INFLIGHT_RENEW_AFTER_S ago (the spell carries
-    when), so a chain of quick steps costs one Redis round trip, not one per step."""
+    when it was last taken or renewed more than INFLIGHT_RENEW_AFTER of its lifetime ago (the
+    spell carries when), so a chain of quick steps costs one Redis round trip, not one per step."""
     now = time.time() if now is None else now
-    if spell.inflight and now - spell.renewed >= INFLIGHT_RENEW_AFTER_S:
+    ttl_s = settings_mod.current().inflight_ttl_s
+    if spell.inflight and now - spell.renewed >= ttl_s * INFLIGHT_RENEW_AFTER:
         client = broker.client(app.conf.broker_url)
-        inflight.renew(client, spell.persona, spell.room_id, spell.inflight)
+        inflight.renew(client, spell.persona, spell.room_id, spell.inflight, ttl_s)
         spell.renewed = now

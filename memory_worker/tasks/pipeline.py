@@ -27,6 +27,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
 from memory_worker import broker, inflight, messages, metrics, models, spell_log, toast_bus
+from memory_worker import settings as settings_mod
 from memory_worker.celery_app import app
 from memory_worker.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
 from memory_worker.messages import MalformedMessage
@@ -157,7 +158,7 @@ def start_spell(persona: str, room_id: str, members: Sequence[int] = ()) -> str 
     in flight there, or there is nothing new. Returns the spell's key when one started.
     `members`: the room's humans as the caller last saw them (saves a read when still so)."""
     client = broker.client(app.conf.broker_url)
-    token = inflight.claim(client, persona, room_id)
+    token = inflight.claim(client, persona, room_id, settings_mod.current().inflight_ttl_s)
     if token is None:
         log.info("%s/%s: a spell is in flight; not starting another", persona, room_id)
         return None
