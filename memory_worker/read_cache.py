@@ -33,7 +33,7 @@ and passes each through `visible_memories` again.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -47,6 +47,7 @@ TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room
 ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
 GROWTH = 1.125  # ours: spare slots a vector store takes as it grows, so an append rarely copies
 NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
+OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
 
 
 class Version(NamedTuple):
@@ -284,6 +285,8 @@ class ReadCache:
         self._entries: OrderedDict[Key, PersonaRows] = OrderedDict()
         self._sizes: dict[Key, int] = {}  # each entry's bytes as last counted in `bytes`
         self._stores: dict[str, str] = {}  # url → the id of the store its entries were read from
+        # this process's last touches of each key: (before, after, their rows) (`put`)
+        self._touches: dict[Key, deque[tuple[Version, Version, Batches]]] = {}
         self._max = max_bytes  # None: the setting, read at first use (importing reads nothing)
         self._lock = threading.Lock()
         self.bytes = 0
@@ -329,6 +332,7 @@ class ReadCache:
             self._stores[url] = store
             for key in [k for k in self._entries if k[0] == url]:
                 del self._entries[key]
+                self._touches.pop(key, None)
                 self.bytes -= self._sizes.pop(key)
 
     def drop(self, key: Key, rows: PersonaRows) -> None:
@@ -336,14 +340,17 @@ class ReadCache:
         with self._lock:
             if self._entries.get(key) is rows:
                 del self._entries[key]
+                self._touches.pop(key, None)
                 self.bytes -= self._sizes.pop(key)
 
     def put(self, key: Key, rows: PersonaRows, *, recent: bool = True) -> None:
-        """Keep `rows`: the last read wins. An entry older than the store (another thread read
-        a newer version first) is caught up by the next open from the change log. Nothing is
-        kept for a store the url no longer is (`enter`). `recent=False` (the sweep) keeps a
-        held entry's place in the LRU and keeps nothing that is no longer held: catching up is
-        not a use."""
+        """Keep `rows`. Never behind what is held: a read that began before this process's own
+        touches landed (a topic's vectors loaded meanwhile, say) is brought forward by them
+        and kept; one that missed another write is not kept (else the next open would miss
+        and patch from the change log: 5x a warm open at 100k rows, and the vectors lost).
+        Nothing is kept for a store the url no longer is (`enter`). `recent=False` (the sweep)
+        keeps a held entry's place in the LRU and keeps nothing that is no longer held:
+        catching up is not a use."""
         with self._lock:
             self._store(key, rows, recent)
 
@@ -353,11 +360,17 @@ class ReadCache:
             return  # let go of while it was being caught up
         if self._stores.get(key[0]) != key[1]:
             return  # read from a store the url no longer is
+        if held and self._entries[key].version.counter > rows.version.counter:
+            forward = self._forward(key, rows, self._entries[key].version)
+            if forward is None:
+                return  # one store's counter only grows: what is held is newer
+            rows = forward
         if held:
             self.bytes -= self._sizes.pop(key)
         size = rows.nbytes
         if size > self.max_bytes:
             self._entries.pop(key, None)
+            self._touches.pop(key, None)
             return  # bigger than the whole bound: ranked, not kept
         self._entries[key] = rows  # a key already held keeps its place...
         if recent:
@@ -366,15 +379,28 @@ class ReadCache:
         self.bytes += size
         self._trim()
 
+    def _forward(self, key: Key, rows: PersonaRows, to: Version) -> PersonaRows | None:
+        """`rows` with this process's own touches since its version applied, if they lead
+        exactly to `to`; None when some other write lies between."""
+        for before, after, batches in self._touches.get(key, ()):
+            if rows.version == to:
+                break
+            if rows.version == before:
+                rows = rows.touched(batches, after)
+        return rows if rows.version == to else None
+
     def _trim(self) -> None:
         while self.bytes > self.max_bytes and self._entries:
             out, _ = self._entries.popitem(last=False)
+            self._touches.pop(out, None)
             self.bytes -= self._sizes.pop(out)
 
     def _recount(self, key: Key, rows: PersonaRows) -> None:
         """`rows`' vectors grew in place (a topic's cosines): count its bytes again."""
         with self._lock:
-            if self._entries.get(key) is rows:
+            held = self._entries.get(key)
+            if held is not None and held.vectors is rows.vectors:  # rows, or it brought forward
+                rows = held
                 size = rows.nbytes
                 self.bytes += size - self._sizes[key]
                 self._sizes[key] = size
@@ -464,11 +490,15 @@ class ReadCache:
             for persona, (before, after, batches) in moves.items():
                 key = (url, store, persona)
                 rows = self._entries.get(key)
+                if rows is not None:
+                    kept = self._touches.setdefault(key, deque(maxlen=OWN_TOUCHES_KEPT))
+                    kept.append((before, after, batches))
                 if rows is not None and rows.version == before:
                     self._entries[key] = rows.touched(batches, after)  # same size
 
     def clear(self) -> None:
         with self._lock:
+            self._touches.clear()
             self._entries.clear()
             self._sizes.clear()
             self._stores.clear()

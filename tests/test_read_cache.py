@@ -5,6 +5,7 @@ persona share one entry; a persona bigger than the bound ranks on the vectors th
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from sqlalchemy import Engine, create_engine, delete, insert, select, update
 from memory_worker import app_side, read_columns, store
 from memory_worker import settings as settings_mod
 from memory_worker import tables as t
-from memory_worker.read_cache import PersonaRows, ReadCache
+from memory_worker.read_cache import PersonaRows, ReadCache, Vectors, Version
 from memory_worker.reader import Block, build_block
 from memory_worker.vectors import quantise
 
@@ -390,3 +391,45 @@ def test_a_cold_open_reads_only_what_its_audience_can_see_and_renders_what_a_war
     warm = build_block("warren", {who}, room, now=NOW, touch=False).text
     assert read == [visible], "a warm open reads no columns"
     assert cold == warm
+
+
+def _columns(version: int, stamp: int, ids: list[int]) -> PersonaRows:
+    n = len(ids)
+    return PersonaRows(
+        version=Version(version, stamp),
+        ids=np.array(ids, dtype=np.int64),
+        groups=np.full(n, DAN, dtype=np.int64),
+        kinds=np.zeros(n, dtype=np.int64),
+        importance=np.full(n, 0.5),
+        recalled_day=np.zeros(n),
+        chars=np.full(n, 20, dtype=np.int64),
+    )
+
+
+def test_a_read_begun_before_this_processs_own_touch_is_brought_forward_not_put_back() -> None:
+    """A topic open reads the entry at v1 and loads its vectors; meanwhile the flush applies
+    the open's own touch (v1 → v2). Kept as read, the entry would sit behind the store: every
+    later touch would miss it, and the next open patch from the change log (5x a warm open
+    at 100k rows), losing the vectors. Brought forward by the touch, it is v2 with vectors."""
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    v1, v2 = Version(10, 111), Version(12, 222)
+    cache.put(key, _columns(10, 111, [1, 2, 3]))
+    read = cache.get(key, v1)
+    assert read is not None
+    cache.touched(key[0], key[1], {"warren": (v1, v2, [(np.array([2]), 20_000.0)])})
+    assert cache.get(key, v2) is not None
+    loaded = cache.fill(key, replace(read, slots=None, vectors=Vectors(DIMS, 3)), lambda ids: {})
+    held = cache.get(key, v2)
+    assert held is not None, "the read begun at v1 put the entry back behind the touch"
+    assert held.vectors is loaded.vectors  # what the read loaded is kept...
+    assert held.recalled_day.tolist() == [0.0, 20_000.0, 0.0]  # ...with the touch on it
+
+
+def test_a_read_that_missed_another_write_never_puts_the_entry_back_behind_it() -> None:
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    cache.put(key, _columns(12, 222, [1, 2, 3, 4]))  # another process wrote row 4: v12
+    cache.put(key, _columns(10, 111, [1, 2, 3]))  # a read that began at v10 lands late
+    assert cache.get(key, Version(12, 222)) is not None
+    assert cache.get(key, Version(10, 111)) is None
