@@ -31,19 +31,23 @@ demo: $(STAMP)
 	$(BIN)/memory-worker demo
 
 CHROMIUM := /usr/bin/chromium
+# pytest-xdist: the suite on two processes. Most of its time is spent waiting on workers,
+# brokers and browsers it starts, so two halve the wall time even on two cores; each process
+# has its own embedded Redis, PostgreSQL database and temporary folders.
+TEST_PROCESSES ?= 2
 
 test: $(STAMP)
 	$(BIN)/ruff check --quiet .
 	@test -x $(CHROMIUM) || echo "note: no $(CHROMIUM): the browser tests are skipped (apt-get install -y chromium runs them)"
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_PROCESSES)
 
 # The inner loop while developing: lint, types, and the tests that start no worker, browser
 # or supervisor (`make test` runs everything).
 check: $(STAMP)
 	$(BIN)/ruff check --quiet .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -m "not pipeline and not slow and not faults and not browser and not processes"
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m "not pipeline and not slow and not faults and not browser and not processes"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/write_path.py
