@@ -56,10 +56,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/backlog_drain.py
 	$(BIN)/python benchmarks/page_abuse.py
 
-# Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder, and the
-# router's neighbour floor per embedder (~8 min).
+# Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder, the
+# router's neighbour floor per embedder, and a message's recall beside a busy write path (~10 min).
 recall: $(STAMP)
-	$(BIN)/python benchmarks/locomo_recall.py --conversations 1-10 --embedders e5,hashing --router-floor --docs docs/recall.md
+	$(BIN)/python benchmarks/locomo_recall.py --conversations 1-10 --embedders e5,hashing --router-floor --recall-under-load --docs docs/recall.md
 
 # Regenerate docs/performance.md and its plot from one run of both benchmarks.
 perf: $(STAMP)

@@ -51,6 +51,7 @@ from rich.table import Table  # noqa: E402
 from benchmarks import locomo_replay, router_floor  # noqa: E402
 from benchmarks.locomo_replay import conversations  # noqa: E402
 from memory_worker import rank_rows, reader, recall, store  # noqa: E402
+from memory_worker import settings as settings_mod  # noqa: E402
 from memory_worker.audience import Consent, Members, visible_memories  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
@@ -355,6 +356,11 @@ def main() -> None:
         action="store_true",
         help="also measure the router's neighbour floor per embedder (benchmarks/router_floor.py)",
     )
+    p.add_argument(
+        "--recall-under-load",
+        action="store_true",
+        help="also time a message's e5 recall beside a busy write path (recall_path --under-load)",
+    )
     a = p.parse_args()
     if not a.data.exists():
         raise SystemExit(
@@ -417,6 +423,14 @@ def main() -> None:
             show(console, sections, title, header, rows)
         for name, floor in chosen.items():
             console.print(f"  router floor chosen on 1–6 for {name}: {floor:.2f}")
+    if a.recall_under_load:
+        from benchmarks import recall_path
+
+        nice, writers = settings_mod.current().worker_nice, 2
+        with tempfile.TemporaryDirectory() as tmp:
+            figures = recall_path.under_load(400, writers, a.data, Path(tmp), nice)
+        title = "Recall under load — " + recall_path.load_title(writers, nice)
+        show(console, sections, title, *recall_path.load_rows(figures))
     if a.docs:
         a.docs.parent.mkdir(parents=True, exist_ok=True)
         a.docs.write_text(render_doc(a, sections))

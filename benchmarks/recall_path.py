@@ -229,26 +229,41 @@ def under_load(
     return out
 
 
-def load_table(figures: dict[str, dict[str, list[float]]], writers: int, nice: int) -> Table:
-    table = Table(
-        title=f"a message's recall with e5 (query embedded + recall, {LOAD_SIZE:,} rows) beside "
-        f"{writers} busy write-path processes at MW_WORKER_NICE={nice} (ms)",
-        caption=f"{os.cpu_count()} cores; load average: the machine's, every process (1 min)",
+def load_title(writers: int, nice: int) -> str:
+    return (
+        f"a message's recall with e5 (query embedded + recall, {LOAD_SIZE:,} rows) beside "
+        f"{writers} busy write-path processes at MW_WORKER_NICE={nice}, {os.cpu_count()} cores "
+        "(ms; load average: the machine's, 1 min, as the calls began → ended)"
     )
-    cols = ("threads per query", "calls", "median", "p95", "p99", "CPU ms per call", "load avg")
-    for col in cols:
-        table.add_column(col, justify="right")
+
+
+def load_rows(figures: dict[str, dict[str, list[float]]]) -> tuple[list[str], list[list[str]]]:
+    """The under-load figures as a header and rows (this table, and make recall's doc)."""
+    header = ["threads per query", "calls", "median", "p95", "p99", "CPU ms per call", "load avg"]
+    rows = []
     for name, f in figures.items():
         wall = f["wall"]
-        table.add_row(
-            name,
-            str(len(wall)),
-            f"{statistics.median(wall):.1f}",
-            f"{np.percentile(wall, 95):.1f}",
-            f"{np.percentile(wall, 99):.1f}",
-            f"{statistics.mean(f['cpu']):.1f}",
-            f"{f['load'][0]:.1f} → {f['load'][1]:.1f}",
+        rows.append(
+            [
+                name,
+                str(len(wall)),
+                f"{statistics.median(wall):.1f}",
+                f"{np.percentile(wall, 95):.1f}",
+                f"{np.percentile(wall, 99):.1f}",
+                f"{statistics.mean(f['cpu']):.1f}",
+                f"{f['load'][0]:.1f} → {f['load'][1]:.1f}",
+            ]
         )
+    return header, rows
+
+
+def load_table(figures: dict[str, dict[str, list[float]]], writers: int, nice: int) -> Table:
+    table = Table(title=load_title(writers, nice))
+    header, rows = load_rows(figures)
+    for col in header:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
