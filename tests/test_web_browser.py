@@ -70,9 +70,13 @@ def dm(pipeline: Pipeline) -> list[int]:
 
 @pytest.fixture
 def served(pipeline: Pipeline) -> Iterator[Served]:
-    """The rail reads the store only every 10 minutes here: a toast that arrives within the
-    test came through the worker's Redis announcement."""
-    with serve(settings_mod.current(), "--user", str(DAN), "--rail-poll-s", "600") as s:
+    """The rail as served: the worker's Redis announcement nudges it, and it reads the store
+    every RAIL_POLL_S too. Which of the two brought a toast is test_web_rail's question (the
+    nudge alone: `test_a_toast_arrives_on_the_channel_nudge_not_the_poll`); here it is what
+    the page does with it, without a reload. With the nudge as the only way in, the toast
+    twice failed to arrive within 60 s on a loaded machine (cause not found; see issue 22's
+    closing note), which a user would see as a toast up to RAIL_POLL_S late."""
+    with serve(settings_mod.current(), "--user", str(DAN)) as s:
         yield s
 
 
