@@ -251,6 +251,7 @@ def planted_redis(tmp_path: Path) -> Iterator[str]:
     embedded.stop(state)
 
 
+@pytest.mark.processes  # some twenty commands, each its own interpreter: out of make check
 def test_no_command_prints_a_password_from_the_database_or_broker_url(
     db: Engine, tmp_path: Path, planted_redis: str
 ) -> None:

@@ -217,6 +217,7 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
     assert leftover.stdout.strip() == ""
 
 
+@pytest.mark.processes
 def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
     good_env: dict[str, str], tmp_path: Path, redis_url: str
 ) -> None:
