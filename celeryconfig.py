@@ -1,14 +1,14 @@
 """Celery settings for memory_worker (loaded by name: `app.config_from_object("celeryconfig")`).
 
-The broker URL is not here: `memory_worker.broker.url()` resolves it (REDIS_URL, or the
+The broker URL is not here: `memory_worker.ops.broker.url()` resolves it (REDIS_URL, or the
 embedded Redis). Every choice below is a DESIGN.md contract or trap.
 """
 
 from celery.schedules import crontab
 from kombu import Exchange, Queue
 
-from memory_worker import settings as settings_mod
-from memory_worker.constants import (
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import (
     QUEUE_COMMIT,
     QUEUE_EMBED,
     QUEUE_EVENTS,

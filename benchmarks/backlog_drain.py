@@ -28,9 +28,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
-from memory_worker import app_side, store  # noqa: E402
-from memory_worker import settings as settings_mod  # noqa: E402
-from memory_worker import tables as t  # noqa: E402
+from memory_worker import app_side  # noqa: E402
+from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.models.hashing import HashingEmbedder  # noqa: E402
 from memory_worker.models.scripted import (  # noqa: E402
     ScriptedChat,
@@ -38,6 +38,7 @@ from memory_worker.models.scripted import (  # noqa: E402
     sensible_route,
     transcript_ids,
 )
+from memory_worker.storage import store  # noqa: E402
 from memory_worker.write import pipeline  # noqa: E402
 from memory_worker.write.extract import prompt_line  # noqa: E402
 

@@ -26,10 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memory_worker import app_side, models, store  # noqa: E402
-from memory_worker import settings as settings_mod  # noqa: E402
-from memory_worker.rows import Spell  # noqa: E402
-from memory_worker.tables import metadata  # noqa: E402
+from memory_worker import app_side, models  # noqa: E402
+from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core.rows import Spell  # noqa: E402
+from memory_worker.core.tables import metadata  # noqa: E402
+from memory_worker.storage import store  # noqa: E402
 
 PERSONAS = 40
 

@@ -58,14 +58,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis  # noqa: E402
 from sqlalchemy import Engine, select  # noqa: E402
 
-from memory_worker import app_side, embedded, local_worker, store  # noqa: E402
-from memory_worker import settings as settings_mod  # noqa: E402
-from memory_worker import tables as t  # noqa: E402
-from memory_worker.constants import QUEUES  # noqa: E402
+from memory_worker import app_side  # noqa: E402
+from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core import tables as t  # noqa: E402
+from memory_worker.core.constants import QUEUES  # noqa: E402
+from memory_worker.core.settings import Settings  # noqa: E402
 from memory_worker.models.gemini_stub import Fault, GeminiStub  # noqa: E402
 from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids  # noqa: E402
-from memory_worker.ratelimit import Quota  # noqa: E402
-from memory_worker.settings import Settings  # noqa: E402
+from memory_worker.ops import embedded, local_worker  # noqa: E402
+from memory_worker.ops.ratelimit import Quota  # noqa: E402
+from memory_worker.storage import store  # noqa: E402
 
 FACTS = {  # a line's words → the fact it states (u:N added in front)
     "I keep bees on the roof.": "keeps bees on the roof.",

@@ -31,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from memory_worker import app_side, models, reader, store  # noqa: E402
-from memory_worker import settings as settings_mod  # noqa: E402
+from memory_worker import app_side, models, reader  # noqa: E402
+from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.models.scripted import ScriptedChat, route_payload  # noqa: E402
+from memory_worker.storage import store  # noqa: E402
 from memory_worker.write import extract, pipeline  # noqa: E402
 
 DATA = (

@@ -7,9 +7,9 @@ counts finished chains in Redis.
 
 from __future__ import annotations
 
-from memory_worker import broker
 from memory_worker.celery_app import app
-from memory_worker.constants import QUEUES
+from memory_worker.core.constants import QUEUES
+from memory_worker.ops import broker
 
 DONE_KEY = "mw:bench:noop-done"
 

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import httpx
 
-from memory_worker import demo, store
+from memory_worker import demo
+from memory_worker.storage import store
 from memory_worker.web.security import SESSION_COOKIE
 
 ROOT = Path(__file__).resolve().parent.parent

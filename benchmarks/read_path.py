@@ -38,9 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memory_worker import app_side, read_columns, store
-from memory_worker import tables as t
-from memory_worker.constants import KINDS
+from memory_worker import app_side
+from memory_worker.core import tables as t
+from memory_worker.core.constants import KINDS
+from memory_worker.reader import read_columns
+from memory_worker.storage import store
 
 SIZES = (1_000, 10_000, 100_000)
 REPS = {1_000: 200, 10_000: 60, 100_000: 12}  # per case, interleaved

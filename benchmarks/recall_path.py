@@ -52,11 +52,12 @@ from rich.table import Table  # noqa: E402
 
 from benchmarks import read_path  # noqa: E402
 from benchmarks.read_path import DAN, FLOOR_SQL, NOW, PERSONA, p95, seed, timed  # noqa: E402
-from memory_worker import models, reader, store  # noqa: E402
-from memory_worker import settings as settings_mod  # noqa: E402
+from memory_worker import models, reader  # noqa: E402
+from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core.vectors import quantise  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
-from memory_worker.vectors import quantise  # noqa: E402
+from memory_worker.storage import store  # noqa: E402
 
 REPS = {1_000: 200, 10_000: 60, 100_000: 10}
 QUICK = {1_000: 40, 10_000: 15, 100_000: 3}
@@ -135,7 +136,7 @@ def busy_writer(data_path: Path) -> None:
     from benchmarks import locomo_replay
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the temp folder goes with it
-    from memory_worker import startup
+    from memory_worker.tasks import startup
 
     startup.yield_cores()  # as a worker does as it starts (MW_WORKER_NICE)
     data = json.loads(data_path.read_text())

@@ -38,17 +38,13 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from memory_worker import (  # noqa: E402
-    app_side,
-    embedded,
-    local_worker,
-    models,  # noqa: E402
-    store,
-)
-from memory_worker import settings as settings_mod  # noqa: E402
-from memory_worker import tables as t  # noqa: E402
+from memory_worker import app_side, models
+from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.models.gemini_stub import GeminiStub, default_embed_responder  # noqa: E402
 from memory_worker.models.scripted import gemini_responder, transcript_ids  # noqa: E402
+from memory_worker.ops import embedded, local_worker
+from memory_worker.storage import store
 
 MODEL_CALLS_PER_SPELL = 3  # extract, embed, route: each takes a slot of the global rate limit
 
@@ -128,8 +124,8 @@ def bench_noop(n: int) -> float:
     from celery import chain
 
     from benchmarks.noop_tasks import DONE_KEY, noop_done, noops
-    from memory_worker import broker
     from memory_worker.celery_app import app
+    from memory_worker.ops import broker
 
     r = broker.client(app.conf.broker_url)
     r.delete(DONE_KEY)

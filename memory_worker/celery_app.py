@@ -1,7 +1,7 @@
 """The Celery app: `celery -A memory_worker.celery_app worker -Q model,embed,...`.
 
 Config comes from `celeryconfig` by module name. Importing this module starts nothing: the
-broker is resolved (`memory_worker.broker.url()`, which may start the embedded Redis) when the
+broker is resolved (`memory_worker.ops.broker.url()`, which may start the embedded Redis) when the
 app is first configured — the first send, or a worker starting — not at import. Engines are
 per process: a prefork child drops what it inherited (SQLAlchemy engines must not cross a fork).
 """
@@ -13,7 +13,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_init, worker_process_init
 
-from memory_worker import broker, startup, store
+from memory_worker.ops import broker
+from memory_worker.storage import store
+from memory_worker.tasks import startup
 
 app = Celery(
     "memory_worker",

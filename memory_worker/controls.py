@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from memory_worker import store, toasts
-from memory_worker.block import span
-from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
-from memory_worker.rows import Row, concerned, human_id, human_ref
-from memory_worker.storage import memories, notices, rooms, users
+from memory_worker.core import toasts
+from memory_worker.core.block import span
+from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
+from memory_worker.core.rows import Row, concerned, human_id, human_ref
+from memory_worker.storage import memories, notices, rooms, store, users
 
 ID_MAX = 2**63 - 1  # the largest id a database integer holds
 

@@ -21,10 +21,11 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy import Engine
 
-from memory_worker import app_side, embedded, store
-from memory_worker import settings as settings_mod
-from memory_worker.block import span
-from memory_worker.storage import memories, notices, spells
+from memory_worker import app_side
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.block import span
+from memory_worker.ops import embedded
+from memory_worker.storage import memories, notices, spells, store
 
 CASSETTE = Path(__file__).resolve().parent / "demo_cassette.json"
 DEMO_DIR = Path(".memory_worker") / "demo"
@@ -182,8 +183,9 @@ def run() -> None:
     eng = store.engine()
     seed(eng)
 
-    from memory_worker import events, local_worker
+    from memory_worker import events
     from memory_worker.celery_app import app
+    from memory_worker.ops import local_worker
 
     worker = local_worker.start(s, log=DEMO_DIR / "worker.log")
     try:

@@ -20,9 +20,8 @@ from typing import Any
 
 from celery import Task
 
-from memory_worker import settings as settings_mod
-from memory_worker import store
-from memory_worker.storage import rooms, users
+from memory_worker.core import settings as settings_mod
+from memory_worker.storage import rooms, store, users
 from memory_worker.tasks.rooms import on_room_quiet, reembed_user, room_topic
 
 log = logging.getLogger(__name__)

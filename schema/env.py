@@ -1,4 +1,4 @@
-"""Alembic environment: migrations for the tables in memory_worker/tables.py.
+"""Alembic environment: migrations for the tables in memory_worker/core/tables.py.
 
 `memory-worker init-db` hands us an open connection; the alembic CLI
 (`alembic -c schema/alembic.ini upgrade head`) migrates the configured store — the URL
@@ -8,8 +8,8 @@
 from alembic import context
 from sqlalchemy import create_engine
 
-from memory_worker import settings as settings_mod
-from memory_worker.tables import metadata
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.tables import metadata
 
 config = context.config
 target_metadata = metadata

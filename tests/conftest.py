@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import Connection, Engine, create_engine, make_url
 from sqlalchemy.pool import NullPool
 
-from memory_worker import settings as settings_mod
-from memory_worker import store
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.tables import metadata
+from memory_worker.storage import store
 from memory_worker.storage.prepared import Prepared
-from memory_worker.tables import metadata
 
 _OWN_DATABASE: list[tuple[str, str]] = []  # (the URL asked for, the run's own database's name)
 

@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import app_side, events
-from memory_worker import tables as t
 from memory_worker.celery_app import app
-from memory_worker.constants import MODEL_MAX_RETRIES
+from memory_worker.core import tables as t
+from memory_worker.core.constants import MODEL_MAX_RETRIES
 from memory_worker.models.gemini_stub import prompt_text, system_text
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from tests.scenes import CARA, DAN, people

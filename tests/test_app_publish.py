@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import store
+from memory_worker.storage import store
 from tests.scenes import people, private_chat
 
 APP = textwrap.dedent(

@@ -8,9 +8,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_worker.audience import Consent, Members, scope_for, visible_memories
-from memory_worker.constants import KINDS, V1_PROVEN_SCOPE
-from memory_worker.rows import Room, Row, human_id
+from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
+from memory_worker.core.constants import KINDS, V1_PROVEN_SCOPE
+from memory_worker.core.rows import Room, Row, human_id
 
 PERSONAS = ("warren", "nolan")
 HUMANS = (17, 42, 58, 99)

@@ -10,7 +10,7 @@ import pytest
 import redis
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
-from memory_worker import embedded, inflight
+from memory_worker.ops import embedded, inflight
 
 
 def test_the_embedded_redis_is_started_once_and_found_again(tmp_path: Path) -> None:

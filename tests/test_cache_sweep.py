@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, event, insert, select
 
-from memory_worker import read_columns
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
-from memory_worker.cache_sweep import Sweeper
-from memory_worker.read_cache import PersonaRows, ReadCache, Version
-from memory_worker.reader import build_block
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.read_cache import PersonaRows, ReadCache, Version
+from memory_worker.reader import build_block, read_columns
+from memory_worker.reader.cache_sweep import Sweeper
 from tests import test_read_cache
 from tests.test_read_cache import DAN, NOW, held, new_row
 

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import Engine
 
 from memory_worker import app_side, cli
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
 from memory_worker.write import pipeline
 from tests.scenes import DAN, people, private_chat
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, make_url
 
-from memory_worker import cli, embedded
-from memory_worker import settings as settings_mod
+from memory_worker import cli
+from memory_worker.core import settings as settings_mod
 from memory_worker.demo import CASSETTE
+from memory_worker.ops import embedded
 from tests import scenes
 from tests.scenes import DAN
 

@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from memory_worker import controls
-from memory_worker import tables as t
-from memory_worker.block import span
-from memory_worker.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
-from memory_worker.rows import Row
+from memory_worker.core import tables as t
+from memory_worker.core.block import span
+from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
+from memory_worker.core.rows import Row
 from tests import scenes
 from tests.scenes import CARA, DAN
 

@@ -17,11 +17,12 @@ import pytest
 import redis
 from sqlalchemy import Engine, select
 
-from memory_worker import app_side, events, local_worker, toast_bus
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
-from memory_worker.constants import QUEUES
+from memory_worker import app_side, events
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.constants import QUEUES
 from memory_worker.models.scripted import gemini_responder, transcript_ids
+from memory_worker.ops import local_worker, toast_bus
 from tests import bees
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.test_worker_loss import children, other_database

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory_worker.constants import DAILY_CAP_PER_HUMAN
-from memory_worker.rows import Line, Room
+from memory_worker.core.constants import DAILY_CAP_PER_HUMAN
+from memory_worker.core.rows import Line, Room
 from memory_worker.write.extract import (
     CandidateOut,
     ExtractAnswer,

@@ -32,7 +32,8 @@ from google.genai import _transformers as genai_transformers
 from google.genai import models as sdk_models
 from pydantic import BaseModel, Field, ValidationError
 
-from memory_worker.constants import EMBEDDING_DIMS
+from memory_worker.core.constants import EMBEDDING_DIMS
+from memory_worker.core.settings import Settings
 from memory_worker.models import gemini
 from memory_worker.models.base import ChatResult, MalformedAnswer, Usage, describe_invalid
 from memory_worker.models.gemini import (
@@ -46,7 +47,6 @@ from memory_worker.models.gemini import (
     response_schema,
 )
 from memory_worker.models.gemini_stub import Fault, GeminiStub
-from memory_worker.settings import Settings
 from memory_worker.write.extract import ExtractAnswer
 from memory_worker.write.route import RouteAnswer
 

@@ -62,8 +62,8 @@ class Break:
     extractor: str = "honest"
 
 
-AUDIENCE, READ_PATH = "memory_worker/audience.py", "memory_worker/storage/read_path.py"
-COLUMNS, RECALL = "memory_worker/read_columns.py", "memory_worker/recall.py"
+AUDIENCE, READ_PATH = "memory_worker/core/audience.py", "memory_worker/storage/read_path.py"
+COLUMNS, RECALL = "memory_worker/reader/read_columns.py", "memory_worker/reader/recall.py"
 
 # A scope that admits every row of the persona: recall's scope dropped.
 EVERYONE = (

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from memory_worker import app_side
-from memory_worker import tables as t
+from memory_worker.core import tables as t
 from memory_worker.write import spell as spells
 from tests.scenes import DAN, people
 

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import select
 
 from benchmarks import locomo_replay
-from memory_worker import store
-from memory_worker import tables as t
-from memory_worker.constants import BLOCK_CHARS_LIMIT, TAKE_PER_HUMAN
+from memory_worker.core import tables as t
+from memory_worker.core.constants import BLOCK_CHARS_LIMIT, TAKE_PER_HUMAN
+from memory_worker.storage import store
 
 pytestmark = pytest.mark.skipif(
     not locomo_replay.DATA.exists(), reason="LoCoMo is not beside this checkout"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker import embedded
+from memory_worker.ops import embedded
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Task messages (memory_worker.messages): what a task refuses, and that the spell's message
+"""Task messages (memory_worker.core.messages): what a task refuses, and that the spell's message
 model keeps up with the Spell it carries."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from memory_worker.messages import MalformedMessage, SpellMessage, spell_json
-from memory_worker.rows import Candidate, Spell
+from memory_worker.core.messages import MalformedMessage, SpellMessage, spell_json
+from memory_worker.core.rows import Candidate, Spell
 
 
 def test_the_spell_message_has_exactly_the_fields_of_the_spell() -> None:

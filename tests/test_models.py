@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from memory_worker import models
+from memory_worker.core.settings import Settings
 from memory_worker.models.base import (
     MalformedAnswer,
     PermanentModelError,
@@ -37,7 +38,6 @@ from memory_worker.models.hashing import HashingEmbedder, tokens
 from memory_worker.models.local import E5Embedder
 from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
 from memory_worker.models.scripted import ScriptedChat
-from memory_worker.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -337,7 +337,7 @@ def test_the_factories_choose_by_provider(stub: GeminiStub, tmp_path: Path) -> N
 
 
 def test_an_unknown_provider_is_refused_when_the_settings_are_read() -> None:
-    from memory_worker.settings import ConfigError
+    from memory_worker.core.settings import ConfigError
 
     with pytest.raises(ConfigError, match="MW_PROVIDER: Input should be 'replay' or 'gemini'"):
         Settings.from_env({"MW_PROVIDER": "openai"})
@@ -360,7 +360,7 @@ def test_providers_are_built_once_per_settings_and_again_after_a_fork(
 
 
 def test_the_factories_read_the_settings_in_force_when_given_none(tmp_path: Path) -> None:
-    from memory_worker import settings as settings_mod
+    from memory_worker.core import settings as settings_mod
 
     before = settings_mod.current()
     try:

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select, update
 
-from memory_worker import app_side, reader, store
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
-from memory_worker.constants import DAILY_CAP_PER_HUMAN
+from memory_worker import app_side, reader
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.constants import DAILY_CAP_PER_HUMAN
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.storage import embedder as store_embedder
+from memory_worker.storage import store
 from memory_worker.write import guards
 from memory_worker.write.extract import CandidateOut
 from tests.test_reader import CARA, DAN, NOW, add_row

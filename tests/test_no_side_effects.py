@@ -81,7 +81,7 @@ def test_an_owner_that_exits_while_another_process_uses_the_broker_hands_it_on(
     routine worker restart taking every queued message with it."""
     import redis
 
-    from memory_worker import embedded
+    from memory_worker.ops import embedded
 
     state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "REDIS_"))}
@@ -110,7 +110,7 @@ def test_an_owner_that_exits_while_another_process_uses_the_broker_hands_it_on(
 def test_under_the_supervisor_no_worker_owns_the_broker(tmp_path: Path) -> None:
     """While `memory-worker run` supervises (its pid in the state folder), a process that
     finds the broker down and starts it does not stop it when it exits."""
-    from memory_worker import embedded
+    from memory_worker.ops import embedded
 
     state = tmp_path / "state"
     state.mkdir()

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import app_side, reader
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from tests.scenes import CARA, DAN, people
 from tests.test_reader import add_row

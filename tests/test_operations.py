@@ -16,7 +16,8 @@ import pytest
 import redis
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
-from memory_worker import demo, store
+from memory_worker import demo
+from memory_worker.storage import store
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "memory_worker.cli"]
@@ -154,7 +155,7 @@ def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: P
         timeout=120,
     )
     assert target.exists() and not (tmp_path / "memory_worker.db").exists()
-    from memory_worker import check
+    from memory_worker.tasks import check
 
     check.require_migrated(f"sqlite:///{target}")
 

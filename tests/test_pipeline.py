@@ -10,14 +10,15 @@ import time
 import pytest
 from sqlalchemy import Engine, select
 
-from memory_worker import app_side, broker, events, inflight, models
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker import app_side, events, models
 from memory_worker.celery_app import app
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
+from memory_worker.ops import broker, inflight
 from memory_worker.tasks.rooms import sweep, sweep_lagging_rooms
-from memory_worker.vectors import quantise
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
 

@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, insert, select
 
-from memory_worker import store
-from memory_worker import tables as t
-from memory_worker.audience import Scope
-from memory_worker.rows import Candidate, Spell
-from memory_worker.storage import embedder, memories, notices, spells
+from memory_worker.core import tables as t
+from memory_worker.core.audience import Scope
+from memory_worker.core.rows import Candidate, Spell
+from memory_worker.storage import embedder, memories, notices, spells, store
 from memory_worker.storage.prepared import PREPARED_IN_MAX
 
 pytestmark = pytest.mark.store

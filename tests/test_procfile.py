@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
-from memory_worker import demo, local_worker, store
-from memory_worker import tables as t
+from memory_worker import demo
+from memory_worker.core import tables as t
+from memory_worker.ops import local_worker
+from memory_worker.storage import store
 from tests.worker import spare_database
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
@@ -85,11 +87,11 @@ def test_the_procfile_runs_from_a_fresh_checkout_and_stops_cleanly(
         "FLOWER_PORT": str(flower_port),
         "PYTHONWARNINGS": f"ignore:{local_worker.ROOT_WARNING}",  # by message: see local_worker
     }
-    from memory_worker import settings as settings_mod
+    from memory_worker.core import settings as settings_mod
 
     settings_mod.configure(settings_mod.current().with_(broker_url=redis_url))
     from memory_worker.celery_app import app
-    from memory_worker.constants import QUEUES
+    from memory_worker.core.constants import QUEUES
 
     with app.connection_for_write(broker_url) as conn:
         for queue in QUEUES:

@@ -12,17 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from memory_worker import store
-from memory_worker.block import Human, Section, render, render_line, tail
-from memory_worker.constants import (
+from memory_worker.core.block import Human, Section, render, render_line, tail
+from memory_worker.core.constants import (
     ALWAYS_RIDE_KINDS,
     BLOCK_CHARS_LIMIT,
     DIVERSITY_PER_KIND,
     KINDS,
     TAKE_PER_HUMAN,
 )
-from memory_worker.rank_rows import columns, pick
-from memory_worker.ranking import (
+from memory_worker.core.rank_rows import columns, pick
+from memory_worker.core.ranking import (
     RULE,
     SEED_RULE,
     WORLD_GROUP,
@@ -32,10 +31,10 @@ from memory_worker.ranking import (
     scores,
     take,
 )
+from memory_worker.core.rows import Candidate, Row
+from memory_worker.core.vectors import quantise
 from memory_worker.reader import build_block
-from memory_worker.rows import Candidate, Row
-from memory_worker.storage import memories, rooms, users
-from memory_worker.vectors import quantise
+from memory_worker.storage import memories, rooms, store, users
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DAN, CARA = 42, 17
@@ -457,7 +456,7 @@ def test_nothing_to_recall_renders_no_text_at_all() -> None:
 )
 def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:  # type: ignore[no-untyped-def]
     """The fast cut against the obvious one: sort every row by (group, kind, -score, id)."""
-    from memory_worker.ranking import _top_per_group_kind
+    from memory_worker.core.ranking import _top_per_group_kind
 
     n = len(rows)
     ids = np.arange(100, 100 + n, dtype=np.int64)[::-1].copy()  # ids not in row order

@@ -14,12 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, delete, insert, select, update
 
-from memory_worker import app_side, read_columns, store
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
-from memory_worker.read_cache import PersonaRows, ReadCache, Vectors, Version
-from memory_worker.reader import Block, build_block
-from memory_worker.vectors import quantise
+from memory_worker import app_side
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.read_cache import PersonaRows, ReadCache, Vectors, Version
+from memory_worker.core.vectors import quantise
+from memory_worker.reader import Block, build_block, read_columns
+from memory_worker.storage import store
 
 NOW = "2026-12-01T12:00:00+00:00"
 DAN, CARA = 42, 17

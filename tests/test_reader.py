@@ -19,17 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, event, insert, select, update
 
-from memory_worker import app_side, read_columns, reader, store
-from memory_worker import tables as t
-from memory_worker import touch as touch_mod
+from memory_worker import app_side, reader
 from memory_worker.app_side import UnknownRoom
-from memory_worker.audience import Consent, Members, scope_for, visible_memories
-from memory_worker.constants import KINDS
-from memory_worker.read_cache import NEVER_WRITTEN, ReadCache, Versions
-from memory_worker.reader import blocks_for_room, build_block, format_block
-from memory_worker.rows import Room, Row, human_id, id_json
-from memory_worker.storage import read_path
-from memory_worker.vectors import quantise
+from memory_worker.core import tables as t
+from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
+from memory_worker.core.constants import KINDS
+from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache, Versions
+from memory_worker.core.rows import Room, Row, human_id, id_json
+from memory_worker.core.vectors import quantise
+from memory_worker.reader import blocks_for_room, build_block, format_block, read_columns
+from memory_worker.reader import touch as touch_mod
+from memory_worker.storage import read_path, store
 
 NOW = "2026-12-01T12:00:00+00:00"
 DAN, CARA = 42, 17

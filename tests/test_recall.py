@@ -6,11 +6,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from sqlalchemy import Engine, select, update
 
-from memory_worker import app_side, reader, store
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker import app_side, reader
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.vectors import quantise
+from memory_worker.storage import store
 from memory_worker.write.embed import embeddable_text
 from tests.test_reader import (  # noqa: F401 — fixtures and helpers shared with the block
     CARA,

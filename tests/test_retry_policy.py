@@ -3,8 +3,8 @@ broker's visibility timeout, and never comes sooner than the server's retry-afte
 
 from __future__ import annotations
 
-from memory_worker import settings as settings_mod
-from memory_worker.constants import RETRY_BACKOFF_MAX_S, VISIBILITY_TIMEOUT_S
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import RETRY_BACKOFF_MAX_S, VISIBILITY_TIMEOUT_S
 from memory_worker.tasks.model_step import backoff
 
 

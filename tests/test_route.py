@@ -8,11 +8,11 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from memory_worker.core.rows import Candidate
+from memory_worker.core.vectors import quantise, to_b64
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.local import E5Embedder
 from memory_worker.models.scripted import route_payload
-from memory_worker.rows import Candidate
-from memory_worker.vectors import quantise, to_b64
 from memory_worker.write.route import (
     OpenRow,
     RouteAnswer,

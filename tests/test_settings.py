@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_worker.settings import EMBEDDED, ConfigError, Settings, redact
+from memory_worker.core.settings import EMBEDDED, ConfigError, Settings, redact
 
 
 def test_defaults_are_the_embedded_broker_a_local_sqlite_file_and_the_replay_model() -> None:
@@ -132,7 +132,7 @@ def test_a_copy_with_changes_is_checked_too() -> None:
 def _niceness_after_yield(env: dict[str, str]) -> tuple[int, int]:
     """(niceness before, after) `startup.yield_cores()` in a fresh process with `env`."""
     code = (
-        "import os; before = os.nice(0); from memory_worker import startup; "
+        "import os; before = os.nice(0); from memory_worker.tasks import startup; "
         "startup.yield_cores(); print(before, os.nice(0))"
     )
     clean = {k: v for k, v in os.environ.items() if k != "MW_WORKER_NICE"}

@@ -14,8 +14,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 
-from memory_worker import store
-from memory_worker.tables import metadata
+from memory_worker.core.tables import metadata
+from memory_worker.storage import store
 
 pytestmark = pytest.mark.store
 
@@ -135,7 +135,7 @@ def test_a_transaction_that_reads_then_writes_is_not_beaten_to_the_lock(db: Engi
 
 def test_ids_of_deleted_rows_and_notices_are_never_given_again(db: Engine) -> None:
     """Hole 6: a stale toast's undo must never reach a newer row that took a deleted id."""
-    from memory_worker import tables as t
+    from memory_worker.core import tables as t
 
     note = dict(
         user_id=1,
@@ -160,7 +160,7 @@ def test_a_cursor_that_is_not_an_integer_is_refused_by_the_schema(db: Engine) ->
     """Hole 9: SQLite would keep "abc" in an INTEGER column; the CHECK refuses it."""
     from sqlalchemy.exc import DBAPIError
 
-    from memory_worker import tables as t
+    from memory_worker.core import tables as t
 
     with pytest.raises(DBAPIError), db.begin() as conn:
         conn.execute(
@@ -177,7 +177,7 @@ def test_every_write_to_a_persona_logs_its_row_under_one_version_and_the_log_kee
     SQLite and PostgreSQL alike — and prunes itself to the persona's last 1,024 versions."""
     from sqlalchemy import func, select
 
-    from memory_worker import tables as t
+    from memory_worker.core import tables as t
 
     pm, ch, v = t.persona_memory.c, t.persona_memory_changes.c, t.persona_memory_versions.c
 

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, delete, event, insert, select, update
 
-from memory_worker import app_side, read_columns, reader, store
-from memory_worker import tables as t
-from memory_worker.block import Block
-from memory_worker.reader import build_block
-from memory_worker.tables import metadata
+from memory_worker import app_side, reader
+from memory_worker.core import tables as t
+from memory_worker.core.block import Block
+from memory_worker.core.tables import metadata
+from memory_worker.reader import build_block, read_columns
+from memory_worker.storage import store
 
 pytestmark = pytest.mark.store
 

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from memory_worker import app_side, controls, read_columns, reader
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
-from memory_worker import touch as touch_mod
+from memory_worker import app_side, controls, reader
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.reader import read_columns
+from memory_worker.reader import touch as touch_mod
+from memory_worker.reader.touch import Attempt, Touch, Toucher
 from memory_worker.storage import read_path
-from memory_worker.touch import Attempt, Touch, Toucher
 
 
 def touch(n: int) -> Touch:

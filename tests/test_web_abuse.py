@@ -27,9 +27,9 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from memory_worker import controls
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
-from memory_worker.constants import WEB_JSON_MAX_DEPTH
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.constants import WEB_JSON_MAX_DEPTH
 from memory_worker.web.app import PageApp, create_app
 from memory_worker.web.security import SECURITY_HEADERS, SESSION_COOKIE, Sessions
 from memory_worker.web.serve import head_deadline_protocol

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import events
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
 from memory_worker.models.scripted import candidate, gemini_responder
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.web_server import Served, serve

@@ -13,10 +13,11 @@ import pytest
 import redis
 from sqlalchemy import Engine, select
 
-from memory_worker import events, toast_bus
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker import events
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
 from memory_worker.models.scripted import gemini_responder
+from memory_worker.ops import toast_bus
 from tests import scenes
 from tests.scenes import CARA, DAN, extract_answer
 from tests.test_controls import add_notice, add_row
@@ -165,7 +166,7 @@ def test_the_stream_needs_a_session(db: Engine, two_people) -> None:  # type: ig
 
 def test_without_redis_the_stream_still_delivers_from_the_store(db: Engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """No Redis to listen to (the embedded one is not running): the rail reads the store."""
-    from memory_worker.settings import EMBEDDED
+    from memory_worker.core.settings import EMBEDDED
 
     scenes.people(db)
     settings = settings_mod.current().with_(broker_url=EMBEDDED, state_dir=tmp_path / "none")

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, func, select
 from starlette.testclient import TestClient
 
 from memory_worker import controls
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
 from memory_worker.web.actions import ACTIONS
 from memory_worker.web.app import create_app
 from memory_worker.web.security import SECURITY_HEADERS, SESSION_COOKIE

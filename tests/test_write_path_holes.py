@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from memory_worker import app_side, controls, reader
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
-from memory_worker.constants import DAILY_CAP_PER_HUMAN, DAILY_CAP_WORLD
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.constants import DAILY_CAP_PER_HUMAN, DAILY_CAP_WORLD
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route, transcript_ids
 from memory_worker.write.guards import is_one_sentence

@@ -13,10 +13,11 @@ import pytest
 from celery.signals import before_task_publish
 from sqlalchemy import insert, select
 
-from memory_worker import app_side, events, inflight
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker import app_side, events
 from memory_worker.celery_app import app
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
+from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import (
     ScriptedChat,
@@ -25,7 +26,7 @@ from memory_worker.models.scripted import (
     sensible_route,
     transcript_ids,
 )
-from memory_worker.rows import Spell
+from memory_worker.ops import inflight
 from memory_worker.tasks import pipeline as tasks
 from memory_worker.tasks.rooms import on_room_quiet
 from memory_worker.write import pipeline as pipeline_steps
@@ -69,7 +70,7 @@ def test_hole8_the_claim_is_freed_when_the_spell_ends_so_the_next_quiet_spell_ru
     events.room_quiet("dm-dan")
     pipeline.wait_for_spell("warren", "dm-dan", lines[-1])
     settle(str(app.conf.broker_url))
-    from memory_worker import broker
+    from memory_worker.ops import broker
 
     assert broker.client(str(app.conf.broker_url)).get(inflight.key("warren", "dm-dan")) is None
     with pipeline.db.begin() as conn:
@@ -87,8 +88,8 @@ def test_a_step_renews_the_claim_only_when_it_was_taken_more_than_ten_seconds_ag
 ) -> None:
     from types import SimpleNamespace
 
-    from memory_worker import broker
-    from memory_worker.rows import Spell
+    from memory_worker.core.rows import Spell
+    from memory_worker.ops import broker
     from memory_worker.tasks.model_step import renew_claim
 
     client = broker.client(redis_url)
@@ -110,8 +111,8 @@ def test_a_shorter_claim_is_taken_and_renewed_for_mw_inflight_ttl_s(redis_url: s
     it (2 s of 12), so a shorter claim is kept alive by a chain as a long one is."""
     from types import SimpleNamespace
 
-    from memory_worker import broker
-    from memory_worker.rows import Spell
+    from memory_worker.core.rows import Spell
+    from memory_worker.ops import broker
     from memory_worker.tasks.model_step import renew_claim
 
     settings_mod.configure(

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import app_side
-from memory_worker import tables as t
+from memory_worker.core import tables as t
+from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, sensible_route
-from memory_worker.rows import Spell
 from memory_worker.write import pipeline
 from tests.scenes import DAN, extract_answer, people, private_chat
 

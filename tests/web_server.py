@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memory_worker.settings import Settings
+from memory_worker.core.settings import Settings
 
 START_TIMEOUT_S = 30.0  # a cold start imports Starlette, SQLAlchemy, Jinja2
 

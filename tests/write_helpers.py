@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, insert, select
 
-from memory_worker import tables as t
+from memory_worker.core import tables as t
+from memory_worker.core.rows import Spell
+from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.rows import Spell
-from memory_worker.vectors import quantise
 from memory_worker.write import pipeline
 
 EMB = HashingEmbedder()

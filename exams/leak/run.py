@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory_worker import app_side, models, reader, store
-from memory_worker import settings as settings_mod
-from memory_worker.constants import V1_PROVEN_SCOPE
+from memory_worker import app_side, models, reader
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import V1_PROVEN_SCOPE
 from memory_worker.models.base import ChatModel
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
+from memory_worker.storage import store
 from memory_worker.write import pipeline
 
 HERE = Path(__file__).resolve().parent

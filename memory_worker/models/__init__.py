@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from memory_worker import settings as settings_mod
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.settings import Settings
 from memory_worker.models.base import (
     ChatModel,
     ChatResult,
@@ -26,7 +27,6 @@ from memory_worker.models.base import (
     TransientModelError,
     Usage,
 )
-from memory_worker.settings import Settings
 
 __all__ = [
     "PROVIDERS",

@@ -48,7 +48,8 @@ from google.genai import errors as genai_errors
 from google.genai import types
 from pydantic import ValidationError
 
-from memory_worker.constants import EMBEDDING_DIMS
+from memory_worker.core.constants import EMBEDDING_DIMS
+from memory_worker.core.settings import Settings
 from memory_worker.models.base import (
     ChatResult,
     MalformedAnswer,
@@ -60,7 +61,6 @@ from memory_worker.models.base import (
     Usage,
     describe_invalid,
 )
-from memory_worker.settings import Settings
 
 # The Gemini API rejects a batchEmbedContents call with more than this many texts.
 EMBED_BATCH_MAX = 100

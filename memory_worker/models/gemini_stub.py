@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from memory_worker.core.settings import Settings
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.settings import Settings
 
 # The factor the default embed responder scales unit vectors by: Gemini's 768-dim vectors are
 # not normalised, so neither are the stub's, and a test can prove the client normalises.

@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from memory_worker.constants import EMBEDDING_DIMS
+from memory_worker.core.constants import EMBEDDING_DIMS
 
 # `u:42`-style ids are kept whole (they name humans); otherwise runs of letters and digits,
 # with inner apostrophes ("don't", "nolan's") kept so the possessive can be cut below.

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from memory_worker import metrics, ratelimit
+from memory_worker.core.settings import Settings
 from memory_worker.models.base import (
     ChatModel,
     ChatResult,
@@ -23,7 +23,7 @@ from memory_worker.models.base import (
     T,
     TransientModelError,
 )
-from memory_worker.settings import Settings
+from memory_worker.ops import metrics, ratelimit
 
 QUOTA_NAME = "model"  # one quota for chat and embeddings: the API counts them together
 R = TypeVar("R")
@@ -39,7 +39,7 @@ class _Limited:
         self.max_wait = settings.model_quota_max_wait_s
 
     def _redis(self) -> redis.Redis:
-        from memory_worker import broker  # resolved at the first call: importing starts nothing
+        from memory_worker.ops import broker  # resolved at the first call: importing starts nothing
 
         return broker.client(broker.url())
 

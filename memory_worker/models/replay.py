@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from memory_worker.core.settings import Settings
 from memory_worker.models.base import (
     ChatResult,
     MalformedAnswer,
@@ -38,7 +39,6 @@ from memory_worker.models.base import (
     Usage,
     describe_invalid,
 )
-from memory_worker.settings import Settings
 
 CASSETTE_VERSION = 1
 

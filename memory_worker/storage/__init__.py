@@ -2,7 +2,7 @@
 
 One small module per concern, each a set of named functions over a SQLAlchemy `Connection`
 (Core, no ORM session: the SQL stays visible). Callers open the connection or transaction
-(`memory_worker.store`) and call these; a newcomer finds every read and write of a table in
+(`memory_worker.storage.store`) and call these; a newcomer finds every read and write of a table in
 one file:
 
     memories   persona_memory (the rows) and persona_memory_versions

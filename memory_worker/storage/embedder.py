@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from memory_worker import tables as t
+from memory_worker.core import tables as t
 from memory_worker.storage.prepared import Prepared
 
 e = t.store_embedder.c

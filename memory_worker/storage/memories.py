@@ -32,10 +32,10 @@ from sqlalchemy import (
     update,
 )
 
-from memory_worker import tables as t
-from memory_worker.audience import Scope
-from memory_worker.constants import SUBJECT_SELF, SUBJECT_WORLD
-from memory_worker.rows import Candidate, Row, human_ref, id_json, id_list
+from memory_worker.core import tables as t
+from memory_worker.core.audience import Scope
+from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD
+from memory_worker.core.rows import Candidate, Row, human_ref, id_json, id_list
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 pm = t.persona_memory.c

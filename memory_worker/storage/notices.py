@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
-from memory_worker import tables as t
+from memory_worker.core import tables as t
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 n = t.notices.c

@@ -36,12 +36,12 @@ from sqlalchemy import (
     update,
 )
 
-from memory_worker import store
-from memory_worker import tables as t
-from memory_worker.block import Human
-from memory_worker.constants import KINDS, SUBJECT_SELF, SUBJECT_WORLD
-from memory_worker.read_cache import NEVER_WRITTEN, Version, Versions
-from memory_worker.rows import Room, Row, human_id
+from memory_worker.core import tables as t
+from memory_worker.core.block import Human
+from memory_worker.core.constants import KINDS, SUBJECT_SELF, SUBJECT_WORLD
+from memory_worker.core.read_cache import NEVER_WRITTEN, Version, Versions
+from memory_worker.core.rows import Room, Row, human_id
+from memory_worker.storage import store
 from memory_worker.storage.prepared import Prepared, tagged
 
 UNIX_EPOCH_JULIAN_DAY = 2440587.5  # SQLite's julianday('1970-01-01')

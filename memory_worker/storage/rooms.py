@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
-from memory_worker import tables as t
-from memory_worker.rows import Line, Room, human_id, human_ref, now_iso, stamp
+from memory_worker.core import tables as t
+from memory_worker.core.rows import Line, Room, human_id, human_ref, now_iso, stamp
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 r = t.rooms.c

@@ -24,8 +24,8 @@ from sqlalchemy import (
     union_all,
 )
 
-from memory_worker import tables as t
-from memory_worker.rows import Room
+from memory_worker.core import tables as t
+from memory_worker.core.rows import Room
 from memory_worker.storage.prepared import Prepared, tagged
 from memory_worker.storage.read_path import room_branches, room_or_member
 

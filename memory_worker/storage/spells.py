@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Insert, Table, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from memory_worker import tables as t
-from memory_worker.rows import Spell
+from memory_worker.core import tables as t
+from memory_worker.core.rows import Spell
 from memory_worker.storage.prepared import Prepared
 
 s = t.spells.c

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
 
-from memory_worker import tables as t
-from memory_worker.names import word_ngrams
+from memory_worker.core import tables as t
+from memory_worker.core.names import word_ngrams
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 u = t.users.c

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from sqlalchemy import Connection, delete, insert, or_, select
 
-from memory_worker import tables as t
+from memory_worker.core import tables as t
 
 w = t.web_sessions.c
 

@@ -1,6 +1,6 @@
 """The task boundary: what comes in is checked, what goes out to logs and events says nothing.
 
-In: every task parses its message with `memory_worker.messages` before anything runs; a
+In: every task parses its message with `memory_worker.core.messages` before anything runs; a
 message that does not fit is refused with one clear log line (which fields, never their
 values) and changes nothing — `reject` logs it and ends the task (and its chain) there.
 
@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from celery import Task
 from celery.exceptions import Ignore
 
-from memory_worker.messages import MalformedMessage
+from memory_worker.core.messages import MalformedMessage
 
 log = logging.getLogger(__name__)
 

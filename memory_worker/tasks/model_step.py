@@ -28,12 +28,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memory_worker import broker, inflight, metrics, ratelimit
-from memory_worker import settings as settings_mod
-from memory_worker.constants import INFLIGHT_RENEW_AFTER, MODEL_MAX_RETRIES, RETRY_BACKOFF_MAX_S
-from memory_worker.messages import MalformedMessage
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import (
+    INFLIGHT_RENEW_AFTER,
+    MODEL_MAX_RETRIES,
+    RETRY_BACKOFF_MAX_S,
+)
+from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.rows import Spell
 from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
-from memory_worker.rows import Spell
+from memory_worker.ops import broker, inflight, metrics, ratelimit
 from memory_worker.tasks.boundary import QuietTask, reject
 
 log = logging.getLogger(__name__)
@@ -102,7 +106,7 @@ def _count(name: str, value: Any) -> int:
 
 
 def renew_claim(app: Any, spell: Spell, now: float | None = None) -> None:
-    """Keep the spell's in-flight claim (`memory_worker.inflight`) while its chain runs: renewed
+    """Keep the spell's in-flight claim (`memory_worker.ops.inflight`) while its chain runs: renewed
     when it was last taken or renewed more than INFLIGHT_RENEW_AFTER of its lifetime ago (the
     spell carries when), so a chain of quick steps costs one Redis round trip, not one per step."""
     now = time.time() if now is None else now

@@ -5,10 +5,10 @@ boundary, `memory_worker.tasks.boundary`), the step, the JSON message out. What 
 means (retry, park) is the `ModelStep` base class's business (`memory_worker.tasks.model_step`);
 the commit and the toast retry only a locked database.
 
-One spell, one run: `start_spell` claims the persona's key for the room (`memory_worker.inflight`)
-before it sends a chain, and the commit frees it. A backlog drains window by window: a commit
-that moved the cursor starts the next spell at once, so lines that arrived while the key was
-held (their quiet event found it taken) are never left behind.
+One spell, one run: `start_spell` claims the persona's key for the room
+(`memory_worker.ops.inflight`) before it sends a chain, and the commit frees it. A backlog drains
+window by window: a commit that moved the cursor starts the next spell at once, so lines that
+arrived while the key was held (their quiet event found it taken) are never left behind.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
-from memory_worker import broker, inflight, messages, metrics, models, spell_log, toast_bus
-from memory_worker import settings as settings_mod
+from memory_worker import models
 from memory_worker.celery_app import app
-from memory_worker.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
-from memory_worker.messages import MalformedMessage
-from memory_worker.rows import Spell
+from memory_worker.core import messages
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
+from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.rows import Spell
+from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.model_step import ModelStep
 from memory_worker.write import pipeline

@@ -38,10 +38,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
-from memory_worker import controls, store, toasts
-from memory_worker import settings as settings_mod
-from memory_worker.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
-from memory_worker.storage import users
+from memory_worker import controls
+from memory_worker.core import settings as settings_mod
+from memory_worker.core import toasts
+from memory_worker.core.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
+from memory_worker.storage import store, users
 from memory_worker.web import guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
 

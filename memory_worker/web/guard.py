@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memory_worker.constants import WEB_BODY_TIMEOUT_S, WEB_JSON_MAX_DEPTH
+from memory_worker.core.constants import WEB_BODY_TIMEOUT_S, WEB_JSON_MAX_DEPTH
 from memory_worker.web.security import SECURITY_HEADERS
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from memory_worker import controls, toast_bus
+from memory_worker import controls
+from memory_worker.ops import toast_bus
 from memory_worker.web import security
 
 log = logging.getLogger(__name__)

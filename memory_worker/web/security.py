@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from memory_worker import store
-from memory_worker.constants import WEB_SESSION_MAX_AGE_S
-from memory_worker.storage import web_sessions
+from memory_worker.core.constants import WEB_SESSION_MAX_AGE_S
+from memory_worker.storage import store, web_sessions
 from memory_worker.storage.web_sessions import WebSession
 
 LOGIN_LINK_TTL_S = 15 * 60  # a link printed in a terminal: used within minutes, or never

@@ -17,11 +17,11 @@ import ipaddress
 import socket
 import sys
 
-from memory_worker import embedded, store
-from memory_worker import settings as settings_mod
-from memory_worker.constants import WEB_HEADER_TIMEOUT_S, WEB_MAX_CONNECTIONS
-from memory_worker.settings import EMBEDDED, redact
-from memory_worker.storage import users
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import WEB_HEADER_TIMEOUT_S, WEB_MAX_CONNECTIONS
+from memory_worker.core.settings import EMBEDDED, redact
+from memory_worker.ops import embedded
+from memory_worker.storage import store, users
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only: this page shows what personas remember
 DEFAULT_PORT = 8420
@@ -120,7 +120,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def banner(base: str, database_url: str, *, empty: bool, toasts_on_redis: bool) -> list[str]:
     """What serve says once it listens: where, which store (its password redacted), toasts."""
-    from memory_worker.check import EMPTY_HINT
+    from memory_worker.tasks.check import EMPTY_HINT
 
     state = f" — empty: {EMPTY_HINT}" if empty else ""
     return [

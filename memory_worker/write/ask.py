@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from memory_worker.constants import MALFORMED_REASKS
+from memory_worker.core.constants import MALFORMED_REASKS
 from memory_worker.models.base import ChatModel, ChatResult, MalformedAnswer, T
 
 ALL_ITEMS_INVALID = "all_items_invalid"  # pydantic error type: its message names counts only

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from memory_worker import toasts
-from memory_worker.constants import SUBJECT_WORLD
-from memory_worker.rows import Candidate, Decision, Spell, concerned
+from memory_worker.core import toasts
+from memory_worker.core.constants import SUBJECT_WORLD
+from memory_worker.core.rows import Candidate, Decision, Spell, concerned
+from memory_worker.core.vectors import from_b64
 from memory_worker.storage import memories, notices, rooms, spells, users
-from memory_worker.vectors import from_b64
 from memory_worker.write import extract, guards, route
 
 # Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.

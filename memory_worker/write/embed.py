@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from memory_worker import store
-from memory_worker.constants import HUMAN_PREFIX
+from memory_worker.core.constants import HUMAN_PREFIX
+from memory_worker.core.rows import Candidate
+from memory_worker.core.vectors import quantise, to_b64
 from memory_worker.models.base import Embedder
-from memory_worker.rows import Candidate
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.vectors import quantise, to_b64
+from memory_worker.storage import store
 
 _HUMAN_REF = re.compile(rf"\b{re.escape(HUMAN_PREFIX)}(\d+)\b")
 

@@ -21,8 +21,8 @@ from typing import Any
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from sqlalchemy import Connection
 
-from memory_worker.audience import Scope
-from memory_worker.constants import (
+from memory_worker.core.audience import Scope
+from memory_worker.core.constants import (
     IMPORTANCE_MAX,
     IMPORTANCE_THRESHOLD,
     KINDS,
@@ -31,7 +31,7 @@ from memory_worker.constants import (
     SUBJECT_WORLD,
     TEXT_MAX_CHARS,
 )
-from memory_worker.rows import Candidate, Line, Room, human_id, human_ref
+from memory_worker.core.rows import Candidate, Line, Room, human_id, human_ref
 from memory_worker.storage import memories
 from memory_worker.write import guards
 from memory_worker.write.ask import keep_valid_items

@@ -18,15 +18,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from memory_worker.constants import (
+from memory_worker.core.constants import (
     DAILY_CAP_PER_HUMAN,
     DAILY_CAP_WORLD,
     HUMAN_PREFIX,
     SUBJECT_SELF,
     SUBJECT_WORLD,
 )
-from memory_worker.names import name_forms, word_ngrams, words
-from memory_worker.rows import human_id, human_ref
+from memory_worker.core.names import name_forms, word_ngrams, words
+from memory_worker.core.rows import human_id, human_ref
 
 # --- one sentence -------------------------------------------------------------------------
 

@@ -11,12 +11,12 @@ import logging
 import time
 from collections.abc import Sequence
 
-from memory_worker import clock, store
-from memory_worker.audience import Consent, Members, Scope, scope_for
+from memory_worker.core import clock
+from memory_worker.core.audience import Consent, Members, Scope, scope_for
+from memory_worker.core.rows import Candidate, Room, Spell
 from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
-from memory_worker.rows import Candidate, Room, Spell
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import memories, notices, rooms, users
+from memory_worker.storage import memories, notices, rooms, store, users
 from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.storage.spell_context import spell_context
 from memory_worker.write import commit, embed, extract, route

@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memory_worker import store
+from memory_worker.core.vectors import quantise
 from memory_worker.models.base import Embedder
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import memories, rooms, users
-from memory_worker.vectors import quantise
+from memory_worker.storage import memories, rooms, store, users
 from memory_worker.write.embed import embeddable_text, humans_named, require_store_embedder
 
 REEMBED_BATCH = 128  # ours: texts per embedding call and per transaction (cli.py's default)

@@ -21,15 +21,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, PrivateAttr, model_validator
 
-from memory_worker.constants import (
+from memory_worker.core.constants import (
     NEIGHBOUR_FLOORS,
     NEIGHBOUR_MIN_COSINE,
     NEIGHBOURS_TOP_K,
     SUBJECT_SELF,
 )
-from memory_worker.rows import Candidate, Decision
+from memory_worker.core.rows import Candidate, Decision
+from memory_worker.core.vectors import from_b64, top_k
 from memory_worker.storage.memories import OpenRow
-from memory_worker.vectors import from_b64, top_k
 from memory_worker.write.ask import keep_valid_items
 
 HERE = Path(__file__).resolve().parent

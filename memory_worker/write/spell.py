@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from memory_worker import settings as settings_mod
-from memory_worker.constants import LINE_MAX_CHARS
-from memory_worker.rows import Line, Spell
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import LINE_MAX_CHARS
+from memory_worker.core.rows import Line, Spell
 from memory_worker.storage import rooms
 from memory_worker.storage.spell_context import spell_context
 

@@ -10,9 +10,9 @@ from functools import lru_cache
 
 import redis
 
-from memory_worker import settings as settings_mod
-from memory_worker.embedded import ensure_running
-from memory_worker.settings import EMBEDDED
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.settings import EMBEDDED
+from memory_worker.ops.embedded import ensure_running
 
 
 def url() -> str:

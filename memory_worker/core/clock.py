@@ -3,8 +3,8 @@ hold today's date); the time of day stays real so ordering by `created` still wo
 
 from __future__ import annotations
 
-from memory_worker import settings as settings_mod
-from memory_worker.rows import now_iso
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.rows import now_iso
 
 
 def today() -> str:

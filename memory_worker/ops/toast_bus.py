@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import redis
 
-from memory_worker.constants import TOAST_CHANNEL
+from memory_worker.core.constants import TOAST_CHANNEL
 
 log = logging.getLogger(__name__)
 

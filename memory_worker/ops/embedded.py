@@ -30,7 +30,7 @@ from typing import Any
 import redis
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from memory_worker import inflight
+from memory_worker.ops import inflight
 
 START_TIMEOUT_S = 10.0  # a cold redis-server answers PING within milliseconds; CI may be slow
 STOP_TIMEOUT_S = 5.0  # redis-server exits on SIGTERM at once when it saves nothing

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from memory_worker.per_process import PerProcess
+from memory_worker.core.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 

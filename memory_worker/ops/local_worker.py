@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memory_worker.constants import QUEUES
-from memory_worker.settings import Settings
+from memory_worker.core.constants import QUEUES
+from memory_worker.core.settings import Settings
 
 ROOT_WARNING = "You're running the worker with superuser privileges"  # celery.platforms
 READY_TIMEOUT_S = 60.0  # a cold start imports Celery, SQLAlchemy and google-genai

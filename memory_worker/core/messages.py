@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from memory_worker.constants import IMPORTANCE_MAX, IMPORTANCE_MIN, TEXT_MAX_CHARS, Event, Kind
+from memory_worker.core.constants import IMPORTANCE_MAX, IMPORTANCE_MIN, TEXT_MAX_CHARS, Event, Kind
 
 LineId = Annotated[StrictInt, Field(ge=0)]
 UserId = Annotated[StrictInt, Field(ge=1)]

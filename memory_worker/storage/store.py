@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
 
-from memory_worker import settings as settings_mod
+from memory_worker.core import settings as settings_mod
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 SQLITE_BUSY_TIMEOUT_MS = 5_000  # a writer waits this long for the lock before "database is locked"
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"  # Alembic's script location
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schema"  # Alembic's script location
 
 _engines: dict[tuple[str, int], Engine] = {}
 _building = threading.Lock()  # a process's first users may race: one engine, not one each

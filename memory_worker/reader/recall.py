@@ -20,17 +20,16 @@ from datetime import datetime
 
 import numpy as np
 
-from memory_worker import read_columns as columns
-from memory_worker import settings as settings_mod
-from memory_worker import store
-from memory_worker.audience import Consent, Members, scope_for, visible_memories
-from memory_worker.constants import V1_PROVEN_SCOPE
-from memory_worker.ranking import RankColumns, scores, take
-from memory_worker.rows import Row
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
+from memory_worker.core.constants import V1_PROVEN_SCOPE
+from memory_worker.core.ranking import RankColumns, scores, take
+from memory_worker.core.rows import Row
+from memory_worker.core.vectors import quantise
+from memory_worker.reader import read_columns as columns
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import memories, read_path
+from memory_worker.storage import memories, read_path, store
 from memory_worker.storage.rooms import UnknownRoom
-from memory_worker.vectors import quantise
 
 RECALL_K = 5  # seed §3: Letta's archival_memory_search top_k=5
 

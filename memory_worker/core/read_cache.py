@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from memory_worker import settings as settings_mod
-from memory_worker.vectors import int8_cosines, int8_norms, stack_int8
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
 
 TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room topic
 ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays

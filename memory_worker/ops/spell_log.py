@@ -15,8 +15,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from memory_worker import metrics
-from memory_worker.rows import Spell
+from memory_worker.core.rows import Spell
+from memory_worker.ops import metrics
 
 log = logging.getLogger("memory_worker.spell")
 

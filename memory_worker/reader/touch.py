@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory_worker.per_process import PerProcess
+from memory_worker.core.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 

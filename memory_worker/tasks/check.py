@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memory_worker.settings import EMBEDDED, Settings, redact
+from memory_worker.core.settings import EMBEDDED, Settings, redact
 
 INIT_HINT = "run `memory-worker init-db`"
 
@@ -36,7 +36,7 @@ def store_revision(url: str) -> tuple[str | None, str]:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from memory_worker import store
+    from memory_worker.storage import store
 
     head = ScriptDirectory.from_config(store.alembic_config(url)).get_current_head()
     with store.engine(url).connect() as conn:
@@ -98,8 +98,7 @@ EMPTY_HINT = "no users or rooms yet: your app adds them as people talk"
 
 def is_empty(url: str) -> bool:
     """Whether a ready store holds no human yet (then every user and room is "unknown")."""
-    from memory_worker import store
-    from memory_worker.storage import users
+    from memory_worker.storage import store, users
 
     with store.engine(url).connect() as conn:
         return not users.has_users(conn)
@@ -120,7 +119,7 @@ def _store(s: Settings) -> Finding:
 def _broker(s: Settings) -> Finding:
     import redis
 
-    from memory_worker import embedded
+    from memory_worker.ops import embedded
 
     if s.broker_url == EMBEDDED:
         url = embedded.running_url(s.state_dir)
@@ -156,7 +155,7 @@ def _provider(s: Settings) -> Finding:
 
 
 def _limits(s: Settings) -> Finding:
-    from memory_worker.ratelimit import Quota
+    from memory_worker.ops.ratelimit import Quota
 
     q = Quota.per_minute(s.model_requests_per_minute, s.model_tokens_per_minute)
     return Finding(

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from memory_worker.constants import HUMAN_PREFIX, SUBJECT_SELF, SUBJECT_WORLD
-from memory_worker.messages import spell_json
+from memory_worker.core.constants import HUMAN_PREFIX, SUBJECT_SELF, SUBJECT_WORLD
+from memory_worker.core.messages import spell_json
 
 Json = dict[str, Any]  # a JSON object as it travels in a Celery message
 
@@ -223,7 +223,7 @@ class Spell:
     tokens_out: int = 0
     model_calls: int = 0  # sent for this spell, re-asks and embeddings included (the log)
     began: float = field(default=0.0, compare=False)  # epoch s at begin: the log's duration
-    inflight: str | None = None  # the token of its claim (`memory_worker.inflight`)
+    inflight: str | None = None  # the token of its claim (`memory_worker.ops.inflight`)
     renewed: float = field(default=0.0, compare=False)  # epoch s the claim was taken or renewed
 
     @property

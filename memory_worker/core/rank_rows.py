@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from memory_worker.constants import BLOCK_CHARS_LIMIT, SUBJECT_WORLD, TAKE_PER_HUMAN
-from memory_worker.ranking import (
+from memory_worker.core.constants import BLOCK_CHARS_LIMIT, SUBJECT_WORLD, TAKE_PER_HUMAN
+from memory_worker.core.ranking import (
     UNREADABLE_AGE_DAYS,
     WORLD_GROUP,
     RankColumns,
@@ -22,8 +22,8 @@ from memory_worker.ranking import (
     scores,
     take,
 )
-from memory_worker.rows import Row, concerns
-from memory_worker.vectors import cosines
+from memory_worker.core.rows import Row, concerns
+from memory_worker.core.vectors import cosines
 
 
 def group(row: Row) -> int:

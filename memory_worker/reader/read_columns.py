@@ -20,13 +20,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, text
 
-from memory_worker import clock, store
-from memory_worker import settings as settings_mod
-from memory_worker.audience import Scope
-from memory_worker.cache_fill import Filler
-from memory_worker.cache_sweep import Sweeper
-from memory_worker.ranking import UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
-from memory_worker.read_cache import (
+from memory_worker.core import clock
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.audience import Scope
+from memory_worker.core.ranking import UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
+from memory_worker.core.read_cache import (
     NO_REQUIREMENT,
     Batches,
     LoadVectors,
@@ -36,10 +34,12 @@ from memory_worker.read_cache import (
     Version,
     Versions,
 )
-from memory_worker.rows import human_id, human_ref, id_list
-from memory_worker.storage import read_path
-from memory_worker.touch import Attempt, Touch, Toucher
-from memory_worker.vectors import int8_cosines, int8_norms, stack_int8
+from memory_worker.core.rows import human_id, human_ref, id_list
+from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
+from memory_worker.reader.cache_fill import Filler
+from memory_worker.reader.cache_sweep import Sweeper
+from memory_worker.reader.touch import Attempt, Touch, Toucher
+from memory_worker.storage import read_path, store
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memory_worker.rows import Row, concerned
+from memory_worker.core.rows import Row, concerned
 
 TOAST_MAX_CHARS = 280  # a rail notice, not a page: longer toasts end in "(+N more)"
 HUMAN_REF = re.compile(r"\bu:(\d+)\b")

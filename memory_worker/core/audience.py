@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from memory_worker.constants import (
+from memory_worker.core.constants import (
     SUBJECT_WORLD,
     V1_PROVEN_SCOPE,
     WORLD_FROM_PEOPLE_STAYS_WITH_THEM,
 )
-from memory_worker.rows import Room, Row, concerns, human_id, human_ref
+from memory_worker.core.rows import Room, Row, concerns, human_id, human_ref
 
 
 @dataclass(frozen=True)

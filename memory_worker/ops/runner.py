@@ -35,10 +35,10 @@ from typing import IO, cast
 
 from tenacity import RetryCallState, wait_exponential
 
-from memory_worker import embedded
-from memory_worker import settings as settings_mod
-from memory_worker.constants import WORKER_SOFT_SHUTDOWN_S
-from memory_worker.settings import EMBEDDED
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import WORKER_SOFT_SHUTDOWN_S
+from memory_worker.core.settings import EMBEDDED
+from memory_worker.ops import embedded
 
 STOP_MARGIN_S = 10.0  # after the soft shutdown and a model call's own timeout
 CRASH_LOOP_S = 10.0  # a process that dies this soon after starting...

@@ -22,17 +22,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from memory_worker import read_columns as columns
-from memory_worker import settings as settings_mod
-from memory_worker import store
-from memory_worker.audience import Consent, Members, Scope, scope_for, visible_memories
-from memory_worker.block import Block, Human, Section, render
-from memory_worker.constants import V1_PROVEN_SCOPE
-from memory_worker.ranking import WORLD_GROUP, scores, take
-from memory_worker.read_columns import catch_up
-from memory_worker.recall import recall
-from memory_worker.rows import Room, Row
-from memory_worker.storage import read_path
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.audience import Consent, Members, Scope, scope_for, visible_memories
+from memory_worker.core.block import Block, Human, Section, render
+from memory_worker.core.constants import V1_PROVEN_SCOPE
+from memory_worker.core.ranking import WORLD_GROUP, scores, take
+from memory_worker.core.rows import Room, Row
+from memory_worker.reader import read_columns as columns
+from memory_worker.reader.read_columns import catch_up
+from memory_worker.reader.recall import recall
+from memory_worker.storage import read_path, store
 from memory_worker.storage.rooms import UnknownRoom
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.ma  # noqa: F401 — np.unique imports it on first use: at import, not a first open
 
-from memory_worker.constants import (
+from memory_worker.core.constants import (
     ALWAYS_RIDE_KINDS,
     BLOCK_CHARS_LIMIT,
     DIVERSITY_PER_KIND,

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from memory_worker.per_process import PerProcess
+from memory_worker.core.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memory_worker.constants import BLOCK_CHARS_LIMIT
-from memory_worker.rows import Row, human_ref
+from memory_worker.core.constants import BLOCK_CHARS_LIMIT
+from memory_worker.core.rows import Row, human_ref
 
 STATE_KINDS = ("fact", "preference", "relationship")  # ours: kinds that hold "since" a date
 

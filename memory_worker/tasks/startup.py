@@ -12,9 +12,9 @@ import os
 
 from sqlalchemy import text
 
-from memory_worker import settings as settings_mod
-from memory_worker.constants import QUEUES
-from memory_worker.settings import ConfigError
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import QUEUES
+from memory_worker.core.settings import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class CannotStart(SystemExit):
 
 def check_worker_can_start() -> None:
     """Settings valid, the provider ready, the store migrated — or CannotStart."""
-    from memory_worker import check
+    from memory_worker.tasks import check
 
     try:
         s = settings_mod.current()
@@ -57,7 +57,7 @@ def check_beat_can_start() -> None:
 
 
 def queue_depths() -> dict[str, int]:
-    from memory_worker import broker
+    from memory_worker.ops import broker
 
     client = broker.client(broker.url())
     return {q: int(client.llen(q)) for q in QUEUES}
@@ -65,7 +65,8 @@ def queue_depths() -> dict[str, int]:
 
 def health() -> dict[str, str]:
     """The checks behind /healthz: the broker answers PING, the store answers SELECT 1."""
-    from memory_worker import broker, store
+    from memory_worker.ops import broker
+    from memory_worker.storage import store
 
     out = {}
     try:
@@ -93,7 +94,7 @@ def serve_metrics() -> None:
         return
     from prometheus_client import REGISTRY
 
-    from memory_worker import metrics
+    from memory_worker.ops import metrics
 
     REGISTRY.register(metrics.QueueDepth(queue_depths))
     metrics.serve(port, health)

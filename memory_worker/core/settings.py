@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from memory_worker.constants import INFLIGHT_TTL_S
+from memory_worker.core.constants import INFLIGHT_TTL_S
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (DESIGN.md)
 PROVIDERS = ("replay", "gemini")

@@ -18,7 +18,7 @@ import secrets
 
 import redis
 
-from memory_worker.constants import INFLIGHT_TTL_S, REDIS_INFLIGHT_KEY
+from memory_worker.core.constants import INFLIGHT_TTL_S, REDIS_INFLIGHT_KEY
 
 # Delete the key only if it still holds our token: a late duplicate of an old chain must not
 # free a newer spell's claim.
