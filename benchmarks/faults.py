@@ -33,7 +33,7 @@ of the quota (against the quota), the share of the quota used while calls waited
 recovery time — from the last fault to the last spell committed (for chaos/twice/garbled/
 quota: the whole run). `--production-sweep` runs with the default sweep settings (every 60 s,
 grace 30 s) instead of the fast ones (every 1 s, grace/lag 3 s). The tests
-(tests/test_faults.py) run the same harness small and assert the zeros.
+(tests/ops/test_faults.py) run the same harness small and assert the zeros.
 """
 
 from __future__ import annotations

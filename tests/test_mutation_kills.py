@@ -17,8 +17,8 @@ from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import store
 from memory_worker.write import guards
 from memory_worker.write.extract import CandidateOut
-from tests.test_reader import CARA, DAN, NOW, add_row
-from tests.test_recall import SAIL, talk
+from tests.reader.test_reader import CARA, DAN, NOW, add_row
+from tests.reader.test_recall import SAIL, talk
 
 PM = t.persona_memory.c
 

@@ -66,7 +66,7 @@ class DecisionMessage(_Strict):
 
 class SpellMessage(_Strict):
     """`rows.Spell` as it travels between the chain's steps (a field added to Spell must be
-    added here too: tests/test_messages.py checks they match)."""
+    added here too: tests/core/test_messages.py checks they match)."""
 
     persona: Id
     room_id: Id

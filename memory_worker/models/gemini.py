@@ -21,8 +21,8 @@ would read it (text of the first candidate without thought parts, usage, finish 
 continuation hops). They still send through the same client's transport,
 `Client._api_client.request` — so the URL, the key header, the timeout, retries off and every
 error raised are the SDK's own — but that is a private seam, hence the `google-genai>=3.6,<3.7`
-pin. tests/test_gemini_requests.py proves the bodies equal what the SDK itself would send, and
-the answers read equal what the SDK's response objects say; bump the pin only with it passing.
+pin. tests/models/test_gemini_requests.py proves the bodies equal what the SDK itself would send,
+and the answers read equal what the SDK's response objects say; bump the pin only with it passing.
 
 This is the only module that imports `google.genai`; `memory_worker.models` imports it lazily,
 only when the provider is 'gemini'.

@@ -39,7 +39,7 @@ from memory_worker.models.local import E5Embedder
 from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
 from memory_worker.models.scripted import ScriptedChat
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from tests.worker import spare_database
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret, with space:and colon"
 
 

@@ -13,7 +13,7 @@ from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.storage import store
 from memory_worker.write.embed import embeddable_text
-from tests.test_reader import (  # noqa: F401 — fixtures and helpers shared with the block
+from tests.reader.test_reader import (  # noqa: F401 — fixtures and helpers shared with the block
     CARA,
     DAN,
     NOW,

@@ -32,7 +32,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ARTEFACTS = Path(__file__).resolve().parent.parent / "artefacts" / "screenshots"
+ARTEFACTS = Path(__file__).resolve().parents[2] / "artefacts" / "screenshots"
 ARRIVAL_TIMEOUT_MS = 60_000  # a spell through the worker on a loaded machine
 STEP_TIMEOUT_MS = 20_000  # one click and the page it leads to, on a loaded machine
 DESKTOP = {"width": 1280, "height": 900}

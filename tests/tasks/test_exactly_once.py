@@ -24,8 +24,8 @@ from memory_worker.core.constants import QUEUES
 from memory_worker.models.scripted import gemini_responder, transcript_ids
 from memory_worker.ops import local_worker, toast_bus
 from tests import bees
+from tests.ops.test_worker_loss import children, other_database
 from tests.scenes import DAN, extract_answer, people, private_chat
-from tests.test_worker_loss import children, other_database
 from tests.worker import SPELL_TIMEOUT_S, Pipeline, forget_inflight, redis_url_of, settle
 
 pytestmark = pytest.mark.pipeline

@@ -19,7 +19,7 @@ from tenacity import Retrying, stop_after_delay, wait_fixed
 from memory_worker import demo
 from memory_worker.storage import store
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "memory_worker.cli"]
 
 

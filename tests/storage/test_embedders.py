@@ -25,7 +25,7 @@ from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.write import pipeline
 from memory_worker.write.embed import embeddable_text
 from memory_worker.write.reembed import reembed_rows_naming, reembed_store
-from tests.test_reader import DAN, NOW, add_row
+from tests.reader.test_reader import DAN, NOW, add_row
 
 pytestmark = pytest.mark.store
 

@@ -33,9 +33,9 @@ from memory_worker.core.constants import WEB_JSON_MAX_DEPTH
 from memory_worker.web.app import PageApp, create_app
 from memory_worker.web.security import SECURITY_HEADERS, SESSION_COOKIE, Sessions
 from memory_worker.web.serve import head_deadline_protocol
-from tests import test_web_security
 from tests.scenes import CARA, DAN
-from tests.test_web_security import snapshot
+from tests.web import test_web_security
+from tests.web.test_web_security import snapshot
 from tests.web_server import Served, serve
 
 pytestmark = pytest.mark.store

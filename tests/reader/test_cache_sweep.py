@@ -19,14 +19,14 @@ from memory_worker.core import tables as t
 from memory_worker.core.read_cache import PersonaRows, ReadCache, Version
 from memory_worker.reader import build_block, read_columns
 from memory_worker.reader.cache_sweep import Sweeper
-from tests import test_read_cache
-from tests.test_read_cache import DAN, NOW, held, new_row
+from tests.core import test_read_cache
+from tests.core.test_read_cache import DAN, NOW, held, new_row
 
 store_rows = test_read_cache.store_rows  # the same store as the cache's own tests
 
 pytestmark = pytest.mark.store
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SWEEP_S = 0.2  # short, so a test waits a fraction of a second for its pass
 
 

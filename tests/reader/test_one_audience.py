@@ -15,8 +15,8 @@ from memory_worker import app_side, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
+from tests.reader.test_reader import add_row
 from tests.scenes import CARA, DAN, people
-from tests.test_reader import add_row
 from tests.write_helpers import rows, run_spell
 
 pytestmark = pytest.mark.store
