@@ -46,6 +46,20 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "shells": ("cli", "demo", "web"),
 }
 
+# The folders are the layers (issue 22): each package of memory_worker holds the layers named
+# here and no other, and beside them only these entry modules.
+FOLDERS: dict[str, set[str]] = {
+    "core": {"leaf", "core"},
+    "storage": {"storage"},
+    "models": {"model interfaces", "models"},
+    "write": {"write"},
+    "reader": {"reader"},
+    "ops": {"ops"},
+    "tasks": {"tasks"},
+    "web": {"shells"},
+}
+ENTRY_MODULES = {"__init__", "app_side", "celery_app", "cli", "controls", "demo", "events"}
+
 MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},
     "core": {"leaf", "core"},
@@ -132,6 +146,19 @@ def test_each_module_imports_only_the_layers_below_it(name: str, path: Path) -> 
             )
         elif mine in NO_SERVICES:
             assert top not in SERVICE_PACKAGES, f"{name} ({mine}) imports {imported}"
+
+
+def test_the_folders_are_the_layers() -> None:
+    """`ls memory_worker/` reads like the architecture table: a folder per layer (or pair of
+    layers) and a handful of entry modules; a module's layer is its folder's."""
+    tops = {p.stem for p in PACKAGE.glob("*.py")}
+    assert tops == ENTRY_MODULES, f"beside the layer folders: {sorted(tops ^ ENTRY_MODULES)}"
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(FOLDERS), f"folders that are no layer: {sorted(folders ^ set(FOLDERS))}"
+    for name, _ in modules():
+        folder, _, rest = name.partition(".")
+        if folder in FOLDERS:
+            assert layer_of(name) in FOLDERS[folder], f"{name} is {layer_of(name)}, not {folder}"
 
 
 def test_every_rule_names_a_real_layer() -> None:
