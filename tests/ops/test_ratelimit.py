@@ -206,7 +206,10 @@ def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
     assert most_in_any_window(times, 2.0 - JITTER_S) <= 10
 
 
-MARGIN_S = 0.25  # covers the grant-to-arrival jitter on a loaded host (MW_MODEL_QUOTA_MARGIN_S)
+# Covers the grant-to-arrival jitter on a loaded host (MW_MODEL_QUOTA_MARGIN_S): grants come
+# (1 s + margin) / 5 apart, so six arrivals in one second need 0.5 s of it. At 0.25 s the
+# check failed once in six runs with make test's two processes busy beside it.
+MARGIN_S = 0.5
 
 
 @pytest.mark.pipeline
