@@ -399,9 +399,10 @@ class ReadCache:
         """`rows`' vectors grew in place (a topic's cosines): count its bytes again."""
         with self._lock:
             held = self._entries.get(key)
-            if held is not None and held.vectors is rows.vectors:  # rows, or it brought forward
-                rows = held
-                size = rows.nbytes
+            if held is None:
+                return
+            if held is rows or (rows.vectors is not None and held.vectors is rows.vectors):
+                size = held.nbytes  # rows, or what `put` brought forward from it
                 self.bytes += size - self._sizes[key]
                 self._sizes[key] = size
                 self._trim()
