@@ -14,7 +14,8 @@ from memory_worker.core import tables as t
 from memory_worker.core.constants import DAILY_CAP_PER_HUMAN
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import store
+from memory_worker.storage import read_path, store
+from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.write import guards
 from memory_worker.write.extract import CandidateOut
 from tests.reader.test_reader import CARA, DAN, NOW, add_row
@@ -74,6 +75,29 @@ def test_the_first_row_of_a_persona_reaches_a_block_the_same_process_opened_empt
     assert reader.build_block("warren", {DAN}, "dm", now=NOW, touch=False).row_ids == (first,)
 
 
+def test_a_cold_opens_sql_reads_only_the_rows_about_the_humans_asked_for_and_the_world(
+    db: Engine,
+) -> None:
+    """`visible_open_rows` is the audience rule's subject test pushed into SQL: the rows about
+    Dan, Warren's own rows with Dan, the world's; never a row about Cara, nor Warren's promise to
+    her, nor another persona's row (x__open_rows_statement__mutmut_39: any row whose
+    counterpart is Dan, whoever it is about; _40: every self row, whoever it was with)."""
+    private_chat_of_dan_and_warren()
+    with store.transaction() as c:
+        app_side.add_user(c, CARA, "Cara")
+        wanted = {
+            add_row(c, "warren", "u:42", "u:42 sails."),
+            add_row(c, "warren", "self", "Warren promised to call.", counterpart="u:42"),
+            add_row(c, "warren", "world", "A regatta is on.", witnessed=()),
+        }
+        add_row(c, "warren", "u:17", "u:17 sails.", counterpart="u:42")
+        add_row(c, "warren", "self", "Warren promised to write.", counterpart="u:17")
+        add_row(c, "nolan", "u:42", "u:42 bakes.")
+    with store.engine().connect() as c:
+        got = {row[0] for row in read_path.visible_open_rows(c, ["warren"], ["u:42"])}
+    assert got == wanted
+
+
 # --- recall ---------------------------------------------------------------------------------
 
 
@@ -99,6 +123,14 @@ def test_recall_with_the_group_scope_off_finds_a_present_humans_row_in_a_group(
         now=NOW, touch=False, proven_scope=False,
     )  # fmt: skip
     assert [r.id for r in got] == [ids["dan"], ids["world"]]
+
+
+def test_recall_in_a_room_the_store_never_saw_names_that_room(db: Engine) -> None:
+    """The app's error says which room it asked for (x_recall__mutmut_20: UnknownRoom(None))."""
+    private_chat_of_dan_and_warren()
+    with pytest.raises(UnknownRoom) as raised:
+        reader.recall("warren", {DAN}, "nowhere", "sailing?", query_vector=SAIL, now=NOW)
+    assert raised.value.room_id == "nowhere" and "'nowhere'" in str(raised.value)
 
 
 def count_touched(url: str | None = None) -> dict[int, int]:
@@ -235,3 +267,14 @@ def test_an_ellipsis_before_lower_case_and_an_initial_stay_one_sentence() -> Non
     assert guards.is_one_sentence("u:42 paused... then sailed on.")
     assert guards.is_one_sentence("u:42 met J. Smith in Qingdao.")
     assert guards.is_one_sentence("u:42 met J. and K. Smith in Qingdao.")
+
+
+def test_a_human_the_store_knows_is_named_by_their_whole_display_name_of_several_words() -> None:
+    """Someone who is not in the room is named by their whole name, however many words it has
+    (x_humans_named__mutmut_15: the words joined wrongly, a two-word name is never found, and a
+    row naming Cara Wu would show in a room without her); a first name alone names only a room
+    member."""
+    room, known = {42: "Dan"}, {42: "Dan", 17: "Cara Wu", 9: "Nolan"}
+    assert guards.humans_named("u:42 met Cara Wu at the market.", "u:42", None, room, known) == {17}
+    assert guards.humans_named("u:42 met Cara at the market.", "u:42", None, room, known) == set()
+    assert guards.humans_named("u:42 met Nolan there.", "u:42", None, room, known) == {9}
