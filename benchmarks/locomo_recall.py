@@ -59,7 +59,7 @@ from memory_worker.core.rows import Row  # noqa: E402
 from memory_worker.core.vectors import quantise  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
-from memory_worker.reader import recall  # noqa: E402
+from memory_worker.reader.recall import top  # noqa: E402
 from memory_worker.storage import (
     memories,  # noqa: E402
     store,  # noqa: E402
@@ -189,7 +189,7 @@ def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally
                 tally.reader_mismatches += _reader_disagrees(url, topic, now, c)
             by_relevance = np.lexsort((c.ids, -c.relevance))
             for k in RECALL_KS:
-                got = set(recall.top(c, scores(c), exclude=block0, k=k))
+                got = set(top(c, scores(c), exclude=block0, k=k))
                 tally.hit(f"recall@{k}", cat, bool(got & wanted))
                 tally.hit(f"block + recall@{k}", cat, bool((got | block0) & wanted))
                 plain = {int(c.ids[i]) for i in by_relevance[:k]}

@@ -217,3 +217,31 @@ def test_no_module_of_the_package_imports_itself_back_through_others() -> None:
 
     for name in sorted(graph):
         visit(name, [])
+
+
+def test_no_import_asks_a_package_for_a_submodule_that_one_of_its_names_hides() -> None:
+    """`memory_worker.reader` re-exports the function `recall` over its submodule `recall`:
+    `from memory_worker.reader import recall` gives the function, and a caller that wanted the
+    module fails only when it runs (a benchmark did, after the folders moved). Any `from
+    <package> import <name>` where <name> is a submodule file but the package's attribute of
+    that name is not that module fails here, in the package, benchmarks, exams and tests."""
+    import importlib
+    import types
+
+    wrong = []
+    for folder in ("memory_worker", "benchmarks", "exams", "tests"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                    continue
+                if not node.module.startswith("memory_worker"):
+                    continue
+                package = ROOT.joinpath(*node.module.split("."))
+                for alias in node.names:
+                    if not (package / f"{alias.name}.py").exists():
+                        continue
+                    importlib.import_module(f"{node.module}.{alias.name}")
+                    got = getattr(importlib.import_module(node.module), alias.name)
+                    if not isinstance(got, types.ModuleType):
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {alias.name}")
+    assert not wrong, f"these import a name that hides the submodule it names: {wrong}"
