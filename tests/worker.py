@@ -31,7 +31,7 @@ SPELL_TIMEOUT_S = 60.0  # generous: a loaded CI machine, a few retries with back
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = os.environ.get("MW_TEST_REDIS_URL")
     if url:
-        yield url
+        yield own_databases(url, os.environ.get("PYTEST_XDIST_WORKER"))
         return
     state = Path(tmp_path_factory.mktemp("redis"))
     url = embedded.ensure_running(state)
@@ -55,12 +55,44 @@ def worker(redis_url: str):  # type: ignore[no-untyped-def]
         yield w
 
 
+DATABASES_PER_PROCESS = 6  # the session's database and its spares (spare_database's n ≤ 5)
+REDIS_DATABASES = 16  # a Redis server's default `databases`
+
+
+def own_databases(url: str, xdist_worker: str | None) -> str:
+    """The session's database on a shared Redis (MW_TEST_REDIS_URL) for this test process:
+    under pytest-xdist, gw1 takes the run of databases six below gw0's, so one process's worker
+    never takes another's tasks (they would meet a store that is not theirs). A Redis has 16
+    databases: two processes fit, a third is refused by name."""
+    index = int(xdist_worker.removeprefix("gw")) if xdist_worker else 0
+    taken = [_databases(spare_database(url, DATABASES_PER_PROCESS * i)) for i in range(index + 1)]
+    mine = taken[-1]
+    if any(mine & earlier for earlier in taken[:-1]) or not all(
+        0 <= db < REDIS_DATABASES for db in mine
+    ):
+        raise pytest.UsageError(
+            f"MW_TEST_REDIS_URL: test process {xdist_worker} has no databases left on that "
+            f"Redis ({DATABASES_PER_PROCESS} each, {REDIS_DATABASES} in all): run at most two "
+            "processes (-n 2) against it"
+        )
+    return spare_database(url, DATABASES_PER_PROCESS * index) if index else url
+
+
+def _databases(url: str) -> set[int]:
+    return {_database(spare_database(url, n)) for n in range(DATABASES_PER_PROCESS)}
+
+
+def _database(url: str) -> int:
+    tail = url.rpartition("/")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
 def spare_database(url: str, n: int) -> str:
     """The same Redis, database `n` away from the session's (n = 1, 2, 3...: each test that
     runs workers of its own takes its own), so the session's worker never takes their
     messages. 15 (the host's, ours) → 14, 13...; 0 (the embedded one) → 1, 2..."""
-    head, _, tail = url.rpartition("/")
-    db = int(tail) if tail.isdigit() else 0
+    head = url.rpartition("/")[0]
+    db = _database(url)
     return f"{head}/{db - n if db >= 8 else db + n}"
 
 
