@@ -115,9 +115,7 @@ def test_a_shorter_claim_is_taken_and_renewed_for_mw_inflight_ttl_s(redis_url: s
     from memory_worker.ops import broker
     from memory_worker.tasks.model_step import renew_claim
 
-    settings_mod.configure(
-        settings_mod.current().with_(broker_url=redis_url, inflight_ttl_s=12)
-    )
+    settings_mod.configure(settings_mod.current().with_(broker_url=redis_url, inflight_ttl_s=12))
     client = broker.client(redis_url)
     claimant = SimpleNamespace(conf=SimpleNamespace(broker_url=redis_url))
     token = inflight.claim(client, "warren", "dm-short", settings_mod.current().inflight_ttl_s)
