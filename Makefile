@@ -38,6 +38,7 @@ TEST_PROCESSES ?= 2
 
 test: $(STAMP)
 	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
 	@test -x $(CHROMIUM) || echo "note: no $(CHROMIUM): the browser tests are skipped (apt-get install -y chromium runs them)"
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_PROCESSES)
@@ -46,6 +47,7 @@ test: $(STAMP)
 # or supervisor (`make test` runs everything).
 check: $(STAMP)
 	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m "not pipeline and not slow and not faults and not browser and not processes"
 
