@@ -1,10 +1,13 @@
 """The human's controls (seed §5): see it, undo it, write it, switch it off.
 
 Every function here acts *as* one user and touches only what is about that user: rows whose
-subject is them, the persona's promises and loops whose counterpart is them, and world rows that
-cite their lines (they came from their words). Undo and delete are the only physical deletes in
-the system, and only the human's; a delete reaches every copy — the toasts that quoted a deleted
-row are reworded without it. Each mutating call runs in one transaction; the page is plain
+subject is them, the persona's promises and loops whose counterpart is them, and world rows
+whose audience holds them (they witnessed the lines it cites). Undo and delete are the only
+physical deletes in the system, and only the human's; a delete reaches every copy — the toasts
+that quoted a deleted row are reworded without it. A world row others hold too is theirs as
+well: deleting it takes the user out of its audience, and it goes when nobody is left. The page
+shows a user only what they witnessed: evidence lines said while they were in the room, and
+the rooms they are a member of. Each mutating call runs in one transaction; the page is plain
 dataclasses the app renders.
 
 Inputs are checked before anything is read: a wrong type is a `TypeError` that names the
@@ -23,7 +26,8 @@ from sqlalchemy import Connection
 from memory_worker.core import toasts
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
-from memory_worker.core.rows import Row, concerned, human_id, human_ref
+from memory_worker.core.provenance import witnesses
+from memory_worker.core.rows import Line, Row, concerned, human_id, human_ref
 from memory_worker.storage import memories, notices, rooms, store, users
 
 ID_MAX = 2**63 - 1  # the largest id a database integer holds
@@ -116,7 +120,9 @@ def clear_all(user_id: int, persona: str | None = None) -> int:
 
 
 def _delete_rows(conn: Connection, user_id: int, ids: list[int]) -> None:
-    """Delete `ids`, reopen what they closed, and reword the toasts that quoted them.
+    """Delete `ids` for the user: a world row others hold too loses the user from its
+    audience (it is theirs as well); every other row is deleted, what it closed is reopened,
+    and the toasts that quoted it are reworded without it.
 
     Undoing an UPDATE restores what it replaced. Only rows that concern the same user are
     reopened; the router's neighbours share the subject, so in practice that is every row an
@@ -124,15 +130,41 @@ def _delete_rows(conn: Connection, user_id: int, ids: list[int]) -> None:
     """
     if not ids:
         return
-    closed = memories.rows_closed_by(conn, ids)
-    memories.reopen(conn, [r.id for r in closed if concerns_user(r, user_id) and r.id not in ids])
-    places = {(r.persona, r.room_id) for r in memories.rows_by_id(conn, ids).values()}
-    memories.delete_rows(conn, ids)
-    _redact_toasts(conn, places, set(ids))
+    found = memories.rows_by_id(conn, ids)
+    shared = [r for r in found.values() if _others_hold(r, user_id)]
+    for r in shared:
+        held = set(r.private_to or ())
+        memories.set_audience(conn, r.id, held - {user_id}, was=held)
+    _redact_toasts(conn, _places(conn, shared), {r.id for r in shared}, user_id)
+    gone = [i for i in ids if i in found and found[i] not in shared]
+    if not gone:
+        return
+    closed = memories.rows_closed_by(conn, gone)
+    memories.reopen(conn, [r.id for r in closed if concerns_user(r, user_id) and r.id not in gone])
+    places = _places(conn, [found[i] for i in gone])
+    memories.delete_rows(conn, gone)
+    _redact_toasts(conn, places, set(gone))
 
 
-def _redact_toasts(conn: Connection, places: set[tuple[str, str]], gone: set[int]) -> None:
-    """Every toast that quoted a deleted row, reworded without it (a delete reaches every copy).
+def _places(conn: Connection, rows: list[Row]) -> set[tuple[str, str]]:
+    """Where toasts may quote these rows: (persona, room) of the spells that wrote them or
+    that a human joined them in — the rooms of their evidence lines."""
+    lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
+    places = {(r.persona, r.room_id) for r in rows}
+    places |= {(r.persona, lines[i].room_id) for r in rows for i in r.evidence if i in lines}
+    return places
+
+
+def _others_hold(row: Row, user_id: int) -> bool:
+    """A world row whose audience holds someone besides the user."""
+    return row.subject == SUBJECT_WORLD and bool(set(row.private_to or ()) - {user_id})
+
+
+def _redact_toasts(
+    conn: Connection, places: set[tuple[str, str]], gone: set[int], user_id: int | None = None
+) -> None:
+    """Every toast that quoted a deleted row (only `user_id`'s, for a row they left), reworded
+    without it (a delete reaches every copy).
 
     A toast covers the rows of one spell, so it carries their persona and room: only those
     notices are read.
@@ -141,7 +173,7 @@ def _redact_toasts(conn: Connection, places: set[tuple[str, str]], gone: set[int
         persona_name = users.persona_name(conn, persona)
         for notice in notices.of_place(conn, persona, room_id):
             removed = [i for i in notice.row_ids if i in gone]
-            if not removed:
+            if not removed or (user_id is not None and notice.user_id != user_id):
                 continue
             left = [i for i in notice.row_ids if i not in gone]
             kept = memories.rows_by_id(conn, left)
@@ -224,9 +256,9 @@ class PageLine:
     valid_to: str | None
     closed: bool  # greyed on the page
     arc: str | None  # a closed row's "2026-07 → 2026-11-02" (`block.span`); None while open
-    room_id: str
-    evidence: list[int]  # transcript line ids
-    delete_id: int  # what `delete_row` takes
+    room_id: str | None  # where it formed; None: a room the user is not a member of
+    evidence: list[int]  # the transcript lines it cites that the user witnessed
+    delete_id: int  # what `delete_row` takes (a shared world row: the user leaves it)
 
 
 @dataclass(frozen=True)
@@ -256,14 +288,37 @@ def manage_page(user_id: int) -> ManagePage:
         rows = memories.rows_about(conn, user_id)
         names = users.all_persona_names(conn)
         muted = sorted(users.muted_by(conn, user_id))
-    sections = group_by_persona(rows, user_id, names)
+        lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
+        joined = rooms.memberships(conn, user_id, {r.room_id for r in rows} | _rooms(lines))
+    seen = witnessed_lines(user_id, lines, joined)
+    sections = group_by_persona(rows, user_id, names, seen, set(joined))
     return ManagePage(user_id, note, memory_on, muted, sections)
 
 
+def _rooms(lines: dict[int, Line]) -> set[str]:
+    return {line.room_id for line in lines.values()}
+
+
+def witnessed_lines(user_id: int, lines: dict[int, Line], joined: dict[str, int]) -> set[int]:
+    """Pure: of these lines, the ids of those the user witnessed — said in a room they are a
+    member of, after they joined it (`joined`: room → its last line id when they did)."""
+    return {
+        i
+        for i, line in lines.items()
+        if line.room_id in joined and user_id in witnesses(i, {user_id: joined[line.room_id]})
+    }
+
+
 def group_by_persona(
-    rows: Iterable[Row], user_id: int, names: dict[str, str]
+    rows: Iterable[Row],
+    user_id: int,
+    names: dict[str, str],
+    seen: set[int] | None = None,
+    rooms_in: set[str] | None = None,
 ) -> list[PersonaSection]:
-    """Pure: the user's rows as page sections, by persona slug; others' rows never pass."""
+    """Pure: the user's rows as page sections, by persona slug; others' rows never pass.
+    `seen`: the evidence lines the user witnessed, `rooms_in`: the rooms they are a member
+    of — the page shows them only those (None: every one, for callers that checked)."""
     by_persona: dict[str, list[Row]] = {}
     for r in rows:
         if concerns_user(r, user_id):
@@ -272,13 +327,14 @@ def group_by_persona(
     for slug in sorted(by_persona):
         mine = sorted(by_persona[slug], key=lambda r: r.id, reverse=True)
         meter = sum(len(r.text) for r in mine if r.valid_to is None and r.subject != SUBJECT_WORLD)
-        lines = [page_line(r) for r in mine]
+        lines = [page_line(r, seen, rooms_in) for r in mine]
         sections.append(PersonaSection(slug, names.get(slug, slug), lines, meter))
     return sections
 
 
-def page_line(r: Row) -> PageLine:
-    """Pure: a closed row stays on the page (greyed, with its arc): the arc is the history."""
+def page_line(r: Row, seen: set[int] | None = None, rooms_in: set[str] | None = None) -> PageLine:
+    """Pure: a closed row stays on the page (greyed, with its arc): the arc is the history.
+    Its origin and evidence only as far as the user witnessed them (`group_by_persona`)."""
     return PageLine(
         id=r.id,
         text=r.text,
@@ -288,8 +344,8 @@ def page_line(r: Row) -> PageLine:
         valid_to=r.valid_to,
         closed=r.valid_to is not None,
         arc=span(r.valid_from, r.valid_to) if r.valid_to is not None else None,
-        room_id=r.room_id,
-        evidence=list(r.evidence),
+        room_id=r.room_id if rooms_in is None or r.room_id in rooms_in else None,
+        evidence=[i for i in r.evidence if seen is None or i in seen],
         delete_id=r.id,
     )
 
@@ -300,7 +356,7 @@ def page_line(r: Row) -> PageLine:
 def concerns_user(row: Row, user_id: int) -> bool:
     """Pure: the row is about the user, is the persona's promise or loop with them, or is a
     world row that cites their lines (`rows.concerned`)."""
-    return user_id in concerned(row.subject, row.counterpart, row.sources)
+    return user_id in concerned(row.subject, row.counterpart, row.private_to)
 
 
 def _check_user_and_persona(user_id: object, persona: object) -> None:
@@ -356,21 +412,21 @@ class EvidenceLine:
 def evidence(user_id: int, page: ManagePage) -> dict[int, list[EvidenceLine]]:
     """The lines each row on the user's page cites ("tap to jump"), by row id.
 
-    Only rows the page already shows are looked up, so this answers exactly what the page may
-    show; a line another human spoke is listed without its text.
+    Only the lines the page lists are looked up — those the user witnessed
+    (`manage_page`) — so this answers exactly what the page may show; a line another human
+    spoke is listed without its text.
     """
-    cited = {line.id: (line.room_id, line.evidence) for s in page.personas for line in s.lines}
+    cited = {line.id: line.evidence for s in page.personas for line in s.lines}
     with store.engine().connect() as conn:
-        found = rooms.lines_by_id(conn, (i for _, ids in cited.values() for i in ids))
+        found = rooms.lines_by_id(conn, (i for ids in cited.values() for i in ids))
     me = human_ref(user_id)
-    out: dict[int, list[EvidenceLine]] = {}
-    for row_id, (room_id, ids) in cited.items():
-        lines = [found[i] for i in ids if i in found and found[i].room_id == room_id]
-        out[row_id] = [
+    return {
+        row_id: [
             EvidenceLine(x.id, x.speaker, x.text if _may_quote(x.speaker, me) else None, x.created)
-            for x in lines
+            for x in (found[i] for i in ids if i in found)
         ]
-    return out
+        for row_id, ids in cited.items()
+    }
 
 
 def _may_quote(speaker: str, me: str) -> bool:

@@ -117,7 +117,8 @@ def assert_write_rules(db: Engine, cap: int = 12, planted: Iterable[int] = ()) -
       at least is X's;
     - a `self` row: its counterpart was a member; every cited line is the persona's or theirs;
     - a `world` row: names no human (no `u:` id, no display name the store knows), cites lines
-      of its room, and is on the page of the humans it cites (memory_sources);
+      of its room; public only when every line it cites is a dispatch, else held by members of
+      its room (its witnesses), on each of their pages (memory_audience == private_to);
     - one sentence of at most 200 chars, importance 3..10;
     - at most `cap` rows per persona per cap key per day (self rows count to their counterpart);
     - a toast lists only rows that concern its user.
@@ -137,9 +138,10 @@ def assert_write_rules(db: Engine, cap: int = 12, planted: Iterable[int] = ()) -
         for room_id, member in c.execute(select(t.room_members.c.room_id, t.room_members.c.member)):
             members.setdefault(room_id, set()).add(member)
         names = [str(n) for n in c.execute(select(t.users.c.name)).scalars()]
-        sources = {}
-        for row_id, uid in c.execute(select(t.memory_sources.c.row_id, t.memory_sources.c.user_id)):
-            sources.setdefault(int(row_id), set()).add(int(uid))
+        audience: dict[int, set[int]] = {}
+        q = select(t.memory_audience.c.row_id, t.memory_audience.c.user_id)
+        for row_id, uid in c.execute(q):
+            audience.setdefault(int(row_id), set()).add(int(uid))
         toasts = notices(db)
     skip = set(planted)
     stored = [r for r in rows(db) if r["id"] not in skip]
@@ -160,8 +162,11 @@ def assert_write_rules(db: Engine, cap: int = 12, planted: Iterable[int] = ()) -
                 assert not ({w for w in re.findall(r"[^\W_]+", n.lower()) if len(w) > 1} & words), (
                     r["text"]
                 )
-            humans = {int(s[2:]) for s in speakers if s.startswith("u:")}
-            assert sources.get(r["id"], set()) == humans, r["id"]
+            held = None if r["private_to"] is None else set(json.loads(r["private_to"]))
+            if not all(s.startswith("dispatch:") for s in speakers):
+                assert held, r["id"]  # a line someone said: never public, never nobody's
+                assert {f"u:{u}" for u in held} <= room_members, r["id"]
+            assert audience.get(r["id"], set()) == (held or set()), r["id"]
             key = "world"
         elif subject == "self":
             assert cp in room_members and set(speakers) <= {r["persona"], cp}, r["id"]
@@ -183,6 +188,6 @@ def assert_write_rules(db: Engine, cap: int = 12, planted: Iterable[int] = ()) -
                 continue
             concerns = r["subject"] == me or (r["subject"] == "self" and r["counterpart"] == me)
             concerns = concerns or (
-                r["subject"] == "world" and n["user_id"] in sources.get(rid, set())
+                r["subject"] == "world" and n["user_id"] in audience.get(rid, set())
             )
             assert concerns, (n["id"], rid)

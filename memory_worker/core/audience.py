@@ -18,11 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from memory_worker.core.constants import (
-    SUBJECT_WORLD,
-    V1_PROVEN_SCOPE,
-    WORLD_FROM_PEOPLE_STAYS_WITH_THEM,
-)
+from memory_worker.core.constants import SUBJECT_WORLD, V1_PROVEN_SCOPE
 from memory_worker.core.rows import Room, Row, concerns, human_id, human_ref
 
 
@@ -52,14 +48,20 @@ class Members:
 class Scope:
     """The rule reduced to who: the subjects one persona may see in one room.
 
-    `world` is False only in an incognito room. `humans` are the present humans whose rows load,
-    and the persona's own promises and open loops with them (`subject = 'self'`, counterpart
-    `u:X`) load only for these humans too.
+    `world` is False only in an incognito room (or for a persona not in it). `humans` are the
+    present humans whose rows load, and the persona's own promises and open loops with them
+    (`subject = 'self'`, counterpart `u:X`) load only for these humans too. `readers` are
+    every human who would hear what the persona says here (the present set, members or not,
+    whatever their switches); `allowing` the present members who let this persona remember
+    them, before the proven scope narrows `humans`. `follow`: the group scope (the New).
     """
 
     persona: str
     world: bool
     humans: frozenset[int]
+    readers: frozenset[int] = frozenset()
+    allowing: frozenset[int] = frozenset()
+    follow: bool = False
 
     @property
     def human_refs(self) -> tuple[str, ...]:
@@ -72,11 +74,17 @@ class Scope:
         return all(u in self.humans for u in named)
 
     def admits_private_to(self, private_to: Iterable[int] | None) -> bool:
-        """A world row learned from people (not yet confirmed by a second human) shows only
-        where one of them is in this audience (WORLD_FROM_PEOPLE_STAYS_WITH_THEM)."""
-        if private_to is None or not WORLD_FROM_PEOPLE_STAYS_WITH_THEM:
+        """A world row's audience (`private_to`: who witnessed the lines it cites; None: every
+        line a dispatch, public) must hold someone here who lets the persona remember them,
+        and — in the proven scope — every human who would hear it (docs/design.md
+        "Provenance decides who may know"). With the group scope, as a row about a present
+        human, one of its audience present and allowing carries it."""
+        if private_to is None:
             return True
-        return any(u in self.humans for u in private_to)
+        held = frozenset(private_to)
+        if not self.allowing & held:
+            return False
+        return self.follow or self.readers <= held
 
     def admits(self, row: Row) -> bool:
         """True when `row` may enter this persona's head in this room."""
@@ -114,13 +122,19 @@ def scope_for(
     """
     present = frozenset(present)
     if room.incognito or persona not in members.personas:
-        return Scope(persona, world=False, humans=frozenset())
+        return Scope(persona, world=False, humans=frozenset(), readers=present)
     strangers = present - members.humans
-    humans = frozenset(u for u in present - strangers if consent.allows(u, persona))
+    allowing = frozenset(u for u in present - strangers if consent.allows(u, persona))
     private = room.is_private_chat() and not strangers and len(present) == 1
-    if proven_scope and not private:
-        humans = frozenset()
-    return Scope(persona, world=True, humans=humans)
+    humans = frozenset() if proven_scope and not private else allowing
+    return Scope(
+        persona,
+        world=True,
+        humans=humans,
+        readers=present,
+        allowing=allowing,
+        follow=not proven_scope,
+    )
 
 
 def visible_memories(

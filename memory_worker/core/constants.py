@@ -12,6 +12,9 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 SUBJECT_SELF = "self"  # seed §1: the persona's own promises and loops
 SUBJECT_WORLD = "world"  # seed §1: facts about no one
 HUMAN_PREFIX = "u:"  # seed §1: humans are named by id, never by display name
+# A dispatch: a line no human or persona said ("a newspaper across the table", seed §3), its
+# speaker 'dispatch:<source>'. A world row citing only dispatches is everyone's (design.md).
+DISPATCH_PREFIX = "dispatch:"
 TEXT_MAX_CHARS = 200  # seed §1: one standalone sentence, ≤ 200 chars
 IMPORTANCE_MIN = 1  # seed §1: Generative Agents' 1..10 scale
 IMPORTANCE_MAX = 10  # seed §1
@@ -39,12 +42,6 @@ MALFORMED_REASKS = 1  # DESIGN.md: "malformed model output is re-asked once, the
 
 # --- the read path (seed §3) -------------------------------------------------------------
 V1_PROVEN_SCOPE = True  # seed §4: groups get world facts only until the leak exam says otherwise
-# DESIGN.md "A world row is about the world" (seed §8 leaves it open; the leak exam decides): a
-# world row whose evidence is a human's line is that human's news until a second human states it
-# independently; until then it shows only where one of its sources is in the audience. False
-# would let the extractor's judgement that something is "public" stand alone between a secret
-# and everyone else (issue 18: "An interview at Tencent is on Thursday.").
-WORLD_FROM_PEOPLE_STAYS_WITH_THEM = True
 RECENCY_DECAY_PER_DAY = 0.98  # seed §3 step 2 (GA's 0.995 per game hour, ours per day)
 # The rule in force (ranking.TUNED_RULE), tuned on LoCoMo conversations 1–6 with
 # benchmarks/locomo_recall.py (docs/recall.md has the table). With the seed's equal weights the

@@ -1,44 +1,170 @@
-"""How a display name appears in text: word runs and name forms, one spelling for both.
+"""Names, normalised once: how a human's name is found in text, however it is spelled.
 
-Pure text, used by the write path's guard (a world fact must name no human) and by the store's
-name lookup (`storage.users.names_in`) alike, so both spell a name the same way.
+Every name check of the project goes through here — the write path's guard (a world fact
+names no human), the humans a row names (`named`: the row shows only where they are in the
+audience), the store's name index (`storage.users`) and the migration that fills it — so a
+spelling that gets past one gets past none. docs/design.md, "Names, normalised once".
+
+`fold` is the one normalisation: Unicode compatibility forms (full-width "Ｃａｒａ", ligatures),
+invisible characters dropped (zero-width spaces and joiners, soft hyphens, Hangul fillers),
+accents stripped ("Zoë" → "zoe"), characters that look like Latin letters read as those
+letters (Cyrillic "Саrа" → "cara", the Unicode consortium's confusables list), then case
+folding. A human is named by any distinctive part of the name they go by: the whole name of
+any length, each word of two letters or more ("Cara", "Wu", "Wu's", "Ms Wu"), the words run
+together as in a handle ("@CaraWu", "@cara_wu"), a name in a script written without spaces
+found inside a sentence ("我和李雷去了"), and their `u:` id in any width ("ｕ：４２").
+
+Erring wide is the safe side (fail closed): a false match holds a row back where someone it
+seems to name is absent, never shows one. One exception keeps the rule usable: a name part
+that is also an everyday word ("Will", "May", "Grace") counts only where it is written with a
+capital, as names are; lower-case "will" in "Dan will call" names nobody.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*['’]?")
+# Characters that render as nothing and so can hide inside a name: every format character
+# (category Cf: zero-width space, joiners, soft hyphen, bidi marks, BOM) and these letters.
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u034f\u180b\u180c\u180d\u180e")
+_APOSTROPHES = str.maketrans({"’": "'", "ʼ": "'", "‘": "'", "`": "'", "´": "'"})
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*'?")
+_HUMAN_REF = re.compile(r"\bu\s*:\s*(\d+)", re.IGNORECASE)
+# Scripts written without spaces between words: a name in them is found as a substring.
+_UNSPACED = re.compile(
+    r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+    r"\uf900-\ufaff\U00020000-\U0002fa1f]+"
+)
+MAX_NAME_WORDS = 6  # a whole name of up to this many words is looked up as one gram
+UNSPACED_GRAM_MAX = 8  # the longest name looked up inside an unspaced run, in characters
+MIN_PART_CHARS = 2  # one letter is an initial, not a name
+
+# Words a name may share with everyday English, and the particles of names ("de la", "van"):
+# they name someone only when capitalised.
+EVERYDAY_WORDS = frozenset(
+    """
+    a about after all also am an and any april are art as at august autumn be bill bliss bo
+    but by can chance crystal dawn day did do does dusty early eve faith fall for frank from
+    gene get go grace had has have he her hero him his hope hunter i if in is it its ivy jack
+    jay joy june just king lane lee love lucky mark march max may me melody mike miles more
+    most my no not of on one or our over pat patience penny pearl rich river robin rock rose
+    ruby rusty sage she sky so some summer sunny than that the their them then there they
+    this to too up us victor was we were what when where who will with won would yes you
+    young your
+    al ap bin ben da das de del della den der di dos du el la las le les los st van von y
+    """.split()
+)
+
+
+@lru_cache(maxsize=1)
+def _lookalikes() -> dict[int, str]:
+    """Non-ASCII characters that look like an ASCII letter or digit → that character, from
+    the Unicode confusables data (the `confusable-homoglyphs` package). Characters of the
+    unspaced scripts are left alone: they are letters of names, not disguises."""
+    from confusable_homoglyphs.confusables import confusables_data  # type: ignore[import-untyped]
+
+    table: dict[int, str] = {}
+    for char, glyphs in confusables_data.items():
+        if len(char) != 1 or char.isascii() or _UNSPACED.match(char):
+            continue
+        for glyph in glyphs:
+            c = glyph["c"]
+            if len(c) == 1 and c.isascii() and c.isalnum():
+                table[ord(char)] = c
+                break
+    return table
+
+
+def fold(text: str, *, keep_case: bool = False) -> str:
+    """The one normalisation every name check uses (see the module's docstring)."""
+    t = unicodedata.normalize("NFKC", text or "")
+    t = "".join(c for c in t if c not in _FILLERS and unicodedata.category(c) != "Cf")
+    t = unicodedata.normalize("NFKD", t)
+    t = "".join(c for c in t if not unicodedata.combining(c))
+    t = unicodedata.normalize("NFKC", t.translate(_lookalikes()).translate(_APOSTROPHES))
+    return t if keep_case else t.casefold()
 
 
 def words(text: str) -> list[str]:
-    """Lower-case words, possessives folded: "Dan's" and "Dans'" are "dan"/"dans"."""
-    out = []
-    for w in _WORD.findall(text or ""):
-        w = w.lower().replace("’", "'")
-        out.append(w.removesuffix("'s").rstrip("'"))
-    return [w for w in out if w]
+    """Folded words, possessives dropped: "Wu's" and "Wu’s" are "wu"."""
+    return [w for w in (_clean(m) for m in _WORD.findall(fold(text))) if w]
 
 
-def name_forms(names: Iterable[str]) -> set[str]:
-    """The forms a display name can appear in: the whole name and each word of it.
-
-    "Dan Smith" → {"dan smith", "dan", "smith"}. Erring wide costs a world fact, never a person.
-    """
-    forms: set[str] = set()
-    for name in names:
-        parts = words(name)
-        if parts:
-            forms.add(" ".join(parts))
-            forms.update(w for w in parts if len(w) >= 2)
-    return forms
+def _clean(word: str) -> str:
+    return word.removesuffix("'s").rstrip("'")
 
 
-def word_ngrams(text: str, n_max: int = 3) -> set[str]:
-    """Runs of 1..n_max words of `text`, in `name_forms`' spelling: what a name lookup asks for."""
+def human_refs(text: str) -> set[int]:
+    """The humans `text` names by id: `u:42` in any width, spacing or disguise."""
+    return {int(m) for m in _HUMAN_REF.findall(fold(text))}
+
+
+def name_parts(name: str) -> dict[str, bool]:
+    """The distinctive parts of a display name → whether the part is an everyday word (then it
+    names someone only when capitalised). "Cara Wu" → cara, wu, "cara wu", carawu."""
+    parts = words(name)
+    found: dict[str, bool] = {}
+    if not parts:
+        return found
+    for p in parts:
+        if len(p) >= MIN_PART_CHARS:
+            found[p] = p in EVERYDAY_WORDS
+    if len(parts) > 1:
+        found[" ".join(parts)] = False
+        found["".join(parts)] = False
+    return found
+
+
+def text_grams(text: str) -> set[str]:
+    """Every string of `text` a name part could equal: runs of 1..MAX_NAME_WORDS folded words
+    (joined by a space, and run together for handles), and the substrings of each run of an
+    unspaced script. What the store's name index is asked for."""
     parts = words(text)
     grams: set[str] = set()
-    for n in range(1, n_max + 1):
-        grams.update(" ".join(parts[i : i + n]) for i in range(len(parts) - n + 1))
+    for n in range(1, MAX_NAME_WORDS + 1):
+        for i in range(len(parts) - n + 1):
+            run = parts[i : i + n]
+            grams.add(" ".join(run))
+            if n > 1:
+                grams.add("".join(run))
+    for run in _UNSPACED.findall(fold(text)):
+        for i in range(len(run)):
+            for j in range(i + MIN_PART_CHARS, min(len(run), i + UNSPACED_GRAM_MAX) + 1):
+                grams.add(run[i:j])
     return grams
+
+
+def _capitalised(text: str) -> set[str]:
+    """The folded words of `text` that were written with a capital letter."""
+    return {
+        _clean(w).casefold() for w in _WORD.findall(fold(text, keep_case=True)) if w[0].isupper()
+    }
+
+
+def humans_named(text: str, people: Mapping[int, str]) -> set[int]:
+    """Which of `people` (id → display name) `text` names, by id or by any part of the name."""
+    found = human_refs(text)
+    grams = text_grams(text)
+    capitalised: set[str] | None = None
+    for uid, name in people.items():
+        for part, everyday in name_parts(name).items():
+            if part not in grams:
+                continue
+            if everyday:
+                capitalised = _capitalised(text) if capitalised is None else capitalised
+                if part not in capitalised:
+                    continue
+            found.add(uid)
+            break
+    return found
+
+
+def names_anyone(text: str, names: Iterable[str]) -> bool:
+    """True when `text` names a human: a `u:` id, or any part of one of these names."""
+    if human_refs(text):
+        return True
+    people = dict(enumerate(names))
+    return bool(humans_named(text, people))

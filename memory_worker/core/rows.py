@@ -61,11 +61,14 @@ def concerns(subject: str, counterpart: str | None) -> int | None:
     return human_id(subject)
 
 
-def concerned(subject: str, counterpart: str | None, sources: Iterable[int] = ()) -> list[int]:
-    """Every human a row concerns: whom it is about (`concerns`), or for a world row, whose
-    lines it cites (`sources`) — they get its toast, see it on their page and may delete it."""
+def concerned(
+    subject: str, counterpart: str | None, audience: Iterable[int] | None = ()
+) -> list[int]:
+    """Every human a row concerns: whom it is about (`concerns`), or for a world row, its
+    audience (`private_to`: who witnessed its lines; none for a public one) — they get its
+    toast, see it on their page and may delete it (for a world row: leave its audience)."""
     if subject == SUBJECT_WORLD:
-        return sorted(set(sources))
+        return sorted(set(audience or ()))
     uid = concerns(subject, counterpart)
     return [] if uid is None else [uid]
 
@@ -129,9 +132,8 @@ class Row:
     recall_count: int = 0
     embedding: bytes | None = None
     confidence: bool = False
-    sources: tuple[int, ...] = ()  # world rows: the humans whose lines it cites (not a column)
     named: tuple[int, ...] = ()  # humans the text names besides whom it concerns
-    private_to: tuple[int, ...] | None = None  # a world row learned from these humans; None: public
+    private_to: tuple[int, ...] | None = None  # a world row's audience: its witnesses; None: public
 
     @classmethod
     def from_mapping(cls, m: Mapping[Any, Any]) -> Row:

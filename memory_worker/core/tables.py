@@ -63,6 +63,9 @@ room_members = Table(
     metadata,
     Column("room_id", Text, ForeignKey("rooms.id", ondelete="CASCADE"), nullable=False),
     Column("member", Text, nullable=False),  # 'u:42' for a human, a persona slug otherwise
+    # The room's last line id when the member joined: they witnessed the lines after it, not
+    # those before (0013). `join` writes it; 0 (a founding member) witnessed every line.
+    Column("since_line", Integer, nullable=False, server_default="0"),
     PrimaryKeyConstraint("room_id", "member"),
 )
 
@@ -132,8 +135,8 @@ persona_memory = Table(
     # Every human the text names besides whom it is about (JSON ids; NULL: none): the row shows
     # only where they are in the audience too (0010).
     Column("named", Text, nullable=True),
-    # A world row learned from people: the source humans it stays with until a second human
-    # states it independently (JSON ids; NULL: public) (0010).
+    # A world row's audience: the humans who witnessed the lines it cites (JSON ids; NULL:
+    # public — every line it cites is a dispatch) (0010, 0013). `memory_audience` indexes it.
     Column("private_to", Text, nullable=True),
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
     Index("ix_persona_memory_subject", "subject"),
@@ -142,15 +145,27 @@ persona_memory = Table(
     sqlite_autoincrement=True,
 )
 
-memory_sources = Table(
-    "memory_sources",
+memory_audience = Table(
+    "memory_audience",
     metadata,
-    # The humans whose lines a `world` row cites: it is on their page and theirs to delete
-    # (DESIGN.md "A world row … the humans whose lines it cites can see and delete it").
+    # A `world` row's audience (`persona_memory.private_to`), one row per human: it is on their
+    # page, theirs to delete (they leave it), and found by user in one indexed read (0013;
+    # before, `memory_sources`: the humans whose lines it cited).
     Column("row_id", Integer, ForeignKey("persona_memory.id", ondelete="CASCADE"), nullable=False),
     Column("user_id", Integer, nullable=False),
     PrimaryKeyConstraint("row_id", "user_id"),
-    Index("ix_memory_sources_user_id", "user_id"),
+    Index("ix_memory_audience_user_id", "user_id"),
+)
+
+user_name_parts = Table(
+    "user_name_parts",
+    metadata,
+    # Every distinctive part of each human's display name, folded (`core.names.name_parts`):
+    # which humans a text may name, in one indexed read however many the store knows (0013).
+    Column("part", Text, nullable=False),
+    Column("user_id", Integer, nullable=False),
+    PrimaryKeyConstraint("part", "user_id"),
+    Index("ix_user_name_parts_user_id", "user_id"),
 )
 
 persona_memory_versions = Table(

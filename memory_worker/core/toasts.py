@@ -1,7 +1,8 @@
 """The toast (seed §5): one notice per persona per human per spell, naming the rows it covers.
 
 "Warren noted: Dan owns a flat in Xuhui · undo". A human is told about the rows about them,
-about the persona's promises and loops with them, and about world rows that cite their lines.
+about the persona's promises and loops with them, and about world rows whose audience holds
+them (who witnessed the lines they cite).
 Keyed by (spell, user): a second run inserts nothing. Undo lives in `memory_worker.controls`;
 when rows are deleted, the toasts that quoted them are reworded without them (`redacted`).
 
@@ -12,7 +13,7 @@ controls (rewording after a delete) and the page.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memory_worker.core.rows import Row, concerned
@@ -29,13 +30,22 @@ class Toast:
     notice_id: int | None = None  # set once stored (`write.pipeline.run_notify`)
 
 
-def toasts(persona_name: str, rows: Iterable[Row], names: dict[int, str]) -> list[Toast]:
+def toasts(
+    persona_name: str,
+    rows: Iterable[Row],
+    names: dict[int, str],
+    *,
+    also: Mapping[int, Iterable[Row]] | None = None,
+) -> list[Toast]:
     """Pure: group new rows by the humans they concern (`rows.concerned`: a world row's
-    humans are those whose lines it cites) and word one toast each."""
+    humans are its audience) and word one toast each. `also`: rows one human joined the
+    audience of (they stated them), toasted to that human alone."""
     by_user: dict[int, list[Row]] = {}
     for r in rows:
-        for uid in concerned(r.subject, r.counterpart, r.sources):
+        for uid in concerned(r.subject, r.counterpart, r.private_to):
             by_user.setdefault(uid, []).append(r)
+    for uid, joined in (also or {}).items():
+        by_user.setdefault(uid, []).extend(joined)
     out = []
     for uid in sorted(by_user):
         items = sorted(by_user[uid], key=lambda r: r.id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -39,7 +39,7 @@ from memory_worker.core.rows import Candidate, Row, human_ref, id_json, id_list
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 pm = t.persona_memory.c
-ms = t.memory_sources.c
+ma = t.memory_audience.c
 
 
 def _blob(value: Any) -> bytes | None:
@@ -56,7 +56,8 @@ class OpenRow:
     text: str
     embedding: bytes | None
     counterpart: str | None = None
-    private_to: tuple[int, ...] | None = None  # a world row still private to its sources
+    private_to: tuple[int, ...] | None = None  # a world row's audience; None: public
+    named: tuple[int, ...] = ()  # the humans its text names besides whom it concerns
 
 
 # --- the write path -------------------------------------------------------------------------
@@ -68,12 +69,13 @@ def _refs(present: Iterable[int]) -> list[str]:
 
 
 def _audience(refs: Sequence[str | BindParameter[Any]]) -> ColumnElement[bool]:
-    """What the audience rule allows the write path's model calls for a present set (DESIGN.md
-    "The model sees only what the audience allows"): rows about present humans, the persona's
-    promises and loops with them, world rows. Never a row about an absent human.
+    """Whom the rows a scope may admit concern, in SQL (on the index): world rows, rows about
+    the scope's humans and the persona's promises and loops with them. `Scope.admits` then
+    checks the rest in Python (the humans a row names, a world row's audience).
 
-    `refs` are the present humans' (`_refs`), or a `Prepared` statement's bind parameters for
-    them; an empty set is padded with NULL there, which, like an empty IN, matches nothing."""
+    `refs` are the scope's humans (`Scope.human_refs`), or a `Prepared` statement's bind
+    parameters for them; an empty set is padded with NULL there, which, like an empty IN,
+    matches nothing."""
     return or_(
         pm.subject.in_([SUBJECT_WORLD, *refs]),
         and_(pm.subject == SUBJECT_SELF, pm.counterpart.in_(refs)),
@@ -82,7 +84,7 @@ def _audience(refs: Sequence[str | BindParameter[Any]]) -> ColumnElement[bool]:
 
 OPEN_ROWS = Prepared(
     lambda subjects, refs: (
-        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart, pm.private_to)
+        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart, pm.private_to, pm.named)
         .where(
             pm.persona == bindparam("persona"),
             pm.valid_to.is_(None),
@@ -96,18 +98,22 @@ OPEN_ROWS = Prepared(
 )
 
 
-def open_rows(
-    conn: Connection, persona: str, present: Iterable[int], subjects: Iterable[str]
-) -> list[OpenRow]:
-    """The router's neighbour pool: the persona's open rows about these subjects that the
-    audience allows for the present set, by id."""
-    wanted = sorted(set(subjects))
+def open_rows(conn: Connection, scope: Scope, subjects: Iterable[str]) -> list[OpenRow]:
+    """The router's neighbour pool and the rows its decisions may change: the persona's open
+    rows about these subjects that `scope` admits (the block's own rule for the spell's
+    room, docs/design.md "The model sees only what the audience allows"), by id."""
+    wanted = sorted(set(subjects) - (set() if scope.world else {SUBJECT_WORLD}))
     if not wanted:
         return []
-    found: Any = OPEN_ROWS.execute(conn, {"persona": persona}, subjects=wanted, refs=_refs(present))
+    found: Any = OPEN_ROWS.execute(
+        conn, {"persona": scope.persona}, subjects=wanted, refs=list(scope.human_refs)
+    )
+    rows = [
+        OpenRow(i, subject, text, _blob(e), cp, id_list(p), id_list(n) or ())
+        for i, subject, text, e, cp, p, n in found.all()
+    ]
     return [
-        OpenRow(i, subject, text, _blob(e), cp, id_list(p))
-        for i, subject, text, e, cp, p in found.all()
+        r for r in rows if scope.admits_named(r.named) and scope.admits_private_to(r.private_to)
     ]
 
 
@@ -177,43 +183,72 @@ def written_since(
     return [(str(s), c, int(n)) for s, c, n in found.all()]
 
 
-ADD_SOURCE = Prepared(
-    lambda: insert(t.memory_sources).values(
+ADD_AUDIENCE = Prepared(
+    lambda: insert(t.memory_audience).values(
         row_id=bindparam("row_id"), user_id=bindparam("user_id")
+    )
+)
+SET_PRIVATE_TO = Prepared(
+    lambda: (
+        update(t.persona_memory)
+        .where(pm.id == bindparam("k_id"))
+        .values(private_to=bindparam("k_private_to"))
     )
 )
 
 
-def add_sources(
-    conn: Connection, row_id: int, humans: Iterable[int], *, keep_existing: bool = False
+def set_audience(
+    conn: Connection, row_id: int, audience: Iterable[int] | None, *, was: Iterable[int] = ()
 ) -> None:
-    """The humans whose lines a world row cites: they see it on their page and may delete it.
-    `keep_existing`: the row may have sources already (a second human stating it)."""
-    have = set(sources_of(conn, [row_id]).get(row_id, [])) if keep_existing else set()
-    for uid in sorted(set(humans) - have):
-        ADD_SOURCE.execute(conn, {"row_id": row_id, "user_id": uid})
+    """A world row's audience, in both its homes: `private_to` on the row (what the reader
+    checks) and `memory_audience` (what finds it by user). None: public. `was`: the audience
+    it had, so only the difference is written."""
+    before = set(was)
+    after = None if audience is None else sorted(set(audience))
+    SET_PRIVATE_TO.execute(conn, {"k_id": row_id, "k_private_to": id_json(after)})
+    gone = before - set(after or ())
+    if gone:
+        conn.execute(
+            delete(t.memory_audience).where(ma.row_id == row_id, ma.user_id.in_(sorted(gone)))
+        )
+    for uid in sorted(set(after or ()) - before):
+        ADD_AUDIENCE.execute(conn, {"row_id": row_id, "user_id": uid})
 
 
-def _sources_statement(ids: Sequence[int | BindParameter[Any]]) -> Select[Any]:
-    return select(ms.row_id, ms.user_id).where(ms.row_id.in_(ids)).order_by(ms.user_id)
+WORLD_OUTSIDE = Prepared(
+    lambda: (
+        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart, pm.private_to, pm.named)
+        .where(
+            pm.persona == bindparam("persona"),
+            pm.valid_to.is_(None),
+            pm.subject == SUBJECT_WORLD,
+            pm.private_to.is_not(None),
+            pm.id.not_in(select(ma.row_id).where(ma.user_id == bindparam("user_id"))),
+        )
+        .order_by(pm.id)
+    )
+)
 
 
-SOURCES_OF = Prepared(_sources_statement, ids=-1)  # ids start at 1
+def world_rows_outside(conn: Connection, persona: str, user_id: int) -> list[OpenRow]:
+    """The persona's open world rows held by others, not by this human: those a line of
+    theirs might confirm (`provenance.carries`). Never shown to a model."""
+    found: Any = WORLD_OUTSIDE.execute(conn, {"persona": persona, "user_id": user_id})
+    return [
+        OpenRow(i, subject, text, _blob(e), cp, id_list(p), id_list(n) or ())
+        for i, subject, text, e, cp, p, n in found.all()
+    ]
 
 
-def sources_of(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
-    """row id → the humans whose lines it cites (world rows; others have none)."""
-    if not ids:
-        return {}
-    found: Any
-    if len(ids) <= PREPARED_IN_MAX:
-        found = SOURCES_OF.execute(conn, {}, ids=list(ids))
-    else:
-        found = conn.execute(_sources_statement(list(ids)))
-    out: dict[int, list[int]] = {}
-    for row_id, uid in found.all():
-        out.setdefault(int(row_id), []).append(int(uid))
-    return out
+def add_evidence(conn: Connection, row_id: int, line_ids: Iterable[int]) -> None:
+    """More lines a row rests on: a human who stated it joined its audience with them."""
+    now = conn.execute(select(pm.evidence).where(pm.id == row_id)).scalar_one()
+    have = [int(i) for i in json.loads(now or "[]")]
+    more = [i for i in line_ids if i not in have]
+    if more:
+        conn.execute(
+            update(t.persona_memory).where(pm.id == row_id).values(evidence=json.dumps(have + more))
+        )
 
 
 INSERTED = (  # the columns a new row takes from its call; the rest are an open row's own
@@ -283,20 +318,6 @@ def insert_row(
     return int(new.scalar_one())
 
 
-SET_PRIVATE_TO = Prepared(
-    lambda: (
-        update(t.persona_memory)
-        .where(pm.id == bindparam("k_id"))
-        .values(private_to=bindparam("k_private_to"))
-    )
-)
-
-
-def set_private_to(conn: Connection, row_id: int, private_to: Iterable[int] | None) -> None:
-    """Whom a world row stays with (None: public, a second human stated it independently)."""
-    SET_PRIVATE_TO.execute(conn, {"k_id": row_id, "k_private_to": id_json(private_to)})
-
-
 CLOSE = Prepared(  # a column's name is the SET clause's own bind name: k_* here
     lambda: (
         update(t.persona_memory)
@@ -320,16 +341,10 @@ def _row(m: Mapping[Any, Any]) -> Row:
     return row
 
 
-def _with_sources(conn: Connection, rows: list[Row]) -> list[Row]:
-    """World rows with their `sources` filled."""
-    sources = sources_of(conn, [r.id for r in rows if r.subject == SUBJECT_WORLD])
-    return [replace(r, sources=tuple(sources[r.id])) if r.id in sources else r for r in rows]
-
-
 def _rows(conn: Connection, where: ColumnElement[bool]) -> list[Row]:
-    """Whole rows, world rows with their `sources` filled."""
+    """Whole rows."""
     found = conn.execute(select(t.persona_memory).where(where).order_by(pm.id)).mappings()
-    return _with_sources(conn, [Row.from_mapping(m) for m in found])
+    return [_row(m) for m in found]
 
 
 def _by_id_statement(ids: Sequence[int | BindParameter[Any]]) -> Select[Any]:
@@ -346,19 +361,19 @@ def rows_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
     if len(ids) <= PREPARED_IN_MAX:
         found = [_row(m) for m in ROWS_BY_ID.execute(conn, {}, ids=list(ids)).mappings().all()]
     else:
-        found = [Row.from_mapping(m) for m in conn.execute(_by_id_statement(list(ids))).mappings()]
-    return {r.id: r for r in _with_sources(conn, found)}
+        found = [_row(m) for m in conn.execute(_by_id_statement(list(ids))).mappings()]
+    return {r.id: r for r in found}
 
 
 def about_user(user_id: int) -> ColumnElement[bool]:
     """SQL for `rows.concerns_user(row, user_id)` (callers re-check in Python): the user's
-    rows, the persona's promises to them, world rows that cite their lines."""
+    rows, the persona's promises to them, world rows whose audience holds them."""
     ref = human_ref(user_id)
-    cites = select(t.memory_sources.c.row_id).where(t.memory_sources.c.user_id == user_id)
+    held = select(ma.row_id).where(ma.user_id == user_id)
     return or_(
         pm.subject == ref,
         and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref),
-        and_(pm.subject == SUBJECT_WORLD, pm.id.in_(cites)),
+        and_(pm.subject == SUBJECT_WORLD, pm.id.in_(held)),
     )
 
 

@@ -61,14 +61,18 @@ def add_room(
 
 
 def join(conn: Connection, room_id: str, member: str) -> None:
-    conn.execute(insert(t.room_members).values(room_id=room_id, member=member))
+    """A member joins: they witness the room's lines from now on, never those said before
+    (`since_line`, docs/design.md "Provenance decides who may know")."""
+    since = last_line_id(conn, room_id)
+    conn.execute(insert(t.room_members).values(room_id=room_id, member=member, since_line=since))
 
 
 def say(
     conn: Connection, room_id: str, speaker: str | int, text: str, *, at: str | None = None
 ) -> int:
-    """Append a transcript line; an int speaker is a human id. Returns the line id. `at`
-    (the app's own time for the line) must be ISO 8601 with its offset (`rows.stamp`)."""
+    """Append a transcript line; an int speaker is a human id, 'dispatch:<source>' a line no
+    human or persona said (the world's news). Returns the line id. `at` (the app's own time
+    for the line) must be ISO 8601 with its offset (`rows.stamp`)."""
     who = human_ref(speaker) if isinstance(speaker, int) else speaker
     created = now_iso() if at is None else stamp(at)
     values = dict(room_id=room_id, speaker=who, text=text, created=created)
@@ -259,6 +263,28 @@ def lines_by_id(conn: Connection, ids: Iterable[int]) -> dict[int, Line]:
         row.id: Line(row.id, row.room_id, row.speaker, row.text, row.created)
         for row in conn.execute(q)
     }
+
+
+def joined(conn: Connection, room_id: str) -> dict[int, int]:
+    """The room's human members → the room's last line id when each joined: the lines after
+    it are the ones they witnessed (`provenance.witnesses`)."""
+    q = select(m.member, m.since_line).where(m.room_id == room_id, m.member.like("u:%"))
+    out: dict[int, int] = {}
+    for member, since in conn.execute(q):
+        uid = human_id(member)
+        if uid is not None:
+            out[uid] = int(since or 0)
+    return out
+
+
+def memberships(conn: Connection, user_id: int, room_ids: Iterable[int | str]) -> dict[str, int]:
+    """Of these rooms, those the user is a member of → the room's last line id when they
+    joined: which of a row's evidence lines they witnessed (the human's page)."""
+    wanted = sorted({str(x) for x in room_ids})
+    if not wanted:
+        return {}
+    q = select(m.room_id, m.since_line).where(m.member == human_ref(user_id), m.room_id.in_(wanted))
+    return {str(room): int(since or 0) for room, since in conn.execute(q)}
 
 
 def rooms_of(conn: Connection, member: str) -> list[Room]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from memory_worker.core import tables as t
-from memory_worker.core.names import word_ngrams
+from memory_worker.core.names import humans_named, name_parts, text_grams
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 u = t.users.c
@@ -25,14 +25,25 @@ mu = t.persona_memory_mute.c
 
 
 def add_user(conn: Connection, user_id: int, name: str, *, memory_on: bool = True) -> int:
+    """A human, with their name's parts in the name index (`user_name_parts`)."""
     conn.execute(insert(t.users).values(id=user_id, name=name, memory_on=int(memory_on)))
+    _index_name(conn, user_id, name)
     return user_id
 
 
 def rename_user(conn: Connection, user_id: int, name: str) -> None:
-    """A new display name; LookupError for an unknown user. Rows keep naming them `u:<id>`."""
+    """A new display name; LookupError for an unknown user. Rows keep naming them `u:<id>`;
+    the name index forgets the old name's parts and learns the new one's."""
     require_user(conn, user_id)
     conn.execute(update(t.users).where(u.id == user_id).values(name=name))
+    conn.execute(delete(t.user_name_parts).where(t.user_name_parts.c.user_id == user_id))
+    _index_name(conn, user_id, name)
+
+
+def _index_name(conn: Connection, user_id: int, name: str) -> None:
+    parts = [{"part": part, "user_id": user_id} for part in name_parts(name)]
+    if parts:
+        conn.execute(insert(t.user_name_parts), parts)
 
 
 def require_user(conn: Connection, user_id: int) -> None:
@@ -168,25 +179,20 @@ def eligible_humans(conn: Connection, persona: str, humans: Sequence[int]) -> li
 
 
 def people_named_in(conn: Connection, texts: Sequence[str]) -> dict[int, str]:
-    """id → display name of every human the store knows whose name may appear in `texts`:
-    `names_in`'s one query, with the ids (who a row names, DESIGN.md)."""
-    query = _named_query(texts, u.id, u.name)
-    return {} if query is None else {int(i): str(n) for i, n in conn.execute(query).all()}
+    """id → display name of every human the store knows that one of `texts` names, by id or
+    by any distinctive part of their name (`core.names.humans_named`, docs/design.md "Names,
+    normalised once"): one indexed read of the name index for the texts' word runs, then the
+    rule itself on the few humans it finds."""
+    grams = sorted(set().union(*(text_grams(x) for x in texts))) if texts else []
+    found: set[int] = set()
+    for start in range(0, len(grams), NAME_GRAMS_PER_STATEMENT):
+        part = grams[start : start + NAME_GRAMS_PER_STATEMENT]
+        query = select(t.user_name_parts.c.user_id).where(t.user_name_parts.c.part.in_(part))
+        found.update(int(i) for i in conn.execute(query).scalars())
+    by_ref = {r for x in texts for r in humans_named(x, {})}
+    people = user_names(conn, sorted(found | by_ref))
+    named = {r for x in texts for r in humans_named(x, people)}
+    return {uid: people[uid] for uid in sorted(named) if uid in people}
 
 
-def _named_query(texts: Sequence[str], *columns: Any) -> Any:
-    grams = sorted(set().union(*(word_ngrams(x) for x in texts))) if texts else []
-    if not grams:
-        return None
-    first_word = [func.lower(u.name).like(f"{g} %") for g in grams if " " not in g]
-    return select(*columns).where(or_(func.lower(u.name).in_(grams), *first_word))
-
-
-def names_in(conn: Connection, texts: Sequence[str]) -> list[str]:
-    """Display names of humans the store knows that may appear in `texts` (a world row's check).
-
-    Asks for the texts' word runs (`names.word_ngrams`), and for names that begin with one of
-    their words ("Dan" for "Dan Smith"): one query, however many people the store knows.
-    """
-    query = _named_query(texts, u.name)
-    return [] if query is None else [str(x) for x in conn.execute(query).scalars()]
+NAME_GRAMS_PER_STATEMENT = 500  # word runs per IN list: under every driver's parameter cap

@@ -14,12 +14,16 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from memory_worker.core import toasts
+from memory_worker.core import provenance, toasts
 from memory_worker.core.constants import SUBJECT_WORLD
-from memory_worker.core.rows import Candidate, Decision, Spell, concerned
+from memory_worker.core.names import fold
+from memory_worker.core.provenance import Audience
+from memory_worker.core.rows import Candidate, Decision, Spell, concerned, concerns, human_id
 from memory_worker.core.vectors import from_b64
+from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, spells, users
 from memory_worker.write import extract, guards, route
+from memory_worker.write import spell as spells_mod
 
 # Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.
 FINAL = ("committed", "skipped", "covered")
@@ -60,100 +64,152 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
         for d in (Decision.from_json(d) for d in spell.decisions)
         if _cites_unread(candidates[d.candidate], read_through)
     ]
+    room = rooms.load_room(conn, spell.room_id)
     subjects = {c.subject for c in candidates}
-    rows = memories.open_rows(conn, spell.persona, spell.present, subjects)
+    rows = memories.open_rows(conn, spells_mod.spell_scope(spell, room), subjects)
     if spell.candidates and route.fingerprint(rows) != spell.seen_open_rows:
         return Outcome("stale", [], [])
 
+    # Who the new rows may reach: the spell's humans who still let the persona remember them
+    # (a switch may have flipped since the spell began). Their audience is decided here, from
+    # the store's facts alone: who said each cited line, and who witnessed it.
+    allowing = set(users.eligible_humans(conn, spell.persona, spell.present))
     open_texts = {(r.subject, r.text.strip().lower()): r.id for r in rows}
     shown = {r.id: r for r in rows}  # only rows the audience allows can be closed
     already = extract.rows_today(conn, spell.persona, today, spell.present)
     writing = [d for d in decisions if d.event in ("ADD", "UPDATE")]
     allowed, _ = extract.cap([candidates[d.candidate] for d in writing], already)
     allowed_ids = {id(c) for c in allowed}
-    cited = {i for c in candidates if c.subject == SUBJECT_WORLD for i in c.evidence}
+    cited = {i for c in candidates for i in c.evidence}
     speaker_of = rooms.speakers(conn, spell.room_id, cited)
     named = _named(conn, spell, [candidates[d.candidate] for d in writing])
+    joins = _confirmations(conn, spell, candidates, allowing, speaker_of)
 
     row_ids: list[int] = []
     closed: list[int] = []
     for d in decisions:
         c = candidates[d.candidate]
+        label = _label(c, allowing, speaker_of)
+        if label == ():
+            continue  # nobody left who lets the persona remember it
+        old = d.old_row_id
         if d.event in ("ADD", "UPDATE"):
             if id(c) not in allowed_ids or (c.subject, c.text.lower()) in open_texts:
                 continue  # over today's cap, or the very same sentence is already open
-            old = d.old_row_id
-            replaces = d.event == "UPDATE" and old is not None and _may_change(shown, old, c)
-            sources = guards.cited_humans(c.evidence, speaker_of)
-            private_to = None
-            if c.subject == SUBJECT_WORLD:
-                held = shown[old].private_to if replaces and old is not None else None
-                private_to = _private_to(held, sources, replaces)
-            new_id = _insert_row(conn, spell, c, now, named[id(c)], private_to)
-            if c.subject == SUBJECT_WORLD:
-                memories.add_sources(conn, new_id, sources)
+            if joins.covers(c):
+                continue  # a row the speaker just joined already says it
+            replaces = d.event == "UPDATE" and old is not None and _may_change(shown, old, c, label)
+            new_id = _insert_row(conn, spell, c, now, named[id(c)], label)
             row_ids.append(new_id)
             open_texts[(c.subject, c.text.lower())] = new_id
             if replaces and old is not None:
                 memories.close(conn, old, c.valid_from or today, new_id)
                 shown.pop(old)
                 closed.append(old)
-        elif d.event == "NONE" and (old := d.old_row_id) is not None:
-            _confirm_world(conn, shown, old, c, guards.cited_humans(c.evidence, speaker_of))
-        elif (
-            d.event == "CLOSE" and (old := d.old_row_id) is not None and _may_change(shown, old, c)
-        ):
+        elif d.event == "CLOSE" and old is not None and _may_change(shown, old, c, label):
             memories.close(conn, old, c.valid_from or today, None)
             shown.pop(old)
             closed.append(old)
     _advance_cursor(conn, spell, now)
     spells.record(conn, spell, "committed", None, row_ids, now)
-    _post_toasts(conn, spell, row_ids, now)
+    _post_toasts(conn, spell, row_ids, joins.by_user, now)
     return Outcome("committed", row_ids, closed)
+
+
+def _label(c: Candidate, allowing: set[int], speaker_of: dict[int, str]) -> Audience | tuple[()]:
+    """Who a candidate's row may reach: for a world row its audience (`provenance.world_label`:
+    public only when every cited line is a dispatch, else the spell's humans who witnessed its
+    lines and let the persona remember them); for a row about a human or a promise to one,
+    that human while they still allow it. `()`: nobody, so it is not written."""
+    if c.subject == SUBJECT_WORLD:
+        return provenance.world_label((speaker_of.get(i, "") for i in c.evidence), allowing)
+    return None if concerns(c.subject, c.counterpart) in allowing else ()
+
+
+@dataclass
+class Joins:
+    """The world rows a human joined in this spell by stating them in their own line."""
+
+    by_user: dict[int, list[int]]  # human → the row ids they joined
+    texts: set[str]  # the joined rows' folded texts: a candidate saying the same is not added
+
+    def covers(self, c: Candidate) -> bool:
+        return c.subject == SUBJECT_WORLD and fold(c.text) in self.texts
+
+
+def _confirmations(
+    conn: Connection,
+    spell: Spell,
+    candidates: list[Candidate],
+    allowing: set[int],
+    speaker_of: dict[int, str],
+) -> Joins:
+    """A world fact's audience grows only when a human outside it states it in their own line
+    (docs/design.md "Provenance decides who may know"): for each world candidate, each cited
+    line of a human the spell may write for is compared — by code, on the line's own words,
+    never on the model's — with the persona's nearest open world rows held by others; a row
+    whose every distinctive word the line states gains that human (with the line as more
+    evidence). The router's word confirms nothing, and repetition never makes a row public."""
+    joins = Joins({}, set())
+    world = [c for c in candidates if c.subject == SUBJECT_WORLD and c.embedding]
+    humans_lines = {
+        (uid, i)
+        for c in world
+        for i in c.evidence
+        if (uid := human_id(speaker_of.get(i, ""))) is not None and uid in allowing
+    }
+    if not humans_lines:
+        return joins
+    texts = {
+        i: line.text for i, line in rooms.lines_by_id(conn, {i for _, i in humans_lines}).items()
+    }
+    floor = route.neighbour_floor(_writer(conn))
+    for uid in sorted({u for u, _ in humans_lines}):
+        outside = memories.world_rows_outside(conn, spell.persona, uid)
+        for c in world:
+            lines = [i for i in c.evidence if (uid, i) in humans_lines]
+            if not lines or not outside:
+                continue
+            for row_id in route.neighbours([c], outside, floor)[0]:
+                row = next(r for r in outside if r.id == row_id)
+                line = next(
+                    (
+                        i
+                        for i in lines
+                        if provenance.may_join(
+                            uid, row.private_to, allowing=allowing, speakers=speaker_of, line_id=i
+                        )
+                        and provenance.carries(texts.get(i, ""), row.text)
+                    ),
+                    None,
+                )
+                if line is None or row_id in joins.by_user.get(uid, []):
+                    continue
+                audience = set(row.private_to or ())
+                memories.set_audience(conn, row_id, audience | {uid}, was=audience)
+                memories.add_evidence(conn, row_id, [line])
+                joins.by_user.setdefault(uid, []).append(row_id)
+                joins.texts.add(fold(row.text))
+    return joins
+
+
+def _writer(conn: Connection) -> str | None:
+    """The name of the embedder that made the store's vectors (whose neighbour floor holds)."""
+    have = store_embedder.identity(conn)
+    return have.writer[0] if have else None
 
 
 def _named(conn: Connection, spell: Spell, writing: list[Candidate]) -> dict[int, list[int]]:
     """id(candidate) → the humans its text names besides whom it concerns (`guards.humans_named`):
-    by any form of the name for the room's humans, by whole name for anyone the store knows."""
+    the room's humans and anyone the store knows, by any distinctive part of their name."""
     if not writing:
         return {}
-    room_people = users.user_names(conn, sorted(set(spell.witnessed)))
-    known_people = users.people_named_in(conn, [c.text for c in writing])
+    people = users.user_names(conn, sorted(set(spell.witnessed)))
+    people |= users.people_named_in(conn, [c.text for c in writing])
     return {
-        id(c): sorted(
-            guards.humans_named(c.text, c.subject, c.counterpart, room_people, known_people)
-        )
+        id(c): sorted(guards.humans_named(c.text, c.subject, c.counterpart, people))
         for c in writing
     }
-
-
-def _private_to(
-    held: tuple[int, ...] | None, sources: list[int], replaces: bool
-) -> tuple[int, ...] | None:
-    """Whom a new world row stays with: the humans whose lines it cites (DESIGN.md "Learned
-    from a person, it stays with that person"); replacing a row private to others, public
-    once a human outside them states it (`guards.private_to_after`)."""
-    if replaces and held is not None:
-        return guards.private_to_after(held, sources)
-    return tuple(sources) or None
-
-
-def _confirm_world(
-    conn: Connection,
-    shown: dict[int, memories.OpenRow],
-    row_id: int,
-    c: Candidate,
-    sources: list[int],
-) -> None:
-    """The router said a world row it was shown already says what `c` says: the humans whose
-    lines `c` cites become its sources too, and a human it was not private to makes it public."""
-    row = shown.get(row_id)
-    if row is None or row.subject != SUBJECT_WORLD or c.subject != SUBJECT_WORLD or not sources:
-        return
-    memories.add_sources(conn, row_id, sources, keep_existing=True)
-    after = guards.private_to_after(row.private_to, sources)
-    if after != row.private_to:
-        memories.set_private_to(conn, row_id, after)
 
 
 def _cites_unread(c: Candidate, read_through: int) -> bool:
@@ -161,16 +217,21 @@ def _cites_unread(c: Candidate, read_through: int) -> bool:
     return not c.evidence or max(c.evidence) > read_through
 
 
-def _post_toasts(conn: Connection, spell: Spell, row_ids: list[int], now: str) -> None:
-    """The outbox: one toast per human the new rows concern, in the commit's transaction, so
-    rows are never written without their toast; `notify_toast` delivers them after."""
-    if not row_ids:
+def _post_toasts(
+    conn: Connection, spell: Spell, row_ids: list[int], joined: dict[int, list[int]], now: str
+) -> None:
+    """The outbox: one toast per human the new rows concern (and the rows they joined), in
+    the commit's transaction, so rows are never written without their toast; `notify_toast`
+    delivers them after."""
+    if not row_ids and not joined:
         return
-    rows = list(memories.rows_by_id(conn, row_ids).values())
-    humans = sorted({u for r in rows for u in concerned(r.subject, r.counterpart, r.sources)})
-    names = users.user_names(conn, humans)
+    by_id = memories.rows_by_id(conn, sorted({*row_ids, *(i for v in joined.values() for i in v)}))
+    rows = [by_id[i] for i in row_ids if i in by_id]
+    also = {u: [by_id[i] for i in ids if i in by_id] for u, ids in joined.items()}
+    humans = {u for r in rows for u in concerned(r.subject, r.counterpart, r.private_to)}
+    names = users.user_names(conn, sorted(humans | set(also)))
     persona_name = users.persona_name(conn, spell.persona)
-    for toast in toasts.toasts(persona_name, rows, names):
+    for toast in toasts.toasts(persona_name, rows, names, also=also):
         notices.post(
             conn,
             user_id=toast.user_id,
@@ -183,10 +244,15 @@ def _post_toasts(conn: Connection, spell: Spell, row_ids: list[int], now: str) -
         )
 
 
-def _may_change(shown: dict[int, memories.OpenRow], row_id: int, c: Candidate) -> bool:
-    """The router may UPDATE or CLOSE only an open row it was shown, about what `c` is about."""
+def _may_change(
+    shown: dict[int, memories.OpenRow], row_id: int, c: Candidate, label: Audience | tuple[()]
+) -> bool:
+    """The router may UPDATE or CLOSE only an open row it was shown, about what `c` is about,
+    and a world row only when its audience is the new row's (`provenance.may_change`)."""
     row = shown.get(row_id)
-    return row is not None and route.same_concern(row, c)
+    if row is None or not route.same_concern(row, c):
+        return False
+    return row.subject != SUBJECT_WORLD or provenance.may_change(row.private_to, label or None)
 
 
 def _recorded(conn: Connection, spell: Spell) -> Outcome | None:
@@ -208,10 +274,11 @@ def _insert_row(
     c: Candidate,
     now: str,
     named: list[int],
-    private_to: tuple[int, ...] | None,
+    label: Audience | tuple[()],
 ) -> int:
     embedding = from_b64(c.embedding) if c.embedding else None
-    return memories.insert_row(
+    private_to = label if c.subject == SUBJECT_WORLD else None
+    new_id = memories.insert_row(
         conn,
         persona=spell.persona,
         room_id=spell.room_id,
@@ -220,5 +287,7 @@ def _insert_row(
         embedding=embedding,
         now=now,
         named=named,
-        private_to=private_to,
     )
+    if private_to is not None:
+        memories.set_audience(conn, new_id, private_to)
+    return new_id

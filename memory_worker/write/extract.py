@@ -11,7 +11,7 @@ towards their counterpart and `world` rows towards their own.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -165,13 +165,15 @@ def guard(
     present: list[int],
     lines: list[Line],
     already_today: dict[str, int],
-    known_names: list[str] | tuple[str, ...] = (),
+    people: Mapping[int, str] | None = None,
 ) -> tuple[list[Candidate], list[Rejection]]:
     """Apply every guard; return the candidates that pass and why the others did not.
 
-    `already_today` counts today's rows per cap key (`guards.cap_key`); `known_names` are the
-    display names a world row must not carry (at least those of the room's humans).
+    `already_today` counts today's rows per cap key (`guards.cap_key`); `people` are the
+    humans (id → display name) a world row must not name: at least the room's humans, and
+    everyone the store knows whose name a world candidate may hold.
     """
+    people = people or {}
     speaker_of = {ln.id: ln.speaker for ln in lines}
     allowed_subjects = {SUBJECT_SELF, SUBJECT_WORLD, *(human_ref(u) for u in present)}
     kept: list[Candidate] = []
@@ -179,7 +181,7 @@ def guard(
     seen_texts: set[tuple[str, str]] = set()
     for c in answer.candidates:
         text = c.text.strip()
-        found = _reject_reason(c, text, allowed_subjects, speaker_of, present, persona, known_names)
+        found = _reject_reason(c, text, allowed_subjects, speaker_of, present, persona, people)
         key = (c.subject.strip(), text.lower())
         if found is None and key in seen_texts:
             found = ("duplicate", "a duplicate within the spell")
@@ -216,7 +218,7 @@ def _reject_reason(
     speaker_of: dict[int, str],
     present: list[int],
     persona: str,
-    known_names: list[str] | tuple[str, ...],
+    people: Mapping[int, str],
 ) -> tuple[str, str] | None:
     """(code, reason) for the first guard the candidate fails, or None."""
     subject = c.subject.strip()
@@ -241,7 +243,7 @@ def _reject_reason(
     if subject == SUBJECT_WORLD:
         if c.kind.strip() in ("promise", "open_loop", "relationship"):
             return "world", f"a world fact cannot be a {c.kind}"
-        if guards.names_a_human(text, known_names):
+        if guards.names_a_human(text, people):
             return "world", "a world row names a human"
     return None
 

@@ -6,7 +6,7 @@ function over plain data, so extraction, the commit and the tests apply the very
 - one sentence means one sentence, whatever follows the full stop;
 - evidence is the subject's own: every line cited by a row about u:X is u:X's or a persona's,
   at least one is u:X's; a `self` row cites the persona's or the counterpart's lines;
-- a `world` row is about the world: it names no human (no `u:` id, no known display name);
+- a `world` row is about the world: it names no human (no `u:` id, no part of a known name);
 - caps cover every kind: a `self` row counts towards its counterpart, `world` has its own.
 
 Nothing here reads the database or logs: callers load the data and say what was dropped.
@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
+from memory_worker.core import names
 from memory_worker.core.constants import (
     DAILY_CAP_PER_HUMAN,
     DAILY_CAP_WORLD,
@@ -25,7 +26,6 @@ from memory_worker.core.constants import (
     SUBJECT_SELF,
     SUBJECT_WORLD,
 )
-from memory_worker.core.names import name_forms, word_ngrams, words
 from memory_worker.core.rows import human_id, human_ref
 
 # --- one sentence -------------------------------------------------------------------------
@@ -101,54 +101,28 @@ def evidence_problem(
     return None
 
 
-def cited_humans(evidence: Iterable[int], speaker_of: Mapping[int, str]) -> list[int]:
-    """The humans whose lines a row cites, sorted: who sees and may delete a world row."""
-    ids = {human_id(speaker_of[i]) for i in evidence if i in speaker_of}
-    return sorted(u for u in ids if u is not None)
-
-
 # --- a world row is about the world ----------------------------------------------------------
 
-_HUMAN_ID = re.compile(r"\bu\s*:\s*\d+", re.IGNORECASE)
-_HUMAN_REF_ID = re.compile(r"\bu\s*:\s*(\d+)", re.IGNORECASE)
 
-
-def names_a_human(text: str, known_names: Iterable[str]) -> bool:
-    """True when `text` names a human: a `u:` id, or a display name the store knows."""
-    if _HUMAN_ID.search(text):
-        return True
-    return bool(name_forms(known_names) & word_ngrams(text))
+def names_a_human(text: str, people: Mapping[int, str]) -> bool:
+    """True when `text` names a human: a `u:` id in any form, or any distinctive part of the
+    name of one of `people` (id → display name: the room's humans and every human the store
+    knows whose name the text may hold, `users.people_named_in`), after `core.names.fold`."""
+    return bool(names.humans_named(text, people))
 
 
 # --- every human a row names is part of its audience --------------------------------------
 
 
 def humans_named(
-    text: str,
-    subject: str,
-    counterpart: str | None,
-    room_people: Mapping[int, str],
-    known_people: Mapping[int, str],
+    text: str, subject: str, counterpart: str | None, people: Mapping[int, str]
 ) -> set[int]:
-    """The humans `text` names besides whom its row concerns (DESIGN.md "Every human a row
-    names is part of its audience"): every `u:` id; a room member by any form of their name
-    ("Cara" for "Cara Wu"); anyone else the store knows by their whole display name. Erring
-    wide hides a row where someone it seems to name is absent; it never shows one."""
-    found = {int(m.group(1)) for m in _HUMAN_REF_ID.finditer(text)}
-    grams = word_ngrams(text)
-    found |= {u for u, name in room_people.items() if name_forms([name]) & grams}
-    found |= {u for u, name in known_people.items() if " ".join(words(name)) in grams}
+    """The humans `text` names besides whom its row concerns (docs/design.md "Every human a
+    row names is part of its audience"): every `u:` id, and each of `people` named by any
+    distinctive part of their name, however it is spelled (`core.names`). Erring wide hides a
+    row where someone it seems to name is absent; it never shows one."""
     own = {human_id(subject), human_id(counterpart or "")}
-    return {u for u in found if u not in own}
-
-
-def private_to_after(held: Sequence[int] | None, cited: Iterable[int]) -> tuple[int, ...] | None:
-    """Whom a world row stays with once another spell states the same fact from `cited`
-    humans' lines: public (None) when one of them is a human it was not private to — a second
-    human stated it independently — else still private to the same humans."""
-    if held is None:
-        return None
-    return None if set(cited) - set(held) else tuple(held)
+    return {u for u in names.humans_named(text, people) if u not in own}
 
 
 # --- caps ---------------------------------------------------------------------------------

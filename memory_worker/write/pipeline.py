@@ -12,8 +12,7 @@ import time
 from collections.abc import Sequence
 
 from memory_worker.core import clock
-from memory_worker.core.audience import Consent, Members, Scope, scope_for
-from memory_worker.core.rows import Candidate, Room, Spell
+from memory_worker.core.rows import Candidate, Spell
 from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, store, users
@@ -50,8 +49,8 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
         room, persona_name = ctx.room, ctx.persona_name
         lines = spells.load_slice(conn, spell)
         names = {u: ctx.names[u] for u in spell.present if u in ctx.names}
-        room_names = [ctx.names[u] for u in sorted(spell.witnessed) if u in ctx.names]
-        known = extract.known_rows(conn, spell_scope(spell, room))
+        room_people = {u: ctx.names[u] for u in spell.witnessed if u in ctx.names}
+        known = extract.known_rows(conn, spells.spell_scope(spell, room))
         already = extract.rows_today(conn, spell.persona, clock.today(), spell.present)
     while True:
         system, prompt = extract.build_prompt(
@@ -69,14 +68,14 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
             log.info("spell %s: window too large for the model; split", spell.key)
     world_texts = [c.text for c in result.parsed.candidates if c.subject.strip() == "world"]
     with store.engine().connect() as conn:
-        known_names = room_names + users.names_in(conn, world_texts)
+        people = room_people | users.people_named_in(conn, world_texts)
     kept, rejected = extract.guard(
         result.parsed,
         persona=spell.persona,
         present=spell.present,
         lines=lines,
         already_today=already,
-        known_names=known_names,
+        people=people,
     )
     for r in rejected:
         spell.dropped[r.code] = spell.dropped.get(r.code, 0) + 1
@@ -87,14 +86,6 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
     spell.tokens_out += result.usage.tokens_out
     spell.model_calls += result.calls
     return spell
-
-
-def spell_scope(spell: Spell, room: Room) -> Scope:
-    """The block's audience for the spell's room (the room's humans as members, the spell's
-    eligible humans present): what the extraction may be shown."""
-    members = Members(frozenset(spell.witnessed), frozenset({spell.persona}))
-    consent = Consent(memory_on=dict.fromkeys(spell.present, True))
-    return scope_for(spell.persona, spell.present, room, consent, members=members)
 
 
 def run_embed(spell: Spell, embedder: Embedder) -> Spell:
@@ -119,7 +110,8 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
         return spell
     cands = [Candidate.from_json(c) for c in spell.candidates]
     with store.engine().connect() as conn:
-        rows = memories.open_rows(conn, spell.persona, spell.present, {c.subject for c in cands})
+        scope = spells.spell_scope(spell, rooms.load_room(conn, spell.room_id))
+        rows = memories.open_rows(conn, scope, {c.subject for c in cands})
         persona_name = users.persona_name(conn, spell.persona)
         vectors_of = store_embedder.identity(conn)  # the writer embedded the candidates
     floor = route.neighbour_floor(vectors_of.writer[0] if vectors_of else None)

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.audience import Consent, Members, Scope, scope_for
 from memory_worker.core.constants import LINE_MAX_CHARS
-from memory_worker.core.rows import Line, Spell
+from memory_worker.core.rows import Line, Room, Spell
 from memory_worker.storage import rooms
-from memory_worker.storage.spell_context import spell_context
+from memory_worker.storage.spell_context import SpellContext, spell_context
 
 
 def line_chars(line_id: int, speaker: str, text_chars: int) -> int:
@@ -40,12 +41,20 @@ def window_end(sizes: Sequence[tuple[int, int]], max_lines: int, max_chars: int)
     return end
 
 
-def next_window(conn: Connection, room_id: str, after: int) -> int:
-    """The last line id of the next spell's window after line `after` (0: no new lines)."""
+def next_window(conn: Connection, room_id: str, after: int, ctx: SpellContext) -> tuple[int, int]:
+    """(first, last) line ids of the next spell's window after line `after` ((0, 0): no new
+    lines). It ends before the next member joined (`SpellContext.next_join`): every line of a
+    spell is witnessed by the same humans."""
     s = settings_mod.current()
     found = rooms.line_sizes(conn, room_id, after, s.spell_max_lines)
+    if not found:
+        return 0, 0
+    first = found[0][0]
+    join = ctx.next_join(first)
+    if join is not None:
+        found = [x for x in found if x[0] <= join]
     sizes = [(i, line_chars(i, who, n)) for i, who, n in found]
-    return window_end(sizes, s.spell_max_lines, s.spell_max_chars) if sizes else 0
+    return first, window_end(sizes, s.spell_max_lines, s.spell_max_chars)
 
 
 def begin_spell(
@@ -53,6 +62,10 @@ def begin_spell(
 ) -> Spell | None:
     """The spell for `persona` in `room_id` now, or None when there are no new lines (or no
     such room).
+
+    The window's lines all have the same witnesses (`SpellContext.next_join`): the spell's
+    `witnessed` are the members who had joined before its first line, and `present` those of
+    them who let the persona remember them — the humans its rows may ever reach.
 
     `members`: the room's humans as the caller last saw them (the fan-out has just read them).
     Their switches come with the room in one read; when the room's members turn out to be
@@ -66,10 +79,10 @@ def begin_spell(
     ctx = spell_context(conn, persona, room_id, members)
     if ctx is None:
         return None
-    last = next_window(conn, room_id, ctx.cursor)
+    first, last = next_window(conn, room_id, ctx.cursor, ctx)
     if last <= ctx.cursor:
         return None
-    humans = ctx.humans
+    humans = ctx.witnesses(first)  # the window's witnesses: members who had joined by then
     if humans and humans != sorted(set(members)):  # the members' switches, now we know them
         ctx = spell_context(conn, persona, room_id, humans) or ctx
     present = ctx.eligible(humans)
@@ -86,3 +99,14 @@ def begin_spell(
 def load_slice(conn: Connection, spell: Spell) -> list[Line]:
     """The transcript lines of the spell, oldest first, with their ids (for evidence)."""
     return rooms.lines_between(conn, spell.room_id, spell.after_line_id, spell.last_line_id)
+
+
+def spell_scope(spell: Spell, room: Room) -> Scope:
+    """What every model call of the spell may be shown, and every row its router may change:
+    the block's own rule (`scope_for`, the proven scope) for the spell's room with all its
+    witnesses present — each of them hears whatever a row it writes may say — and its
+    eligible humans allowing (docs/design.md "The model sees only what the audience
+    allows"). A world row shows here only when all of them are in its audience."""
+    members = Members(frozenset(spell.witnessed), frozenset({spell.persona}))
+    consent = Consent(memory_on=dict.fromkeys(spell.present, True))
+    return scope_for(spell.persona, spell.witnessed, room, consent, members=members)

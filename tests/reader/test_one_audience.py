@@ -1,7 +1,8 @@
-"""One audience for every path a row can travel (issue 18): the block and recall read the room's
-membership through the same rule; a present stranger fails closed; a row shows only where every
-human it names is; a world row learned from someone stays with them until a second human says
-it. Each reproduction of the issue is a test here, through the real reader and write path."""
+"""One audience for every path a row can travel (issue 18): the block and recall read the
+room's membership through the same rule; a present stranger fails closed; a row shows only
+where every human it names is; a world row learned from someone stays with those who heard
+it, and a second human who states it joins them — it never becomes public. Each reproduction
+of the issue is a test here, through the real reader and write path."""
 
 from __future__ import annotations
 
@@ -160,7 +161,9 @@ def test_personal_news_written_as_a_world_fact_stays_with_the_human_who_said_it(
     )
 
 
-def test_a_world_fact_a_second_human_states_independently_becomes_public(db: Engine) -> None:
+def test_a_second_human_who_states_a_world_fact_joins_its_audience_and_it_stays_private(
+    db: Engine,
+) -> None:
     row_id = secret_as_world_fact(db)
     (again,) = say(db, "dm-cara", (CARA, "Did you hear? An interview at Tencent is on Thursday."))
     fact = candidate("world", "event", "An interview at Tencent is on Thursday.", 6, [again])
@@ -169,17 +172,18 @@ def test_a_world_fact_a_second_human_states_independently_becomes_public(db: Eng
         "dm-cara",
         ScriptedChat({"extract": {"candidates": [fact]}, "route": sensible_route}),
     )
-    assert run.status == "committed" and run.row_ids == []  # NONE: already known
+    assert run.status == "committed" and run.row_ids == []  # the row she joined says it
     (row,) = rows(db)
-    assert row["id"] == row_id and row["private_to"] is None
+    assert row["id"] == row_id and row["private_to"] == json.dumps([CARA, DAN])
     with db.connect() as c:
-        sources = (
-            c.execute(select(t.memory_sources.c.user_id).where(t.memory_sources.c.row_id == row_id))
-            .scalars()
-            .all()
-        )
-    assert sorted(sources) == [CARA, DAN]
+        held = t.memory_audience.c
+        audience = c.execute(select(held.user_id).where(held.row_id == row_id)).scalars().all()
+    assert sorted(audience) == [CARA, DAN]
     assert "Tencent" in reader.build_block("warren", {CARA}, "g2", touch=False).text
+    with db.begin() as conn:  # never public: a third human's chat does not hold it
+        app_side.add_user(conn, 5, "Eve")
+        app_side.add_room(conn, "dm-eve", "private", ["u:5", "warren"])
+    assert "Tencent" not in reader.build_block("warren", {5}, "dm-eve", touch=False).text
 
 
 def test_the_same_human_saying_it_again_does_not_make_it_public(db: Engine) -> None:

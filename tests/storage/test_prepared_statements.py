@@ -90,7 +90,7 @@ def test_insert_row_stores_what_a_typed_insert_stores(db: Engine) -> None:
         assert rows[no_vector].embedding is None
 
 
-def test_rows_by_id_long_lists_and_sources_read_the_same(db: Engine) -> None:
+def test_rows_by_id_long_lists_and_audiences_read_the_same(db: Engine) -> None:
     base = dict(
         persona="warren",
         room_id="dm",
@@ -109,16 +109,17 @@ def test_rows_by_id_long_lists_and_sources_read_the_same(db: Engine) -> None:
             for i in range(PREPARED_IN_MAX + 6)
         ]
         world = ids[0]
-        memories.add_sources(conn, world, [3, 1, 3])
-        memories.add_sources(conn, ids[3], [2])
+        memories.set_audience(conn, world, [3, 1, 3])
+        memories.set_audience(conn, ids[3], [2])
         short = memories.rows_by_id(conn, ids[:5])
         long = memories.rows_by_id(conn, ids[::-1])  # past PREPARED_IN_MAX: built per call
         assert list(short) == ids[:5] and list(long) == ids
         assert all(short[i] == long[i] for i in short)
-        assert short[world].sources == (1, 3) and short[ids[3]].sources == (2,)
-        assert short[ids[1]].sources == ()
-        assert memories.sources_of(conn, ids) == memories.sources_of(conn, [world, ids[3]])
-        assert memories.sources_of(conn, ids) == {world: [1, 3], ids[3]: [2]}
+        assert short[world].private_to == (1, 3) and short[ids[3]].private_to == (2,)
+        assert short[ids[1]].private_to is None
+        memories.set_audience(conn, world, [1], was=[1, 3])
+        held = select(t.memory_audience.c.row_id, t.memory_audience.c.user_id)
+        assert sorted(conn.execute(held).all()) == [(world, 1), (ids[3], 2)]
 
 
 def test_the_audience_rule_holds_for_no_one_present_and_for_many(db: Engine) -> None:
@@ -146,7 +147,8 @@ def test_the_audience_rule_holds_for_no_one_present_and_for_many(db: Engine) -> 
         every = {s for s, _ in rows}
 
         def pool(present: list[int]) -> list[int]:
-            return [r.id for r in memories.open_rows(conn, "warren", present, every)]
+            scope = Scope("warren", True, frozenset(present))
+            return [r.id for r in memories.open_rows(conn, scope, every)]
 
         assert pool([]) == [made[("world", None)]]
         assert pool([1]) == sorted(
@@ -164,12 +166,12 @@ def test_the_audience_rule_holds_for_no_one_present_and_for_many(db: Engine) -> 
         texts = known(many, 10)
         assert texts == ["world None 5", "self u:1 2", "u:2 None 1", "u:1 None 0"]
         assert known(many, 2) == texts[:2]
-        assert memories.open_rows(conn, "warren", [1], []) == []
-        (first,) = memories.open_rows(conn, "warren", [1], ["u:1"])
+        assert memories.open_rows(conn, Scope("warren", True, frozenset([1])), []) == []
+        (first,) = memories.open_rows(conn, Scope("warren", True, frozenset([1])), ["u:1"])
         assert first.embedding == VECTOR and type(first.embedding) is bytes
         memories.close(conn, made[("u:1", None)], "2026-08-19", None)
         memories.close(conn, made[("u:1", None)], "2026-08-30", 7)  # closed: no change
-        assert memories.open_rows(conn, "warren", [1], ["u:1"]) == []
+        assert memories.open_rows(conn, Scope("warren", True, frozenset([1])), ["u:1"]) == []
         closed = memories.rows_by_id(conn, [made[("u:1", None)]])[made[("u:1", None)]]
         assert (closed.valid_to, closed.closed_by) == ("2026-08-19", None)
         counted = {(s, cp, 1) for s, cp in rows if s != "self" or cp == "u:1"}
