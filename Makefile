@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check bench perf recall clean install lock mutate
+.PHONY: demo test check bench perf recall clean install lock mutate exam
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes), so a fresh clone
 # gets what the last green run had; the ranges in pyproject.toml say what the code supports.
@@ -67,6 +67,14 @@ recall: $(STAMP)
 perf: $(STAMP)
 	$(BIN)/pip install --quiet --require-hashes -r requirements/bench.txt
 	$(BIN)/python -m benchmarks.report
+
+# The exams, large: the flow exam (10,000 random spells against a hostile model, every output
+# read; ~10 min on two cores), its self-test (each structural guard removed in turn must be
+# seen), and the leak exam (plant and probe). `make test` runs each small.
+exam: $(STAMP)
+	$(BIN)/python -m exams.flow.run --spells 10000
+	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20
+	$(BIN)/python -m exams.leak.run
 
 # Mutation testing of the privacy core (docs/mutation.md): the audience rule, the reader's filter,
 # the audience SQL, recall and the write guards, each mutant against the fast tests that reach it

@@ -46,7 +46,7 @@ MIN_PART_CHARS = 2  # one letter is an initial, not a name
 # they name someone only when capitalised.
 EVERYDAY_WORDS = frozenset(
     """
-    a about after all also am an and any april are art as at august autumn be bill bliss bo
+    a about after all also am an and any april are art as at august autumn be bill bliss
     but by can chance crystal dawn day did do does dusty early eve faith fall for frank from
     gene get go grace had has have he her hero him his hope hunter i if in is it its ivy jack
     jay joy june just king lane lee love lucky mark march max may me melody mike miles more

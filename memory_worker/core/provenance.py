@@ -40,14 +40,19 @@ def witnesses(line_id: int, joined: Mapping[int, int]) -> frozenset[int]:
     return frozenset(u for u, since in joined.items() if since < line_id)
 
 
-def world_label(cited_speakers: Iterable[str], witnessed_by: Collection[int]) -> Audience:
-    """A new world row's audience: public (None) when every line it cites is a dispatch,
-    else the humans who witnessed them (`witnessed_by`, already narrowed to those who let the
-    persona remember them). A persona's own line is no dispatch: what Warren says in Dan's
-    chat stays with Dan."""
-    speakers = list(cited_speakers)
-    if speakers and all(is_dispatch(s) for s in speakers):
-        return None
+def world_label(
+    cited: Iterable[tuple[str, str]], row_text: str, witnessed_by: Collection[int]
+) -> Audience:
+    """A new world row's audience, from the lines it cites — (speaker, text) — never from what
+    the model wrote: public (None) only when every one is a dispatch and together they state
+    everything distinctive the row says (`carries`: a row citing the news but carrying a
+    secret from another line is no news); else the humans who witnessed them (`witnessed_by`,
+    already narrowed to those who let the persona remember them). A persona's own line is no
+    dispatch: what Warren says in Dan's chat stays with Dan."""
+    lines = list(cited)
+    if lines and all(is_dispatch(who) for who, _ in lines):
+        if carries(" ".join(text for _, text in lines), row_text):
+            return None
     return tuple(sorted(set(witnessed_by)))
 
 
@@ -75,6 +80,13 @@ def distinctive(text: str) -> frozenset[str]:
     """The words that make a row's text say something: every folded word that is not an
     everyday word, numbers included, stemmed ("interviewing" → "interview")."""
     return frozenset(_stem(w) for w in words(text) if w not in EVERYDAY_WORDS or _NUMBER.search(w))
+
+
+def confirms(line_text: str, row_text: str) -> bool:
+    """A human's own line confirms a world row they are not in the audience of: it states
+    everything distinctive the row says (`carries`). The one check between a stranger and a
+    row, so the flow exam's self-test can take it away on its own."""
+    return carries(line_text, row_text)
 
 
 def carries(line_text: str, row_text: str) -> bool:

@@ -18,7 +18,15 @@ from memory_worker.core import provenance, toasts
 from memory_worker.core.constants import SUBJECT_WORLD
 from memory_worker.core.names import fold
 from memory_worker.core.provenance import Audience
-from memory_worker.core.rows import Candidate, Decision, Spell, concerned, concerns, human_id
+from memory_worker.core.rows import (
+    Candidate,
+    Decision,
+    Line,
+    Spell,
+    concerned,
+    concerns,
+    human_id,
+)
 from memory_worker.core.vectors import from_b64
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, spells, users
@@ -80,16 +88,16 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     writing = [d for d in decisions if d.event in ("ADD", "UPDATE")]
     allowed, _ = extract.cap([candidates[d.candidate] for d in writing], already)
     allowed_ids = {id(c) for c in allowed}
-    cited = {i for c in candidates for i in c.evidence}
-    speaker_of = rooms.speakers(conn, spell.room_id, cited)
+    cited = rooms.lines_by_id(conn, {i for c in candidates for i in c.evidence})
+    lines = {i: line for i, line in cited.items() if line.room_id == spell.room_id}
     named = _named(conn, spell, [candidates[d.candidate] for d in writing])
-    joins = _confirmations(conn, spell, candidates, allowing, speaker_of)
+    joins = _confirmations(conn, spell, candidates, allowing, lines)
 
     row_ids: list[int] = []
     closed: list[int] = []
     for d in decisions:
         c = candidates[d.candidate]
-        label = _label(c, allowing, speaker_of)
+        label = _label(c, allowing, lines)
         if label == ():
             continue  # nobody left who lets the persona remember it
         old = d.old_row_id
@@ -116,13 +124,14 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     return Outcome("committed", row_ids, closed)
 
 
-def _label(c: Candidate, allowing: set[int], speaker_of: dict[int, str]) -> Audience | tuple[()]:
+def _label(c: Candidate, allowing: set[int], lines: dict[int, Line]) -> Audience | tuple[()]:
     """Who a candidate's row may reach: for a world row its audience (`provenance.world_label`:
-    public only when every cited line is a dispatch, else the spell's humans who witnessed its
-    lines and let the persona remember them); for a row about a human or a promise to one,
-    that human while they still allow it. `()`: nobody, so it is not written."""
+    public only when the dispatches it cites say it all, else the spell's humans who witnessed
+    its lines and let the persona remember them); for a row about a human or a promise to
+    one, that human while they still allow it. `()`: nobody, so it is not written."""
     if c.subject == SUBJECT_WORLD:
-        return provenance.world_label((speaker_of.get(i, "") for i in c.evidence), allowing)
+        cited = [(lines[i].speaker, lines[i].text) for i in c.evidence if i in lines]
+        return provenance.world_label(cited, c.text, allowing)
     return None if concerns(c.subject, c.counterpart) in allowing else ()
 
 
@@ -142,7 +151,7 @@ def _confirmations(
     spell: Spell,
     candidates: list[Candidate],
     allowing: set[int],
-    speaker_of: dict[int, str],
+    lines: dict[int, Line],
 ) -> Joins:
     """A world fact's audience grows only when a human outside it states it in their own line
     (docs/design.md "Provenance decides who may know"): for each world candidate, each cited
@@ -152,34 +161,32 @@ def _confirmations(
     evidence). The router's word confirms nothing, and repetition never makes a row public."""
     joins = Joins({}, set())
     world = [c for c in candidates if c.subject == SUBJECT_WORLD and c.embedding]
-    humans_lines = {
+    speaker_of = {i: line.speaker for i, line in lines.items()}
+    said = {  # (human, line): a cited line of a human this spell may write for
         (uid, i)
         for c in world
         for i in c.evidence
         if (uid := human_id(speaker_of.get(i, ""))) is not None and uid in allowing
     }
-    if not humans_lines:
+    if not said:
         return joins
-    texts = {
-        i: line.text for i, line in rooms.lines_by_id(conn, {i for _, i in humans_lines}).items()
-    }
     floor = route.neighbour_floor(_writer(conn))
-    for uid in sorted({u for u, _ in humans_lines}):
+    for uid in sorted({u for u, _ in said}):
         outside = memories.world_rows_outside(conn, spell.persona, uid)
         for c in world:
-            lines = [i for i in c.evidence if (uid, i) in humans_lines]
-            if not lines or not outside:
+            theirs = [i for i in c.evidence if (uid, i) in said]
+            if not theirs or not outside:
                 continue
             for row_id in route.neighbours([c], outside, floor)[0]:
                 row = next(r for r in outside if r.id == row_id)
                 line = next(
                     (
                         i
-                        for i in lines
+                        for i in theirs
                         if provenance.may_join(
                             uid, row.private_to, allowing=allowing, speakers=speaker_of, line_id=i
                         )
-                        and provenance.carries(texts.get(i, ""), row.text)
+                        and provenance.confirms(lines[i].text, row.text)
                     ),
                     None,
                 )

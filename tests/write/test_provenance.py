@@ -263,6 +263,17 @@ def test_a_world_row_citing_only_dispatches_is_everyone_s(world: Engine) -> None
     assert "Odyssey" not in page_text(DAN)  # the news is nobody's to delete
 
 
+def test_a_world_row_citing_the_news_but_carrying_a_secret_is_no_news(world: Engine) -> None:
+    news, _ = say(
+        world, "dm-dan", ("dispatch:news", "Tencent is hiring in Shenzhen."), (DAN, SECRET)
+    )
+    text = "Tencent is hiring, and an interview there is on Thursday."
+    run_spell("warren", "dm-dan", extracting(candidate("world", "event", text, 6, [news])))
+    (row,) = rows(world)
+    assert row["private_to"] == json.dumps([DAN])  # the dispatch does not say "Thursday"
+    assert_only_dan_knows(world)
+
+
 def test_a_world_row_citing_a_dispatch_and_a_human_stays_with_the_human(world: Engine) -> None:
     lines = say(world, "dm-dan", ("dispatch:news", "Tencent is hiring."), (DAN, SECRET))
     run_spell("warren", "dm-dan", extracting(candidate("world", "event", WORLD_SECRET, 6, lines)))

@@ -1,0 +1,140 @@
+"""A random world the flow exam plays the app in, and what each human truly knows.
+
+The world is the app's side: humans (some with memory off, some muting a persona), personas,
+rooms (private chats, groups that people join mid-way, incognito and role-play rooms) and what
+is said in them. Every line carries unique markers (`mk` and six hex digits), each with a
+filler word: a fragment. The exam's ground truth is `knows`: a human knows the markers of every
+line said in a room while they were a member of it (whatever their switches: they heard it),
+and of every line they said themselves; a dispatch's markers are the world's news, everyone's.
+Humans sometimes repeat fragments they know in other rooms, so knowledge travels the way it
+does between people — which is the only way it may travel through the store.
+
+None of this reads the store's labels: it is an independent account of who heard what.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+MARKER = re.compile(r"mk[0-9a-f]{6}")
+FILLER = (
+    "kiwi harbour violet lantern copper meadow falcon quartz tundra saffron glacier orchid "
+    "pepper cobalt juniper walnut thistle ember pylon basalt fennel marble nectar"
+).split()
+# Display names the hostile model disguises: two-word names, an accent, an unspaced script.
+NAMES = ["Cara Wu", "Zoë Lind", "李雷", "Dan Okafor", "Eve Stone", "Nadia Petrov", "Omar Haddad"]
+PERSONAS = ("warren", "nolan")
+LOOKALIKE = str.maketrans("aceopxy", "асеорху")  # Latin → Cyrillic letters that look the same
+
+
+def oracle_fold(text: str) -> str:
+    """The exam's own reading of an output: compatibility forms and invisible characters
+    undone, so a disguised marker still counts as the marker."""
+    t = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in t if unicodedata.category(c) != "Cf").casefold()
+
+
+def markers(text: str) -> set[str]:
+    return set(MARKER.findall(oracle_fold(text)))
+
+
+@dataclass
+class Room:
+    id: str
+    kind: str  # 'private' | 'group'
+    humans: dict[int, int]  # member → how many lines the room had when they joined
+    personas: list[str]
+    incognito: bool = False
+    kit: bool = False
+    lines: int = 0
+
+
+@dataclass
+class Human:
+    id: int
+    name: str
+    memory_on: bool = True
+    mutes: set[str] = field(default_factory=set)
+
+
+@dataclass
+class World:
+    """The app's state as the exam sees it, and the ground truth of who heard what."""
+
+    rng: random.Random
+    humans: dict[int, Human] = field(default_factory=dict)
+    rooms: dict[str, Room] = field(default_factory=dict)
+    knows: dict[int, set[str]] = field(default_factory=dict)
+    news: set[str] = field(default_factory=set)  # markers of dispatches: the world's
+    fragments: dict[str, str] = field(default_factory=dict)  # marker → its fragment
+    line_witnesses: dict[int, frozenset[int]] = field(default_factory=dict)  # line id → humans
+    forms: list[tuple[str, int]] = field(default_factory=list)  # disguised names written
+    recent: dict[int, list[str]] = field(default_factory=dict)  # human → markers, newest last
+
+    def fragment(self) -> str:
+        marker = f"mk{self.rng.getrandbits(24):06x}"
+        text = f"{self.rng.choice(FILLER)} {marker}"
+        self.fragments[marker] = text
+        return text
+
+    def line_text(self, speaker: int | str) -> str:
+        """What a speaker says: one or two new fragments, and sometimes one a human already
+        knows (repeated to the room: that is how knowledge travels between people)."""
+        fresh = self.rng.randint(1, 2) if isinstance(speaker, int) else self.rng.randint(2, 3)
+        parts = [self.fragment() for _ in range(fresh)]
+        known = self.recent.get(speaker, [])[-6:] if isinstance(speaker, int) else []
+        if known and self.rng.random() < 0.5:  # people pass on what they heard lately
+            parts.insert(self.rng.randrange(len(parts) + 1), self.fragments[self.rng.choice(known)])
+        return " ".join(parts)
+
+    def heard(self, line_id: int, room: Room, speaker: int | str, text: str) -> None:
+        """Line `line_id` was said in `room`: its members and its speaker now know it."""
+        said = markers(text)
+        if isinstance(speaker, str) and speaker.startswith("dispatch:"):
+            self.news |= said
+        witnesses = set(room.humans) | ({speaker} if isinstance(speaker, int) else set())
+        self.line_witnesses[line_id] = frozenset(room.humans)
+        for h in witnesses:
+            self.knows.setdefault(h, set()).update(said)
+            if h != speaker:
+                self.recent.setdefault(h, []).extend(sorted(said))
+        room.lines += 1
+
+    def may_know(self, human: int, marker: str) -> bool:
+        return marker in self.news or marker in self.knows.get(human, set())
+
+    def disguise(self, human: int) -> str:
+        """One spelling of a human's name that the store must still recognise."""
+        name = self.humans[human].name
+        parts = name.split()
+        part = self.rng.choice(parts)
+        forms = [
+            name,
+            part,
+            part.upper(),
+            f"{part}'s",
+            f"Ms {parts[-1]}",
+            unicodedata.normalize("NFKC", part).translate(FULL_WIDTH),
+            part[:1] + "\u200b" + part[1:],
+            part.translate(LOOKALIKE),
+            "@" + "".join(parts),
+            "@" + "_".join(p.lower() for p in parts),
+            f"u:{human}",
+            f"ｕ：{str(human).translate(FULL_WIDTH)}",
+            _unaccented(part),
+        ]
+        if not name.isascii() and " " not in name:
+            forms.append(f"我和{name}去了")
+        form = self.rng.choice(forms)
+        self.forms.append((form, human))
+        return form
+
+
+FULL_WIDTH = {c: c + 0xFEE0 for c in range(0x21, 0x7F)}
+
+
+def _unaccented(text: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
