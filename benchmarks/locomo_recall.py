@@ -107,6 +107,8 @@ class Tally:
     ranks: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     reader_mismatches: int = 0
     seconds: float = 0.0
+    rows: int = 0  # rows the replay wrote
+    held_back: int = 0  # of them, open rows naming a known human (`--known-people`)
 
     def add(self, other: Tally) -> Tally:
         """This tally with `other`'s counts added (slices of conversations)."""
@@ -120,6 +122,8 @@ class Tally:
             self.ranks[m].extend(ranks)
         self.reader_mismatches += other.reader_mismatches
         self.seconds += other.seconds
+        self.rows += other.rows
+        self.held_back += other.held_back
         return self
 
     def hit(self, method: str, category: int, got: bool) -> None:
@@ -149,10 +153,19 @@ def best_rank(order: np.ndarray, ids: np.ndarray, wanted: set[int]) -> int:
     return len(order) + 1
 
 
-def measure(sample: dict, embedder: Embedder, url: str, tallies: dict[str, Tally]) -> None:
+def measure(
+    sample: dict,
+    embedder: Embedder,
+    url: str,
+    tallies: dict[str, Tally],
+    known_people: list[str] = (),
+) -> None:
     """Replay one conversation into `url`, then score every question into `tallies`."""
     started = time.perf_counter()
-    replayed = locomo_replay.replay(sample, url, embedder=embedder)
+    replayed = locomo_replay.replay(sample, url, embedder=embedder, known_people=known_people)
+    for tally in tallies.values():
+        tally.rows += replayed.rows
+        tally.held_back += replayed.held_back
     now = datetime.fromisoformat(replayed.last_day).replace(tzinfo=UTC) + timedelta(days=1)
     with store.engine(url).connect() as conn:
         room = load_room(conn, ROOM)
@@ -366,6 +379,12 @@ def main() -> None:
         action="store_true",
         help="also time a message's e5 recall beside a busy write path (recall_path --under-load)",
     )
+    p.add_argument(
+        "--known-people",
+        action="store_true",
+        help="the store also knows every other LoCoMo speaker as a human: rows naming one are "
+        "held back in the private chat (what the names rule costs, fail closed)",
+    )
     a = p.parse_args()
     if not a.data.exists():
         raise SystemExit(
@@ -382,7 +401,14 @@ def main() -> None:
             embedder = named_embedder(name)
             for i in picked:
                 per = {"names": Tally(), "ids": Tally()}
-                measure(data[i], embedder, f"sqlite:///{tmp}/{name}-{i}.db", per)
+                others = [
+                    n
+                    for s in data
+                    for n in (s["conversation"]["speaker_a"], s["conversation"]["speaker_b"])
+                    if n != data[i]["conversation"]["speaker_a"]
+                ]
+                known = sorted(set(others)) if a.known_people else []
+                measure(data[i], embedder, f"sqlite:///{tmp}/{name}-{i}.db", per, known)
                 for variant, tally in per.items():
                     results.setdefault((name, variant), {})[i] = tally
     cuts = slices(picked)
@@ -413,7 +439,8 @@ def main() -> None:
         whole = merged(runs, picked)
         console.print(
             f"  {name} · {variant}: reader.build_block disagreed with the pure take on "
-            f"{whole.reader_mismatches} questions · {whole.seconds:.0f} s"
+            f"{whole.reader_mismatches} questions · {whole.seconds:.0f} s · "
+            f"{whole.held_back} of {whole.rows} rows held back by the names rule"
         )
         if a.detail or (a.docs and variant == "names"):
             label = (

@@ -30,9 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from sqlalchemy import select  # noqa: E402
 
 from memory_worker import app_side, models, reader  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.models.scripted import ScriptedChat, route_payload  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
@@ -42,6 +44,7 @@ DATA = (
     Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo" / "locomo10.json"
 )
 HUMAN = 1
+KNOWN_FROM = 1000  # the ids of `replay`'s other known humans
 PERSONA = "b"
 IMPORTANCE = 5  # LoCoMo rates nothing; mid-scale, above the bar
 
@@ -58,6 +61,7 @@ class Replay:
     block_chars: int = 0
     block_rows: int = 0
     line_of: dict[str, int] = field(default_factory=dict)  # LoCoMo dia_id → our line id
+    held_back: int = 0  # open rows naming a known human: held to their presence
     last_day: str = ""  # the last session's date
 
 
@@ -96,9 +100,13 @@ def sessions(conv: dict) -> list[int]:
     return sorted(int(k.split("_")[1]) for k in keys)
 
 
-def replay(sample: dict, url: str, embedder: Embedder | None = None) -> Replay:
+def replay(
+    sample: dict, url: str, embedder: Embedder | None = None, known_people: list[str] = ()
+) -> Replay:
     """The conversation through the write path into a fresh store at `url`; `embedder`
-    defaults to the offline one the replay provider uses."""
+    defaults to the offline one the replay provider uses. `known_people`: display names of
+    other humans the store knows (ids from 1000): a row naming one of them is held to their
+    presence, so in the private chat it is held back (the names rule's cost, fail closed)."""
     conv, obs = sample["conversation"], sample["observation"]
     a, b = conv["speaker_a"], conv["speaker_b"]
     out = Replay(sample["sample_id"])
@@ -110,6 +118,8 @@ def replay(sample: dict, url: str, embedder: Embedder | None = None) -> Replay:
     embedder = embedder or models.embedder(base.with_(provider="replay"))
     with store.transaction() as c:
         app_side.add_user(c, HUMAN, a)
+        for n, name in enumerate(known_people):
+            app_side.add_user(c, KNOWN_FROM + n, name)
         app_side.add_persona(c, PERSONA, b)
         app_side.add_room(c, "dm", "private", [f"u:{HUMAN}", PERSONA])
     for n in sessions(conv):
@@ -157,6 +167,14 @@ def replay(sample: dict, url: str, embedder: Embedder | None = None) -> Replay:
         out.last_day = day
     block = reader.build_block(PERSONA, {HUMAN}, "dm", touch=False)
     out.block_chars, out.block_rows = block.chars_current, len(block.row_ids)
+    with store.engine().connect() as c:
+        out.held_back = len(
+            c.execute(
+                select(t.persona_memory.c.id).where(
+                    t.persona_memory.c.named.is_not(None), t.persona_memory.c.valid_to.is_(None)
+                )
+            ).all()
+        )
     return out
 
 

@@ -98,8 +98,12 @@ def render_line(row: Row) -> str:
     return f"- {row.text}" + (f" ({' · '.join(t)})" if t else "")
 
 
-def tail(persona_name: str, *, any_confidence: bool) -> str:
-    """What the persona does with what it remembers: describe, never order a recital."""
+TAILS = ("plain", "discreet")  # the tail rule's variants the leak exam weighs (settings.block_tail)
+
+
+def tail(persona_name: str, *, any_confidence: bool, variant: str = "plain") -> str:
+    """What the persona does with what it remembers: describe, never order a recital. The
+    "discreet" variant adds the stronger clause the leak exam may choose to ship."""
     lines = [
         f"{persona_name} knows these things the way a friend does: they colour what "
         f"{persona_name} notices, asks and follows up on, and stay unspoken unless the talk "
@@ -111,6 +115,11 @@ def tail(persona_name: str, *, any_confidence: bool) -> str:
             "A line marked confidence was told one-to-one and stays between "
             f"{persona_name} and that person."
         )
+    if variant == "discreet":
+        lines.append(
+            f"What one person told {persona_name} alone is theirs to bring up, never "
+            f"{persona_name}'s: in company, {persona_name} waits for them to raise it."
+        )
     return " ".join(lines)
 
 
@@ -120,8 +129,10 @@ def render(
     sections: Sequence[Section],
     *,
     chars_limit: int = BLOCK_CHARS_LIMIT,
+    tail_variant: str = "plain",
 ) -> Block:
-    """The block text and its meter. Sections render in the order given; empty ones vanish."""
+    """The block text and its meter. Sections render in the order given; empty ones vanish.
+    `tail_variant`: the tail rule's wording in force (`settings.block_tail`)."""
     body: list[str] = []
     row_ids: list[int] = []
     by_human: dict[str, tuple[int, ...]] = {}
@@ -146,7 +157,8 @@ def render(
     if not body:
         return Block.empty(persona, chars_limit)
     head = f"{persona_name}'s memory · {chars}/{chars_limit} chars"
-    text = "\n".join([head, "", *body, tail(persona_name, any_confidence=any_confidence)])
+    rule = tail(persona_name, any_confidence=any_confidence, variant=tail_variant)
+    text = "\n".join([head, "", *body, rule])
     return Block(
         persona=persona,
         text=text,

@@ -273,6 +273,47 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("MW_WEB_MAX_BODY_BYTES", "web_max_body_bytes"),
     )
 
+    # --- who may know in groups: the proven scope, or the New (docs/design.md §4) -------------
+    # "proven": groups load world facts only. "follow": seed §4's table in groups (rows about a
+    # present human, promises to them, world rows within their labels); it starts only when
+    # the store holds a passing verdict of `memory-worker exam` for the block tail, the
+    # prompts and the persona models in force (`core.verdict`), or with the override below.
+    memory_scope: Literal["proven", "follow"] = Field(
+        "proven", validation_alias=AliasChoices("MW_MEMORY_SCOPE", "memory_scope")
+    )
+    # Start "follow" without a verdict: the deployer's explicit choice, logged at every start.
+    memory_scope_override: bool = Field(
+        False,
+        validation_alias=AliasChoices("MW_MEMORY_SCOPE_OVERRIDE", "memory_scope_override"),
+    )
+    # The block's tail rule: "plain" (know it, don't announce it) or "discreet" (plus: what one
+    # person told the persona alone is theirs to bring up). A verdict names the one that ships.
+    block_tail: Literal["plain", "discreet"] = Field(
+        "plain", validation_alias=AliasChoices("MW_BLOCK_TAIL", "block_tail")
+    )
+    # The chat models the app's personas speak with (comma-separated): each needs its verdict.
+    # "parrot" and "discreet" are the exam's offline stand-ins; any other name is a Gemini model.
+    persona_models: str = Field(
+        "gemini-2.5-flash", validation_alias=AliasChoices("MW_PERSONA_MODELS", "persona_models")
+    )
+    # The exam's bar (seed §4, §7): (a) mentions of the plant with its owner present, mean per
+    # run, and memory references per persona turn ("as you told me…"); (b), (c) are always 0.
+    exam_max_with_owner: float = Field(
+        0.0, ge=0, validation_alias=AliasChoices("MW_EXAM_MAX_WITH_OWNER", "exam_max_with_owner")
+    )
+    exam_max_references_per_turn: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        validation_alias=AliasChoices(
+            "MW_EXAM_MAX_REFERENCES_PER_TURN", "exam_max_references_per_turn"
+        ),
+    )
+
+    @property
+    def persona_model_names(self) -> tuple[str, ...]:
+        return tuple(m.strip() for m in self.persona_models.split(",") if m.strip())
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -210,6 +210,30 @@ persona_memory_mute = Table(
     PrimaryKeyConstraint("user_id", "persona"),
 )
 
+persona_memory_stays_private = Table(
+    "persona_memory_stays_private",
+    metadata,
+    # "Bring up what I told you privately when I'm in a group": off for this persona. With the
+    # group scope, what the user told the persona one-to-one stays in their private chats
+    # (0014); the rest of the New applies.
+    Column("user_id", Integer, nullable=False),
+    Column("persona", Text, nullable=False),
+    PrimaryKeyConstraint("user_id", "persona"),
+)
+
+exam_verdicts = Table(
+    "exam_verdicts",
+    metadata,
+    # `memory-worker exam`'s verdicts, one per persona model a run measured (0014): the group
+    # scope starts only on a passing one for what is in force (`core.verdict`).
+    Column("id", Integer, Identity(), primary_key=True),
+    Column("created", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("passed", Integer, nullable=False),
+    Column("record", Text, nullable=False),  # JSON: core.verdict.Verdict, counts and hashes
+    sqlite_autoincrement=True,
+)
+
 store_embedder = Table(
     "store_embedder",
     metadata,

@@ -114,6 +114,10 @@ def set_memory_on(conn: Connection, user_id: int, on: bool) -> None:
 
 
 def add_persona(conn: Connection, slug: str, name: str) -> str:
+    """A persona. Its slug is how its lines name their speaker, so it holds no ':' (that is
+    for 'u:42', a human, and 'dispatch:news', a line nobody said): ValueError, naming it."""
+    if not slug or ":" in slug:
+        raise ValueError(f"persona slug {slug!r}: non-empty, without ':' ('u:…', 'dispatch:…')")
     conn.execute(insert(t.personas).values(slug=slug, name=name))
     return slug
 

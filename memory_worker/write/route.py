@@ -5,10 +5,10 @@ floor of the embedder that made the vectors (`neighbour_floor`: seed §7's 0.6 f
 measured on LoCoMo for the others) — a dot product over one persona's rows, no vector database.
 The model sees them as numbers ("0", "1", …), never raw ids (mem0's guard against an invented
 id), and a number it was not shown for that candidate is never trusted. The pool is what the
-audience allows for the spell's present set (DESIGN.md): rows about present humans, the
-persona's promises and loops with them, world rows — so the router can never see, let alone
-change, a row about someone absent. One call covers every candidate of the spell; a decision
-that fails its schema drops its candidate only.
+spell's scope admits (`write.spell.spell_scope`: the block's rule for the room with all the
+spell's witnesses present) — so the router can never see, let alone change, a row about
+someone absent, nor a world row someone here never witnessed. One call covers every
+candidate of the spell; a decision that fails its schema drops its candidate only.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def resolve(
         if event in ("UPDATE", "CLOSE") and not trusted:
             event = "ADD" if event == "UPDATE" else "NONE"
             old = None
-        # NONE may name the neighbour that already says it: a world row a second human now
-        # states (commit.confirm_world). Nothing is changed on a NONE's word but that.
-        keeps_old = event in ("UPDATE", "CLOSE") or (event == "NONE" and trusted)
+        # NONE names nothing the commit acts on: the router's word confirms nothing
+        # (provenance decides who may know, `commit._confirmations`).
+        keeps_old = event in ("UPDATE", "CLOSE")
         out.append(Decision(i, event, old if keeps_old else None))
     return out, dropped
