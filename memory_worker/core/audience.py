@@ -162,7 +162,15 @@ def visible_memories(
     for r in rows:
         if not scope.admits(r):
             continue
-        about = human_id(r.subject)
-        confidence = about is not None and set(r.witnessed) == {about}
-        out.append(replace(r, confidence=confidence))
+        out.append(replace(r, confidence=one_to_one(r)))
     return out
+
+
+def one_to_one(row: Row) -> bool:
+    """Formed one-to-one (the `confidence` tag, seed §4): witnessed by the one human it is
+    about — or, for a world row, the one human it stays with."""
+    if row.subject == SUBJECT_WORLD:
+        held = row.private_to or ()
+        return len(held) == 1 and set(row.witnessed) == set(held)
+    about = human_id(row.subject)
+    return about is not None and set(row.witnessed) == {about}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT
 from memory_worker.core.rows import Row, human_ref
 
@@ -129,10 +130,11 @@ def render(
     sections: Sequence[Section],
     *,
     chars_limit: int = BLOCK_CHARS_LIMIT,
-    tail_variant: str = "plain",
+    tail_variant: str | None = None,
 ) -> Block:
     """The block text and its meter. Sections render in the order given; empty ones vanish.
-    `tail_variant`: the tail rule's wording in force (`settings.block_tail`)."""
+    `tail_variant`: the tail rule's wording (default: the one in force, `settings.block_tail`,
+    which a leak exam verdict names)."""
     body: list[str] = []
     row_ids: list[int] = []
     by_human: dict[str, tuple[int, ...]] = {}
@@ -157,7 +159,8 @@ def render(
     if not body:
         return Block.empty(persona, chars_limit)
     head = f"{persona_name}'s memory · {chars}/{chars_limit} chars"
-    rule = tail(persona_name, any_confidence=any_confidence, variant=tail_variant)
+    variant = tail_variant or settings_mod.current().block_tail
+    rule = tail(persona_name, any_confidence=any_confidence, variant=variant)
     text = "\n".join([head, "", *body, rule])
     return Block(
         persona=persona,
