@@ -146,6 +146,7 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
     _existing_store()
     url = settings_mod.current().database_url
     check.require_ready(url)
+    check.require_scope(settings_mod.current())  # MW_MEMORY_SCOPE=follow needs its verdict
     empty = check.is_empty(url)
     if empty and must_hold_people:
         raise check.StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")

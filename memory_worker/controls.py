@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection
 
+from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
@@ -241,6 +242,25 @@ def unmute(user_id: int, persona: str) -> None:
         users.remove_mute(conn, user_id, persona)
 
 
+def set_follows(user_id: int, persona: str, on: bool) -> None:
+    """The switch "bring up what I told you privately when I'm in a group", per persona. On
+    (the default) follows the deployment's scope; off keeps the user's one-to-one rows with
+    this persona in their private chats, while the rest of the group scope applies."""
+    _check_user_and_persona(user_id, persona)
+    if not isinstance(on, bool):
+        raise TypeError(f"on must be a bool, not {type(on).__name__}")
+    with store.transaction() as conn:
+        _require_user(conn, user_id)
+        if not users.persona_exists(conn, persona):
+            raise LookupError(f"unknown persona {persona!r}")
+        users.set_follows(conn, user_id, persona, on)
+
+
+def group_scope() -> bool:
+    """Whether this deployment lets memories follow people into groups (MW_MEMORY_SCOPE)."""
+    return settings_mod.current().memory_scope == "follow"
+
+
 # --- the page -------------------------------------------------------------------------------
 
 
@@ -268,6 +288,9 @@ class PersonaSection:
     lines: list[PageLine]  # newest first, closed arcs included
     meter_chars: int  # chars of this persona's open lines about the user
     meter_limit: int = BLOCK_CHARS_LIMIT
+    # Whether what the user told this persona one-to-one may come up in groups they are in:
+    # the deployment's scope is the group scope and the user's switch is on.
+    follows_into_groups: bool = False
 
 
 @dataclass(frozen=True)
@@ -277,6 +300,8 @@ class ManagePage:
     memory_on: bool
     muted: list[str]
     personas: list[PersonaSection]
+    group_scope: bool = False  # the deployment lets memories follow people into groups
+    private_with: list[str] = field(default_factory=list)  # personas the user's switch is off for
 
 
 def manage_page(user_id: int) -> ManagePage:
@@ -288,11 +313,16 @@ def manage_page(user_id: int) -> ManagePage:
         rows = memories.rows_about(conn, user_id)
         names = users.all_persona_names(conn)
         muted = sorted(users.muted_by(conn, user_id))
+        private = sorted(users.private_with(conn, user_id))
         lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
         joined = rooms.memberships(conn, user_id, {r.room_id for r in rows} | _rooms(lines))
     seen = witnessed_lines(user_id, lines, joined)
-    sections = group_by_persona(rows, user_id, names, seen, set(joined))
-    return ManagePage(user_id, note, memory_on, muted, sections)
+    follow = group_scope()
+    sections = [
+        replace(s, follows_into_groups=follow and s.persona not in private)
+        for s in group_by_persona(rows, user_id, names, seen, set(joined))
+    ]
+    return ManagePage(user_id, note, memory_on, muted, sections, follow, private)
 
 
 def _rooms(lines: dict[int, Line]) -> set[str]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from memory_worker.core.constants import SUBJECT_WORLD, V1_PROVEN_SCOPE
-from memory_worker.core.rows import Room, Row, concerns, human_id, human_ref
+from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD, V1_PROVEN_SCOPE
+from memory_worker.core.rows import Room, Row, concerns, human_ref
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Consent:
 
     memory_on: Mapping[int, bool] = field(default_factory=dict)
     mutes: frozenset[tuple[int, str]] = frozenset()  # (user_id, persona): "this persona forgets me"
+    # (user_id, persona): "bring up what I told you privately when I'm in a group" is off
+    stays_private: frozenset[tuple[int, str]] = frozenset()
 
     def allows(self, user_id: int, persona: str) -> bool:
         return bool(self.memory_on.get(user_id, False)) and (user_id, persona) not in self.mutes
@@ -62,6 +64,9 @@ class Scope:
     readers: frozenset[int] = frozenset()
     allowing: frozenset[int] = frozenset()
     follow: bool = False
+    # With the group scope, in a room that is not a private chat: the present humans whose
+    # one-to-one rows stay in their private chats (their switch is off).
+    private_only: frozenset[int] = frozenset()
 
     @property
     def human_refs(self) -> tuple[str, ...]:
@@ -92,6 +97,8 @@ class Scope:
             return False  # another mind's row, or a closed one: never loads
         if not (self.admits_named(row.named) and self.admits_private_to(row.private_to)):
             return False
+        if self.private_only and one_to_one(row) and holder(row) in self.private_only:
+            return False  # told one-to-one, and its teller keeps that out of groups
         if row.subject == SUBJECT_WORLD:
             return self.world
         return concerns(row.subject, row.counterpart) in self.humans
@@ -118,7 +125,10 @@ def scope_for(
     - with `proven_scope` (v1), only a private chat with its one human loads anything personal;
       any other room gets world facts only, until the leak exam says otherwise. A "private"
       room that somehow holds two present humans is treated like a group (seed §3: "only about
-      the one human present").
+      the one human present");
+    - without it (the group scope, the New), a present human who turned off "bring up what I
+      told you privately when I'm in a group" for this persona keeps their one-to-one rows out
+      of every room but their private chat.
     """
     present = frozenset(present)
     if room.incognito or persona not in members.personas:
@@ -127,6 +137,7 @@ def scope_for(
     allowing = frozenset(u for u in present - strangers if consent.allows(u, persona))
     private = room.is_private_chat() and not strangers and len(present) == 1
     humans = frozenset() if proven_scope and not private else allowing
+    keep = frozenset(u for u in allowing if (u, persona) in consent.stays_private)
     return Scope(
         persona,
         world=True,
@@ -134,6 +145,7 @@ def scope_for(
         readers=present,
         allowing=allowing,
         follow=not proven_scope,
+        private_only=frozenset() if proven_scope or private else keep,
     )
 
 
@@ -162,15 +174,22 @@ def visible_memories(
     for r in rows:
         if not scope.admits(r):
             continue
-        out.append(replace(r, confidence=one_to_one(r)))
+        # seed §4: a row about X witnessed by X alone is tagged `confidence` (a world row
+        # held by its one witness too); a promise is not, whoever heard it.
+        out.append(replace(r, confidence=r.subject != SUBJECT_SELF and one_to_one(r)))
     return out
 
 
-def one_to_one(row: Row) -> bool:
-    """Formed one-to-one (the `confidence` tag, seed §4): witnessed by the one human it is
-    about — or, for a world row, the one human it stays with."""
+def holder(row: Row) -> int | None:
+    """The one human a row formed one-to-one is held by: whom it concerns, or the one human a
+    world row stays with."""
     if row.subject == SUBJECT_WORLD:
         held = row.private_to or ()
-        return len(held) == 1 and set(row.witnessed) == set(held)
-    about = human_id(row.subject)
-    return about is not None and set(row.witnessed) == {about}
+        return held[0] if len(held) == 1 else None
+    return concerns(row.subject, row.counterpart)
+
+
+def one_to_one(row: Row) -> bool:
+    """Formed one-to-one: witnessed by the one human who holds it (`holder`)."""
+    who = holder(row)
+    return who is not None and set(row.witnessed) == {who}

@@ -36,10 +36,12 @@ def toasts(
     names: dict[int, str],
     *,
     also: Mapping[int, Iterable[Row]] | None = None,
+    in_group: Mapping[int, bool] | None = None,
 ) -> list[Toast]:
     """Pure: group new rows by the humans they concern (`rows.concerned`: a world row's
     humans are its audience) and word one toast each. `also`: rows one human joined the
-    audience of (they stated them), toasted to that human alone."""
+    audience of (they stated them), toasted to that human alone. `in_group`: for a spell in a
+    group, each human → whether what was noted may follow them into groups (`group_clause`)."""
     by_user: dict[int, list[Row]] = {}
     for r in rows:
         for uid in concerned(r.subject, r.counterpart, r.private_to):
@@ -50,8 +52,18 @@ def toasts(
     for uid in sorted(by_user):
         items = sorted(by_user[uid], key=lambda r: r.id)
         texts = [named(r.text, names) for r in items]
-        out.append(Toast(uid, _word(persona_name, texts), [r.id for r in items]))
+        clause = None if in_group is None else group_clause(persona_name, in_group.get(uid, False))
+        out.append(Toast(uid, _word(persona_name, texts, clause), [r.id for r in items]))
     return out
+
+
+def group_clause(persona_name: str, follows: bool) -> str:
+    """What a toast of a spell in a group says of where it may come up: with the group scope
+    and the human's switch on, in groups they are in; else only where everyone present heard
+    it (in the proven scope, or with the switch off, what is one person's stays theirs)."""
+    if follows:
+        return f"{persona_name} may bring this up in groups you're in"
+    return f"{persona_name} brings this up only where everyone present heard it"
 
 
 def redacted(persona_name: str, remaining: list[str], removed: int) -> str:
@@ -73,9 +85,11 @@ def mentioned(texts: Iterable[str]) -> set[int]:
     return {int(i) for text in texts for i in HUMAN_REF.findall(text)}
 
 
-def _word(persona_name: str, texts: list[str]) -> str:
-    """As many of the texts as fit TOAST_MAX_CHARS (always at least one), then "(+N more)"."""
-    head, tail = f"{persona_name} noted: ", " · undo"
+def _word(persona_name: str, texts: list[str], clause: str | None = None) -> str:
+    """As many of the texts as fit TOAST_MAX_CHARS (always at least one), then "(+N more)";
+    a spell in a group says where it may come up (`clause`)."""
+    head = f"{persona_name} noted in a group: " if clause else f"{persona_name} noted: "
+    tail = f" · {clause} · undo" if clause else " · undo"
     for shown in range(len(texts), 0, -1):
         more = len(texts) - shown
         body = "; ".join(texts[:shown]) + (f" (+{more} more)" if more else "")

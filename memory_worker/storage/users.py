@@ -200,3 +200,39 @@ def people_named_in(conn: Connection, texts: Sequence[str]) -> dict[int, str]:
 
 
 NAME_GRAMS_PER_STATEMENT = 500  # word runs per IN list: under every driver's parameter cap
+
+
+# --- "bring up what I told you privately when I'm in a group" -------------------------------
+
+sp = t.persona_memory_stays_private.c
+
+
+def stays_private(
+    conn: Connection, user_ids: Iterable[int], personas: Iterable[str]
+) -> frozenset[tuple[int, str]]:
+    """(user_id, persona) for each of these users who keeps what they told one of these personas
+    one-to-one out of groups (the switch off)."""
+    ids = sorted(set(user_ids))
+    if not ids:
+        return frozenset()
+    query = select(sp.user_id, sp.persona).where(
+        sp.user_id.in_(ids), sp.persona.in_(sorted(set(personas)))
+    )
+    return frozenset((int(uid), str(slug)) for uid, slug in conn.execute(query))
+
+
+def private_with(conn: Connection, user_id: int) -> set[str]:
+    """The personas this user keeps their one-to-one rows out of groups with."""
+    return set(conn.execute(select(sp.persona).where(sp.user_id == user_id)).scalars())
+
+
+def set_follows(conn: Connection, user_id: int, persona: str, on: bool) -> None:
+    """The switch: on (the default) lets one-to-one rows follow the user into groups where the
+    deployment's scope does; off keeps them in private chats."""
+    conn.execute(
+        delete(t.persona_memory_stays_private).where(sp.user_id == user_id, sp.persona == persona)
+    )
+    if not on:
+        conn.execute(
+            insert(t.persona_memory_stays_private).values(user_id=user_id, persona=persona)
+        )

@@ -7,11 +7,16 @@ Each `memory-worker exam` writes one verdict per persona model; nothing edits or
 from __future__ import annotations
 
 import json
+import logging
 
 from sqlalchemy import Connection, insert, select
 
 from memory_worker.core import tables as t
+from memory_worker.core import verdict as verdict_mod
+from memory_worker.core.settings import ConfigError, Settings
 from memory_worker.core.verdict import Verdict
+
+log = logging.getLogger(__name__)
 
 v = t.exam_verdicts.c
 
@@ -34,3 +39,34 @@ def all_verdicts(conn: Connection) -> list[Verdict]:
     """Every verdict, oldest first."""
     rows = conn.execute(select(v.record).order_by(v.id)).scalars()
     return [Verdict.from_json(json.loads(r)) for r in rows]
+
+
+def follow_problem(conn: Connection, settings: Settings) -> str | None:
+    """Why this process may not start with the group scope on this store (one line naming the
+    command to run), or None. A deployer's override passes, and says so in the log: every
+    start that uses it is on record."""
+    if settings.memory_scope != "follow":
+        return None
+    problem = verdict_mod.follow_problem(
+        all_verdicts(conn), settings.with_(memory_scope_override=False), verdict_mod.prompts_hash()
+    )
+    if problem and settings.memory_scope_override:
+        log.warning(
+            "MW_MEMORY_SCOPE=follow starts without a passing leak exam verdict: "
+            "MW_MEMORY_SCOPE_OVERRIDE is set (%s)",
+            problem.split(": run ")[0],
+        )
+        return None
+    return problem
+
+
+class ScopeNotAllowed(ConfigError):
+    """MW_MEMORY_SCOPE=follow without a passing leak exam verdict for what is in force: the
+    process must not start (the message names the command to run)."""
+
+
+def require_scope(conn: Connection, settings: Settings) -> None:
+    """ScopeNotAllowed unless the scope in force may start on this store."""
+    problem = follow_problem(conn, settings)
+    if problem:
+        raise ScopeNotAllowed(problem)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memory_worker.core.settings import EMBEDDED, Settings, redact
+from memory_worker.storage.verdicts import ScopeNotAllowed
 
 INIT_HINT = "run `memory-worker init-db`"
 
@@ -53,6 +54,17 @@ def require_migrated(url: str) -> None:
         raise StoreNotReady(
             f"the store {redact(url)} is at revision {current}, the code needs {head}: {INIT_HINT}"
         )
+
+
+def require_scope(s: Settings) -> None:
+    """Raise ScopeNotAllowed, naming the command to run, unless the scope in force may start
+    (the proven scope always may; the group scope on a passing verdict or the override)."""
+    from memory_worker.storage import store, verdicts
+
+    if s.memory_scope != "follow":
+        return
+    with store.engine(s.database_url).connect() as conn:
+        verdicts.require_scope(conn, s)
 
 
 def require_ready(url: str) -> None:
@@ -170,7 +182,26 @@ def _short(e: BaseException) -> str:
     return redact(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")[:300]
 
 
-CHECKS: tuple[Callable[[Settings], Finding], ...] = (_store, _broker, _provider, _limits)
+def _scope(s: Settings) -> Finding:
+    if s.memory_scope != "follow":
+        return Finding("scope", True, "proven: groups hear world facts only (MW_MEMORY_SCOPE)")
+    try:
+        require_scope(s)
+    except ScopeNotAllowed as e:
+        return Finding("scope", False, str(e))
+    except Exception as e:  # the store's own problem is its check's to say
+        return Finding("scope", False, f"follow: the verdicts could not be read ({_short(e)})")
+    how = "MW_MEMORY_SCOPE_OVERRIDE set" if s.memory_scope_override else "a passing verdict"
+    return Finding("scope", True, f"follow: memories follow people into groups ({how})")
+
+
+CHECKS: tuple[Callable[[Settings], Finding], ...] = (
+    _store,
+    _broker,
+    _provider,
+    _limits,
+    _scope,
+)
 
 
 def run(s: Settings) -> list[Finding]:

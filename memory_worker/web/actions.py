@@ -80,6 +80,11 @@ def _forget_me(user_id: int, path: dict[str, Any], body: SwitchInput) -> dict[st
     return {"persona": path["persona"], "forget_me": body.on}
 
 
+def _follow(user_id: int, path: dict[str, Any], body: SwitchInput) -> dict[str, Any]:
+    controls.set_follows(user_id, path["persona"], body.on)
+    return {"persona": path["persona"], "follows_into_groups": body.on}
+
+
 def _start_room(user_id: int, _: dict[str, Any], body: RoomInput) -> dict[str, Any]:
     room_id = controls.start_room(user_id, body.persona, incognito=body.incognito)
     return {"room_id": room_id, "incognito": body.incognito}
@@ -92,6 +97,7 @@ ACTIONS = [
     Action("/note", NoteInput, _note, "note", "note"),
     Action("/switches/memory_on", SwitchInput, _memory_on, "switched", "switches"),
     Action("/personas/{persona:str}/forget_me", SwitchInput, _forget_me, "switched", "memories"),
+    Action("/personas/{persona:str}/follow", SwitchInput, _follow, "switched", "memories"),
     Action("/rooms", RoomInput, _start_room, "room", "rooms"),
 ]
 

@@ -11,7 +11,8 @@ Routes (every write is POST, under / for the page's forms and under /api/ for JS
     GET  /api/notices[?after=N]     the rail as JSON
     GET  /api/notices/stream        the rail, live (Server-Sent Events)
     POST [/api]/notices/{id}/undo · /memories/{id}/delete · /clear · /note
-         · /switches/memory_on · /personas/{slug}/forget_me · /rooms
+         · /switches/memory_on · /personas/{slug}/forget_me · /personas/{slug}/follow
+         · /rooms
 
 Missing and not-yours get one answer (404 "not found"), so an id reveals nothing. Before any
 route, `guard.Guard` bounds the body, refuses a write from another origin and puts the security
@@ -91,8 +92,15 @@ def page_data(user_id: int) -> dict[str, Any]:
             }
             for s in page.personas
         ],
+        "group_scope": page.group_scope,
         "switches": [
-            {"persona": slug, "name": names.get(slug, slug), "forget_me": slug in page.muted}
+            {
+                "persona": slug,
+                "name": names.get(slug, slug),
+                "forget_me": slug in page.muted,
+                "follow_switch": slug not in page.private_with,
+                "follows_into_groups": page.group_scope and slug not in page.private_with,
+            }
             for slug in sorted(known)
         ],
         "rooms": [{**asdict(r), "names": [names.get(p, p) for p in r.personas]} for r in rooms],

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from memory_worker.core import provenance, toasts
+from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import SUBJECT_WORLD
 from memory_worker.core.names import fold
 from memory_worker.core.provenance import Audience
@@ -22,6 +23,7 @@ from memory_worker.core.rows import (
     Candidate,
     Decision,
     Line,
+    Room,
     Spell,
     concerned,
     concerns,
@@ -120,7 +122,7 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
             closed.append(old)
     _advance_cursor(conn, spell, now)
     spells.record(conn, spell, "committed", None, row_ids, now)
-    _post_toasts(conn, spell, row_ids, joins.by_user, now)
+    _post_toasts(conn, spell, room, row_ids, joins.by_user, now)
     return Outcome("committed", row_ids, closed)
 
 
@@ -225,7 +227,12 @@ def _cites_unread(c: Candidate, read_through: int) -> bool:
 
 
 def _post_toasts(
-    conn: Connection, spell: Spell, row_ids: list[int], joined: dict[int, list[int]], now: str
+    conn: Connection,
+    spell: Spell,
+    room: Room,
+    row_ids: list[int],
+    joined: dict[int, list[int]],
+    now: str,
 ) -> None:
     """The outbox: one toast per human the new rows concern (and the rows they joined), in
     the commit's transaction, so rows are never written without their toast; `notify_toast`
@@ -238,7 +245,12 @@ def _post_toasts(
     humans = {u for r in rows for u in concerned(r.subject, r.counterpart, r.private_to)}
     names = users.user_names(conn, sorted(humans | set(also)))
     persona_name = users.persona_name(conn, spell.persona)
-    for toast in toasts.toasts(persona_name, rows, names, also=also):
+    in_group = None
+    if not room.is_private_chat():  # the toast says whether it may follow them into groups
+        private = users.stays_private(conn, sorted(names), [spell.persona])
+        follow = settings_mod.current().memory_scope == "follow"
+        in_group = {u: follow and (u, spell.persona) not in private for u in names}
+    for toast in toasts.toasts(persona_name, rows, names, also=also, in_group=in_group):
         notices.post(
             conn,
             user_id=toast.user_id,

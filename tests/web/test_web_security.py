@@ -60,6 +60,7 @@ def snapshot(world: Engine) -> dict:
                 c.execute(select(t.users.c.id, t.users.c.memory_note, t.users.c.memory_on)).all()
             ),
             "mutes": sorted(c.execute(select(t.persona_memory_mute)).all()),
+            "private": sorted(c.execute(select(t.persona_memory_stays_private)).all()),
             "rooms": c.execute(select(func.count()).select_from(t.rooms)).scalar(),
         }
 
@@ -98,6 +99,7 @@ VALID_INPUT = {
     "/note": {"note": "Something new."},
     "/switches/memory_on": {"on": False},
     "/personas/{persona:str}/forget_me": {"on": True},
+    "/personas/{persona:str}/follow": {"on": False},
     "/rooms": {"persona": "warren", "incognito": True},
 }
 

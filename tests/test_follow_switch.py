@@ -1,0 +1,75 @@
+"""The human's side of the New: the page says per persona whether what they told it privately
+may follow them into groups, a switch keeps it in private chats, and a toast of a spell in a
+group says where what it noted may come up."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine
+
+from memory_worker import app_side, controls
+from memory_worker.core import settings as settings_mod
+from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
+from memory_worker.storage import notices, store
+from tests.scenes import CARA, DAN, people
+from tests.write_helpers import run_spell
+
+pytestmark = pytest.mark.store
+
+
+def sections(user: int) -> dict[str, bool]:
+    return {s.persona: s.follows_into_groups for s in controls.manage_page(user).personas}
+
+
+@pytest.fixture
+def world(db: Engine) -> Engine:
+    people(db)
+    with db.begin() as c:
+        app_side.add_room(c, "g", "group", [f"u:{DAN}", f"u:{CARA}", "warren"])
+        app_side.add_room(c, "dm", "private", [f"u:{DAN}", "warren"])
+    return db
+
+
+def note_in(db: Engine, room: str) -> list[str]:
+    with db.begin() as c:
+        line = app_side.say(c, room, DAN, "I run every Sunday.")
+    fact = candidate(f"u:{DAN}", "preference", f"u:{DAN} runs every Sunday.", 5, [line])
+    run_spell(
+        "warren", room, ScriptedChat({"extract": {"candidates": [fact]}, "route": sensible_route})
+    )
+    with store.engine().connect() as conn:
+        return [n.text for n in notices.of_user(conn, DAN, 0, 10)]
+
+
+def test_the_page_says_per_persona_whether_memories_follow_into_groups(world: Engine) -> None:
+    note_in(world, "dm")
+    assert sections(DAN) == {"warren": False}  # the proven scope: nothing follows
+    settings_mod.configure(settings_mod.current().with_(memory_scope="follow"))
+    assert sections(DAN) == {"warren": True} and controls.manage_page(DAN).group_scope
+    controls.set_follows(DAN, "warren", False)
+    assert sections(DAN) == {"warren": False}
+    assert controls.manage_page(DAN).private_with == ["warren"]
+    controls.set_follows(DAN, "warren", True)
+    assert sections(DAN) == {"warren": True}
+
+
+def test_the_switch_is_the_users_and_checks_its_inputs(world: Engine) -> None:
+    with pytest.raises(LookupError):
+        controls.set_follows(DAN, "nobody", False)
+    with pytest.raises(TypeError):
+        controls.set_follows(DAN, "warren", "no")  # type: ignore[arg-type]
+    with pytest.raises(LookupError):
+        controls.set_follows(999, "warren", False)
+
+
+def test_a_toast_from_a_group_says_where_it_may_come_up(world: Engine) -> None:
+    (private,) = note_in(world, "dm")
+    assert "group" not in private
+    (group, _) = note_in(world, "g")
+    assert group.startswith("Warren noted in a group") and "only where everyone present" in group
+    settings_mod.configure(settings_mod.current().with_(memory_scope="follow"))
+    (follows, *_) = note_in(world, "g")
+    assert "may bring this up in groups you're in" in follows
+    controls.set_follows(DAN, "warren", False)
+    (kept, *_) = note_in(world, "g")
+    assert "only where everyone present" in kept
