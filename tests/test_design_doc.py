@@ -62,13 +62,13 @@ def test_every_section_the_doc_cites_of_itself_exists() -> None:
 def test_every_section_the_repository_cites_exists() -> None:
     have = headings()
     missing = []
-    for folder in SEARCHED:
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix not in (".py", ".md", ".txt") or not path.is_file():
-                continue
-            for number in CITED.findall(path.read_text(errors="replace")):
-                if number not in have:
-                    missing.append(f"{path.relative_to(ROOT)}: §{number}")
+    paths = [*ROOT.glob("*.md"), *(p for f in SEARCHED for p in (ROOT / f).rglob("*"))]
+    for path in sorted(paths):
+        if path.suffix not in (".py", ".md", ".txt") or not path.is_file():
+            continue
+        for number in CITED.findall(path.read_text(errors="replace")):
+            if number not in have:
+                missing.append(f"{path.relative_to(ROOT)}: §{number}")
     assert not missing, f"cited sections docs/design.md does not have: {missing}"
 
 
