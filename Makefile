@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check bench perf recall clean install lock mutate exam
+.PHONY: help demo test check fmt bench perf recall clean install lock mutate exam
+
+# `make help` lists every target with the `##` note on its line.
+help: ## this list
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)$$/  \1\t\2/' | expand -t 12
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes), so a fresh clone
 # gets what the last green run had; the ranges in pyproject.toml say what the code supports.
@@ -15,19 +19,19 @@ $(STAMP): pyproject.toml requirements/test.txt
 	$(BIN)/python requirements/verify.py requirements/test.txt
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) ## build .venv from the lock (the other targets do it first)
 
 # Refresh every lock to the newest versions pyproject.toml allows (then `make test` says whether
 # they work; the change lands with the lock). bench.txt is the superset, resolved first; the
 # others are held to its versions so every lock agrees.
 LOCK := $(BIN)/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes
-lock: $(STAMP)
+lock: $(STAMP) ## move every lock in requirements/ to the newest versions pyproject.toml allows
 	$(LOCK) --upgrade pyproject.toml requirements/build.in --extra test --extra bench -o requirements/bench.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra test -o requirements/test.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in -o requirements/runtime.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra postgres -o requirements/postgres.txt
 
-demo: $(STAMP)
+demo: $(STAMP) ## the main job end to end on a fresh machine: no servers, no API key
 	$(BIN)/memory-worker demo
 
 CHROMIUM := /usr/bin/chromium
@@ -36,22 +40,34 @@ CHROMIUM := /usr/bin/chromium
 # has its own embedded Redis, PostgreSQL database and temporary folders.
 TEST_PROCESSES ?= 2
 
-test: $(STAMP)
+# Coverage ([tool.coverage] in pyproject.toml): the suite's processes and the Python processes
+# they start, combined. The floor holds over the pure core and the two paths, a little below
+# the figure measured when it was set: 98.3 % (42 of 2,542 statements missed; 97.8 % without
+# the subprocesses). CONTRIBUTING.md says how to move it.
+COVERED := 'memory_worker/core/*,memory_worker/write/*,memory_worker/reader/*'
+COVERAGE_FLOOR ?= 97
+
+test: $(STAMP) ## everything CI runs: lint, types, the whole suite, coverage with its floor
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
 	@test -x $(CHROMIUM) || echo "note: no $(CHROMIUM): the browser tests are skipped (apt-get install -y chromium runs them)"
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(TEST_PROCESSES)
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) --cov --cov-report=
+	$(BIN)/coverage report --include=$(COVERED) --skip-covered --fail-under=$(COVERAGE_FLOOR)
 
 # The inner loop while developing: lint, types, and the tests that start no worker, browser
 # or supervisor (`make test` runs everything).
-check: $(STAMP)
+check: $(STAMP) ## the inner loop: lint, types and the tests that start no worker or browser
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m "not pipeline and not slow and not faults and not browser and not processes"
 
-bench: $(STAMP)
+fmt: $(STAMP) ## format and fix what ruff can (then `make check` says what is left)
+	$(BIN)/ruff check --fix --quiet .
+	$(BIN)/ruff format --quiet .
+
+bench: $(STAMP) ## the write, read, recall, backlog and page benchmarks, printed
 	$(BIN)/python benchmarks/write_path.py
 	$(BIN)/python benchmarks/read_path.py
 	$(BIN)/python -m benchmarks.recall_path
@@ -60,18 +76,18 @@ bench: $(STAMP)
 
 # Regenerate docs/recall.md: LoCoMo through the write path, every ranking and embedder, the
 # router's neighbour floor per embedder, and a message's recall beside a busy write path (~10 min).
-recall: $(STAMP)
+recall: $(STAMP) ## regenerate docs/recall.md from LoCoMo (~10 min)
 	$(BIN)/python benchmarks/locomo_recall.py --conversations 1-10 --embedders e5,hashing --router-floor --recall-under-load --docs docs/recall.md
 
 # Regenerate docs/performance.md and its plot from one run of both benchmarks.
-perf: $(STAMP)
+perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
 	$(BIN)/pip install --quiet --require-hashes -r requirements/bench.txt
 	$(BIN)/python -m benchmarks.report
 
 # The exams, large: the flow exam (10,000 random spells against a hostile model, every output
 # read; ~10 min on two cores), its self-test (each structural guard removed in turn must be
 # seen), and the leak exam (plant and probe). `make test` runs each small.
-exam: $(STAMP)
+exam: $(STAMP) ## the flow exam (10,000 spells) with its self-test, and the leak exam (~15 min)
 	$(BIN)/python -m exams.flow.run --spells 10000
 	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20
 	$(BIN)/python -m exams.leak.run
@@ -85,17 +101,17 @@ MUTANTS := 'memory_worker.core.audience.*' 'memory_worker.core.provenance.*' \
 	'memory_worker.storage.read_path.x_room_or_member*' 'memory_worker.storage.read_path.x__open_rows_statement*' \
 	'memory_worker.storage.read_path.x_open_rows*' 'memory_worker.storage.read_path.x_visible_open_rows*' \
 	'memory_worker.reader.recall.*' 'memory_worker.write.guards.*'
-mutate: $(STAMP)
+mutate: $(STAMP) ## mutation testing of the privacy core (~30 min; resumes)
 	$(BIN)/mutmut run $(MUTANTS)
 	$(BIN)/mutmut results
 
 # Stop every embedded redis-server this checkout started (its pid file lives under
 # .memory_worker/), checking the pid is a redis-server still, then remove the state.
-clean:
+clean: ## stop any embedded Redis this checkout started; remove .venv and the state
 	@for pidfile in $$(find .memory_worker -name redis.pid 2>/dev/null); do \
 		pid=$$(cat "$$pidfile"); \
 		if grep -qs redis-server /proc/$$pid/cmdline; then \
 			kill "$$pid" && echo "stopped the embedded redis-server $$pid ($$pidfile)"; \
 		fi; \
 	done
-	rm -rf $(VENV) .memory_worker memory_worker.db .pytest_cache artefacts
+	rm -rf $(VENV) .memory_worker memory_worker.db .pytest_cache artefacts .coverage .coverage.* htmlcov

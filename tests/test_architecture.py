@@ -30,6 +30,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
             "names",
             "messages",
             "per_process",
+            "errors",
         )
     ),
     "core": ("core",),
@@ -64,7 +65,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},
     "core": {"leaf", "core"},
     "storage": {"leaf", "core", "storage"},
-    "model interfaces": set(),
+    "model interfaces": {"leaf"},  # core.errors: the one root of every error
     "models": {"leaf", "model interfaces", "models", "ops"},
     "write": {"leaf", "core", "storage", "model interfaces", "write"},
     "reader": {"leaf", "core", "storage", "reader"},

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from memory_worker.core.constants import IMPORTANCE_MAX, IMPORTANCE_MIN, TEXT_MAX_CHARS, Event, Kind
+from memory_worker.core.errors import MemoryWorkerError
 
 LineId = Annotated[StrictInt, Field(ge=0)]
 UserId = Annotated[StrictInt, Field(ge=1)]
@@ -29,7 +30,7 @@ Count = Annotated[StrictInt, Field(ge=0)]
 Id = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(MemoryWorkerError, ValueError):
     """A task message that does not fit its model; says where, never what it carried."""
 
     def __init__(self, what: str, error: ValidationError | str):

@@ -23,6 +23,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from memory_worker.core.constants import INFLIGHT_TTL_S
+from memory_worker.core.errors import MemoryWorkerError
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (DESIGN.md)
 PROVIDERS = ("replay", "gemini")
@@ -35,7 +36,7 @@ _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)(\S*?)@(?=[^@\s]*(?:[\s/?#]|$))")
 _PASSWORD_IN_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&#\s]+")
 
 
-class ConfigError(ValueError):
+class ConfigError(MemoryWorkerError, ValueError):
     """A setting from the environment is wrong; the message names the variable, on one line."""
 
 

@@ -14,10 +14,12 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from memory_worker.core.errors import MemoryWorkerError
+
 T = TypeVar("T", bound=BaseModel)
 
 
-class ModelError(Exception):
+class ModelError(MemoryWorkerError):
     """Anything a model provider could not do."""
 
 

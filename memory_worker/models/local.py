@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from memory_worker.core.errors import MemoryWorkerError
+
 # Purposes whose text is a question put to the memories rather than a memory itself.
 QUERY_PURPOSES = frozenset({"topic", "query"})
 
@@ -74,7 +76,7 @@ def threads_in_use() -> int:
     return int(gomp.omp_get_max_threads())
 
 
-class MissingLocalModel(RuntimeError):
+class MissingLocalModel(MemoryWorkerError, RuntimeError):
     """The package that ships the local model is not installed."""
 
 

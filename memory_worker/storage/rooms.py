@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from memory_worker.core import tables as t
+from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.rows import Line, Room, human_id, human_ref, now_iso, stamp
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
@@ -21,7 +22,7 @@ m = t.room_members.c
 ln = t.lines.c
 
 
-class UnknownRoom(LookupError):
+class UnknownRoom(MemoryWorkerError, LookupError):
     """The app named a room the store has never seen."""
 
     def __init__(self, room_id: str):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.settings import EMBEDDED, Settings, redact
 from memory_worker.storage.verdicts import ScopeNotAllowed
 
@@ -28,7 +29,7 @@ class Finding:
     detail: str
 
 
-class StoreNotReady(RuntimeError):
+class StoreNotReady(MemoryWorkerError, RuntimeError):
     """The store is reachable but not initialised or not migrated to the newest revision."""
 
 

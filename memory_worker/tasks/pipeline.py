@@ -31,6 +31,7 @@ from memory_worker.celery_app import app
 from memory_worker.core import messages
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
+from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.messages import MalformedMessage
 from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
@@ -59,7 +60,7 @@ def route(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Me
     return self.run_step(spell, lambda s: pipeline.run_route(s, models.chat_model()), faults, slot)
 
 
-class ToastNotPublished(Exception):
+class ToastNotPublished(MemoryWorkerError):
     """The human's channel could not be told; the toast stays undelivered and is retried."""
 
 

@@ -19,6 +19,7 @@ import sys
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import WEB_HEADER_TIMEOUT_S, WEB_MAX_CONNECTIONS
+from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.settings import EMBEDDED, redact
 from memory_worker.ops import embedded
 from memory_worker.storage import store, users
@@ -95,7 +96,7 @@ def head_deadline_protocol(timeout_s: float = WEB_HEADER_TIMEOUT_S) -> type[asyn
     return HeadDeadline
 
 
-class CannotListen(OSError):
+class CannotListen(MemoryWorkerError, OSError):
     """The address is taken or not ours to bind; the message says which and what to do."""
 
 
