@@ -79,7 +79,7 @@ def app_env(state: Path) -> dict[str, str]:
 def test_the_apps_publish_starts_a_killed_embedded_broker_again_and_its_message_lands(
     tmp_path: Path,
 ) -> None:
-    """Issue 30 #3: with the broker SIGKILLed and nothing supervising, the app's next
+    """With the broker SIGKILLed and nothing supervising, the app's next
     `room_quiet` starts it again on its address (as a newly started process would)."""
     state = tmp_path / "state"
     url = embedded.ensure_running(state)
