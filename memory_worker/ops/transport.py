@@ -63,6 +63,31 @@ class Channel(kombu_redis.Channel):
         except self.connection_errors:
             pass  # they stay in Redis's unacked set until the visibility timeout
 
+    def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
+        if self._left_behind("ack", delivery_tag):
+            return
+        super().basic_ack(delivery_tag, multiple=multiple)
+
+    def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        if self._left_behind("reject", delivery_tag):
+            return
+        super().basic_reject(delivery_tag, requeue=requeue)
+
+    def _left_behind(self, what: str, delivery_tag: Any) -> bool:
+        """A task that finished after its channel closed with the broker cannot settle its
+        message (kombu logs that CRITICAL, "Couldn't ack"). Its message is not lost: the close
+        put it back in the queue, or it waits in Redis's unacked set for the visibility
+        timeout; either way the task runs again, as any task may (acks late)."""
+        if not self.closed:
+            return False
+        log.warning(
+            "%s of message %s skipped: its broker connection was lost while the task ran; "
+            "the message was handed back and the task will run again",
+            what,
+            delivery_tag,
+        )
+        return True
+
     def _brpop_read(self, **options: Any) -> Any:
         """kombu's read of a BRPOP reply; at a close, a broker gone has none to give."""
         try:
