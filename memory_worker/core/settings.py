@@ -198,9 +198,13 @@ class Settings(BaseSettings):
     # The frequent sweep (every `sweep_every_s`, beat) re-enqueues rooms whose lines waited
     # longer than `sweep_grace_s` with no spell holding them (one held by a lost chain: when
     # its claim lapses), and delivers toasts left undelivered longer than `sweep_lag_s`.
-    # With these defaults a lost message is recovered within 120 s (README).
+    # A commit delivers its own toasts milliseconds after writing them (make perf's faults
+    # section: p99 0.1 s, the watcher's resolution) and retries them with itself within
+    # seconds, so a toast 10 s old was lost with its worker or broker: the lag is that, not
+    # minutes. With these defaults the sweep has found all a fault lost 61 s after it ends
+    # (`tasks.rooms.recovery_bound_s`), and a toast reaches its human within 120 s (README).
     sweep_lag_s: float = Field(
-        300.0,
+        10.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_LAG_S", "sweep_lag_s"),
@@ -212,7 +216,7 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("MW_SWEEP_GRACE_S", "sweep_grace_s"),
     )
     sweep_every_s: float = Field(
-        60.0,
+        30.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),
