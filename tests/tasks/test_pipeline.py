@@ -324,13 +324,13 @@ def test_the_frequent_sweep_enqueues_a_room_no_spell_holds_after_the_grace_not_t
     assert pipeline.wait_for_spell("warren", "dm-dan", dm[-1])["status"] == "committed"
 
 
-def test_the_default_sweep_finds_what_a_fault_lost_within_half_the_recovery_promise() -> None:
+def test_the_default_sweep_finds_what_a_fault_lost_within_two_thirds_of_the_promise() -> None:
     """The settings' comment and the README promise a toast within 120 s of a fault at the
     defaults: the sweep's part (a lost room seen and started, a lost toast handed on) must
-    leave the chains' own seconds most of it. Before the toast lag was seconds (300 s, with a
-    60 s sweep) this was 360 s, and the measured recovery 309–350 s."""
+    leave the chains' own seconds a third of it at least. Before the toast lag was seconds
+    (300 s, with a 60 s sweep) this was 360 s, and the measured recovery 309–350 s."""
     defaults = Settings.from_env({})
-    assert recovery_bound_s(defaults) <= RECOVERY_PROMISE_S / 2
+    assert recovery_bound_s(defaults) <= RECOVERY_PROMISE_S * 2 / 3
     assert recovery_bound_s(defaults.with_(sweep_lag_s=300.0)) > RECOVERY_PROMISE_S
 
 
