@@ -582,6 +582,8 @@ def main() -> None:
     if a.faults is None:  # restart needs the embedded Redis
         a.faults = [f for f in FAULTS if not (f == "restart" and a.redis)]
     overrides = FAST_SWEEP if a.fast_sweep else {}
+    started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = round(os.getloadavg()[0], 1)
     sweep = ", ".join(f"{k} {v:g}" for k, v in overrides.items()) or "the default settings"
     print(f"{a.rooms} rooms × 3 spells, 2 workers + beat ({sweep})")
     head = (
@@ -614,7 +616,12 @@ def main() -> None:
         for note in f.notes:
             print(f"        {note}")
     if a.json:
-        settings = {"overrides": overrides, "recovery_bound_s": figures[0]["recovery_bound_s"]}
+        settings = {
+            "overrides": overrides,
+            "recovery_bound_s": figures[0]["recovery_bound_s"],
+            "when": started_at,
+            "load": load,
+        }
         a.json.write_text(json.dumps({"rooms": a.rooms, **settings, "results": figures}, indent=1))
 
 

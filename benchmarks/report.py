@@ -173,6 +173,9 @@ def faults_table(f: dict) -> list[str]:
         "toast lag 10 s, the in-flight claim 60 s), as the Procfile's beat runs it"
     )
     bound = f.get("recovery_bound_s")
+    when = (
+        f" Measured {f['when']}, load average {f['load']:.1f} at its start." if "when" in f else ""
+    )
     out = [
         f"{f['rooms']} rooms × 3 spells each; two workers (2 threads) and a beat running the "
         f"frequent sweep; {sweep}; SQLite; the stub model; no supervisor (`restart`: the "
@@ -185,7 +188,7 @@ def faults_table(f: dict) -> list[str]:
         "watcher reads every 50 ms). *At stub*: the most calls the stub received in any "
         "sliding window of the quota, against the quota (`quota`: 120 a minute, 2 a second, "
         "every room at once); *used*: calls over what the quota allowed from the first call "
-        "to the last.",
+        "to the last." + when,
         "",
         "| fault | spells | rows | lost | dup rows | dup toasts | missing toasts | undelivered "
         "| reopened | parked | parked for quota | at stub | used | faults | recovery s "
