@@ -8,9 +8,9 @@ the commit retries only a locked database or a broker away.
 The toast is delivered by the commit itself, right after its transaction, and retried with it
 as one task: a delivery is never a message of its own that a killed worker or a wiped broker
 can lose between the commit and the human (such a toast once waited 309–350 s for the sweep).
-Whichever comes first delivers it: the commit's own run or retry, the next
-spell's commit in the same room (which delivers whatever the room's earlier spells left), or
-the sweep, once it waited past MW_SWEEP_LAG_S.
+Whichever comes first delivers it: the commit's own run or retry, the next spell's commit in
+the same room (which delivers whatever the room's earlier spells left), or the sweep, once it
+waited past MW_SWEEP_LAG_S.
 
 One spell, one run: `start_spell` claims the persona's key for the room
 (`memory_worker.ops.inflight`) before it sends a chain, and the commit frees it. A backlog drains
@@ -109,7 +109,8 @@ def commit(self: Task, spell: Message) -> Message:
         start_spell(s.persona, s.room_id, s.witnessed)  # a backlog's next window, or new lines
     if told < waiting:  # the commit again (it finds itself recorded), its toasts with it
         raise ToastNotPublished(f"{waiting - told} toast(s) of {s.persona}/{s.room_id}")
-    settled = dataclasses.replace(s, candidates=[], decisions=[])  # ids and counts only
+    # The result shows in the task's events: what was said and decided goes no further.
+    settled = dataclasses.replace(s, candidates=[], decisions=[])
     return {"spell": settled.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
 
