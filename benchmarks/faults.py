@@ -26,6 +26,9 @@ each row in exactly one toast, every toast delivered. The faults, one run each:
            re-asked and retried, never taken as "nothing to remember")
     quota  the model quota far below the demand (MW_MODEL_RPM 120, every room at once): no
            spell may park for the quota, and the stub counts what reaches it per window
+    coldstart  every room's first burst queued before any worker is up, then three workers
+           of 8 threads started at once at MW_MODEL_RPM 300 (5 a second) and the default
+           quota margin: the stub counts what reaches it in the first seconds and after
 
 Printed per fault: spells committed, rows, lost, duplicate rows, duplicate and missing toasts,
 undelivered toasts, reopened facts, spells parked, the most calls the stub saw in any window
@@ -98,8 +101,9 @@ OPEN_FACTS = [
     "bakes sourdough every sunday.",
 ]
 CLOSED_FACT = "keeps bees on the roof."
-FAULTS = ("kill", "wipe", "restart", "chaos", "twice", "garbled", "quota")
+FAULTS = ("kill", "wipe", "restart", "chaos", "twice", "garbled", "quota", "coldstart")
 QUOTA_RPM = 120.0  # the "quota" fault: 2 calls a second for every room at once
+COLDSTART_RPM = 300.0  # "coldstart": 5 calls a second, three workers of 8 threads at once
 GARBLED = json.dumps(  # every item ill-typed: a malformed answer, not an empty one
     {"candidates": [{"subject": 5000, "kind": "fact", "text": ["x"], "importance": "high"}] * 2}
 )
@@ -253,9 +257,10 @@ class ToastWatch:
 class Stack:
     """Two workers and a beat, as the Procfile runs them, on one broker and one store."""
 
-    def __init__(self, settings: Settings, workdir: Path, workers: int = 2):
+    def __init__(self, settings: Settings, workdir: Path, workers: int = 2, concurrency: int = 2):
         self.settings = settings
         self.workdir = workdir
+        self.concurrency = concurrency
         self.workers: list[subprocess.Popen | None] = [None] * workers
         self.beat: subprocess.Popen | None = None
         self.starts = 0
@@ -264,7 +269,12 @@ class Stack:
         self.starts += 1  # each start its own log: what a worker said before it was killed
         log = self.workdir / f"worker{i}-{self.starts}.log"
         self.workers[i] = local_worker.start(
-            self.settings, pool="threads", concurrency=2, name=f"fault{i}", log=log, loglevel="INFO"
+            self.settings,
+            pool="threads",
+            concurrency=self.concurrency,
+            name=f"fault{i}",
+            log=log,
+            loglevel="INFO",
         )
 
     def logged(self, *marks: str) -> list[str]:
@@ -328,19 +338,35 @@ def cursor(eng: Engine, room: str) -> int:
     return int(got or 0)
 
 
-def talk(eng: Engine, url: str, room: str, human: int, twice: bool, errors: list[str]) -> None:
-    """The room's three bursts, each waited for (its cursor reaching the burst's last line)."""
-    for burst in BURSTS:
-        with eng.begin() as conn:
-            last = [app_side.say(conn, room, human, text) for text in burst][-1]
-        for _ in range(2 if twice else 1):
-            room_quiet(url, room)
+def talk(
+    eng: Engine,
+    url: str,
+    room: str,
+    human: int,
+    twice: bool,
+    errors: list[str],
+    said_first: int | None = None,
+) -> None:
+    """The room's three bursts, each waited for (its cursor reaching the burst's last line).
+    `said_first`: the first burst is said and its quiet event sent already (its last line)."""
+    for i, burst in enumerate(BURSTS):
+        if i == 0 and said_first is not None:
+            last = said_first
+        else:
+            last = say(eng, room, human, burst)
+            for _ in range(2 if twice else 1):
+                room_quiet(url, room)
         deadline = time.monotonic() + BURST_TIMEOUT_S
         while cursor(eng, room) < last:
             if time.monotonic() > deadline:
                 errors.append(f"{room}: burst ending {last} not read in {BURST_TIMEOUT_S}s")
                 return
             time.sleep(0.05)
+
+
+def say(eng: Engine, room: str, human: int, burst: list[str]) -> int:
+    with eng.begin() as conn:
+        return [app_side.say(conn, room, human, text) for text in burst][-1]
 
 
 def room_quiet(url: str, room: str) -> None:
@@ -469,7 +495,9 @@ def run(
                 state_dir=state,
                 retry_backoff_base_s=0.2,
                 model_timeout_ms=1_000,
-                model_requests_per_minute=QUOTA_RPM if fault == "quota" else 60_000,
+                model_requests_per_minute={"quota": QUOTA_RPM, "coldstart": COLDSTART_RPM}.get(
+                    fault, 60_000
+                ),
                 today=None,
                 **{name: getattr(defaults, name) for name in SWEEP_SETTINGS},
             )
@@ -487,7 +515,13 @@ def run(
             for queue in QUEUES:
                 conn.default_channel.queue_purge(queue)
         placed = seed(eng, rooms)
-        stack = Stack(s, work)
+        cold = fault == "coldstart"
+        first: dict[str, int] = {}
+        if cold:  # the backlog is there before any worker is
+            for room, human in placed:
+                first[room] = say(eng, room, human, BURSTS[0])
+                room_quiet(url, room)
+        stack = Stack(s, work, workers=3 if cold else 2, concurrency=8 if cold else 2)
         stack.start()
         errors: list[str] = []
         last_fault = [time.monotonic()]
@@ -528,7 +562,8 @@ def run(
                 faults.start()
                 talkers = [
                     threading.Thread(
-                        target=talk, args=(eng, url, room, human, fault == "twice", errors)
+                        target=talk,
+                        args=(eng, url, room, human, fault == "twice", errors, first.get(room)),
                     )
                     for room, human in placed
                 ]

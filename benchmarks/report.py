@@ -187,8 +187,9 @@ def faults_table(f: dict) -> list[str]:
         + "; *toast p99*: a toast's delay from appearing in the outbox to delivered (the "
         "watcher reads every 50 ms). *At stub*: the most calls the stub received in any "
         "sliding window of the quota, against the quota (`quota`: 120 a minute, 2 a second, "
-        "every room at once); *used*: calls over what the quota allowed from the first call "
-        "to the last." + when,
+        "every room at once; `coldstart`: 300 a minute, 5 a second, at the default margin, "
+        "three workers of 8 threads started at once onto every room's queued first spell); "
+        "*used*: calls over what the quota allowed from the first call to the last." + when,
         "",
         "| fault | spells | rows | lost | dup rows | dup toasts | missing toasts | undelivered "
         "| reopened | parked | parked for quota | at stub | used | faults | recovery s "
