@@ -35,6 +35,10 @@ worker_prefetch_multiplier = 1
 task_ignore_result = True
 result_backend = None
 
+# kombu's Redis transport with a close that survives the broker's death (a worker holding
+# unacked messages exited with it) and an embedded broker started again by whoever finds it
+# gone: memory_worker/ops/transport.py. It serves redis://, rediss:// and unix:// alike.
+broker_transport = "memory_worker.ops.transport:Transport"
 # Redis redelivers an unacked message after this; every countdown stays far below it.
 broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
 broker_connection_retry_on_startup = True

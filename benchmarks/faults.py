@@ -26,14 +26,23 @@ each row in exactly one toast, every toast delivered. The faults, one run each:
            re-asked and retried, never taken as "nothing to remember")
     quota  the model quota far below the demand (MW_MODEL_RPM 120, every room at once): no
            spell may park for the quota, and the stub counts what reaches it per window
+    coldstart  every room's first burst queued before any worker is up, then three workers
+           of 8 threads started at once at MW_MODEL_RPM 300 (5 a second) and the default
+           quota margin: the stub counts what reaches it in the first seconds and after
 
 Printed per fault: spells committed, rows, lost, duplicate rows, duplicate and missing toasts,
 undelivered toasts, reopened facts, spells parked, the most calls the stub saw in any window
-of the quota (against the quota), the share of the quota used while calls waited, and the
-recovery time — from the last fault to the last spell committed (for chaos/twice/garbled/
-quota: the whole run). `--production-sweep` runs with the default sweep settings (every 60 s,
-grace 30 s) instead of the fast ones (every 1 s, grace/lag 3 s). The tests
-(tests/ops/test_faults.py) run the same harness small and assert the zeros.
+of the quota (against the quota), the share of the quota used while calls waited, the
+recovery time — from the last fault to the last burst read (for chaos/twice/garbled/quota:
+the whole run) — and, the figure a human feels, the last toast: from the last fault to the
+last toast delivered. A watcher reads the outbox every 50 ms for when each toast appeared and
+when it was delivered; `toast p99` is the 99th percentile of that delay over the run.
+
+Every setting is the shipped default (the sweep, its lag, the in-flight claim: what the
+Procfile's beat runs), so the last toast shows the recovery promise (`rooms.recovery_bound_s`
+plus the chains' own time: 120 s). `--fast-sweep` runs the sweep every second (grace and
+lag 3 s, a 10 s claim) for a quick look. The tests (tests/ops/test_faults.py) run the same
+harness small and assert the zeros and the bound.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +62,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -62,12 +73,13 @@ from memory_worker import app_side  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.core.constants import QUEUES  # noqa: E402
-from memory_worker.core.settings import Settings  # noqa: E402
+from memory_worker.core.settings import EMBEDDED, Settings  # noqa: E402
 from memory_worker.models.gemini_stub import Fault, GeminiStub  # noqa: E402
 from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids  # noqa: E402
 from memory_worker.ops import embedded, local_worker  # noqa: E402
 from memory_worker.ops.ratelimit import Quota  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
+from memory_worker.tasks.rooms import recovery_bound_s  # noqa: E402
 
 FACTS = {  # a line's words → the fact it states (u:N added in front)
     "I keep bees on the roof.": "keeps bees on the roof.",
@@ -89,12 +101,22 @@ OPEN_FACTS = [
     "bakes sourdough every sunday.",
 ]
 CLOSED_FACT = "keeps bees on the roof."
-FAULTS = ("kill", "wipe", "restart", "chaos", "twice", "garbled", "quota")
+FAULTS = ("kill", "wipe", "restart", "chaos", "twice", "garbled", "quota", "coldstart")
 QUOTA_RPM = 120.0  # the "quota" fault: 2 calls a second for every room at once
+COLDSTART_RPM = 300.0  # "coldstart": 5 calls a second, three workers of 8 threads at once
 GARBLED = json.dumps(  # every item ill-typed: a malformed answer, not an empty one
     {"candidates": [{"subject": 5000, "kind": "fact", "text": ["x"], "importance": "high"}] * 2}
 )
-BURST_TIMEOUT_S = 120.0
+BURST_TIMEOUT_S = 180.0  # past the recovery promise (120 s): a burst not read is a finding
+FAST_SWEEP: dict[str, Any] = {
+    "sweep_every_s": 1.0,
+    "sweep_grace_s": 3.0,
+    "sweep_lag_s": 3.0,
+    "inflight_ttl_s": 10,
+}
+WATCH_EVERY_S = 0.05  # how often the toast watcher reads the outbox
+SETTLE_S = 240.0  # after the last fault, a toast not delivered yet is counted undelivered
+SWEEP_SETTINGS = ("sweep_every_s", "sweep_grace_s", "sweep_lag_s", "inflight_ttl_s")
 _LINE = re.compile(r"^\[(\d+)\] (u:\d+): (.*)$", re.M)
 
 
@@ -165,6 +187,11 @@ class Figures:
     quota_used: float = 0.0  # calls / what the quota allowed, first call to last
     faults_injected: int = 0
     recovery_s: float = 0.0
+    last_toast_s: float = 0.0  # the last toast delivered, after the last fault (or the start)
+    toast_p50_s: float = 0.0  # a toast's delay from appearing in the outbox to delivered
+    toast_p99_s: float = 0.0
+    toast_max_s: float = 0.0
+    recovery_bound_s: float = 0.0  # what the sweep settings promise, before the chains' time
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -180,19 +207,84 @@ class Figures:
         )
 
 
+class ToastWatch:
+    """Reads the outbox every WATCH_EVERY_S: when each toast appeared, when it was delivered
+    (monotonic seconds, as the faults' own clock)."""
+
+    def __init__(self, eng: Engine):
+        self.eng = eng
+        self.seen: dict[int, float] = {}
+        self.delivered: dict[int, float] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toast-watch", daemon=True)
+
+    def __enter__(self) -> ToastWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.read()
+
+    def _run(self) -> None:
+        while not self._done.wait(WATCH_EVERY_S):
+            self.read()
+
+    def read(self) -> None:
+        n = t.notices.c
+        with self.eng.connect() as conn:
+            rows = conn.execute(select(n.id, n.delivered)).all()
+        now = time.monotonic()
+        for notice_id, delivered in rows:
+            self.seen.setdefault(notice_id, now)
+            if delivered:
+                self.delivered.setdefault(notice_id, now)
+
+    def undelivered(self) -> int:
+        return len(self.seen) - len(self.delivered)
+
+    def figures(self, since: float, fig: Figures) -> None:
+        if not self.delivered:
+            return
+        fig.last_toast_s = round(max(0.0, max(self.delivered.values()) - since), 2)
+        delays = sorted(at - self.seen[i] for i, at in self.delivered.items())
+        fig.toast_p50_s = round(delays[len(delays) // 2], 2)
+        fig.toast_p99_s = round(delays[min(len(delays) - 1, int(len(delays) * 0.99))], 2)
+        fig.toast_max_s = round(delays[-1], 2)
+
+
 class Stack:
     """Two workers and a beat, as the Procfile runs them, on one broker and one store."""
 
-    def __init__(self, settings: Settings, workdir: Path, workers: int = 2):
+    def __init__(self, settings: Settings, workdir: Path, workers: int = 2, concurrency: int = 2):
         self.settings = settings
         self.workdir = workdir
+        self.concurrency = concurrency
         self.workers: list[subprocess.Popen | None] = [None] * workers
         self.beat: subprocess.Popen | None = None
+        self.starts = 0
 
     def start_worker(self, i: int) -> None:
+        self.starts += 1  # each start its own log: what a worker said before it was killed
+        log = self.workdir / f"worker{i}-{self.starts}.log"
         self.workers[i] = local_worker.start(
-            self.settings, pool="threads", concurrency=2, name=f"fault{i}"
+            self.settings,
+            pool="threads",
+            concurrency=self.concurrency,
+            name=f"fault{i}",
+            log=log,
+            loglevel="INFO",
         )
+
+    def logged(self, *marks: str) -> list[str]:
+        """The workers' log lines holding any of `marks` (CRITICAL, ERROR...)."""
+        return [
+            line
+            for log in sorted(self.workdir.glob("worker*.log"))
+            for line in log.read_text(errors="replace").splitlines()
+            if any(m in line for m in marks)
+        ]
 
     def start(self) -> None:
         for i in range(len(self.workers)):
@@ -246,19 +338,35 @@ def cursor(eng: Engine, room: str) -> int:
     return int(got or 0)
 
 
-def talk(eng: Engine, url: str, room: str, human: int, twice: bool, errors: list[str]) -> None:
-    """The room's three bursts, each waited for (its cursor reaching the burst's last line)."""
-    for burst in BURSTS:
-        with eng.begin() as conn:
-            last = [app_side.say(conn, room, human, text) for text in burst][-1]
-        for _ in range(2 if twice else 1):
-            room_quiet(url, room)
+def talk(
+    eng: Engine,
+    url: str,
+    room: str,
+    human: int,
+    twice: bool,
+    errors: list[str],
+    said_first: int | None = None,
+) -> None:
+    """The room's three bursts, each waited for (its cursor reaching the burst's last line).
+    `said_first`: the first burst is said and its quiet event sent already (its last line)."""
+    for i, burst in enumerate(BURSTS):
+        if i == 0 and said_first is not None:
+            last = said_first
+        else:
+            last = say(eng, room, human, burst)
+            for _ in range(2 if twice else 1):
+                room_quiet(url, room)
         deadline = time.monotonic() + BURST_TIMEOUT_S
         while cursor(eng, room) < last:
             if time.monotonic() > deadline:
                 errors.append(f"{room}: burst ending {last} not read in {BURST_TIMEOUT_S}s")
                 return
             time.sleep(0.05)
+
+
+def say(eng: Engine, room: str, human: int, burst: list[str]) -> int:
+    with eng.begin() as conn:
+        return [app_side.say(conn, room, human, text) for text in burst][-1]
 
 
 def room_quiet(url: str, room: str) -> None:
@@ -348,13 +456,16 @@ def run(
     redis_url: str | None = None,
     database_url: str | None = None,
     seed_: int = 1,
-    production_sweep: bool = False,
+    overrides: dict[str, Any] | None = None,
     quota_margin_s: float | None = None,
-    inflight_ttl_s: int | None = None,
+    logs: Path | None = None,
 ) -> Figures:
     """One run of the workload under `fault`; returns its figures (invariants and timings).
-    `inflight_ttl_s`: a shorter claim (MW_INFLIGHT_TTL_S) bounds how long a chain lost with a
-    killed worker holds its room, which is most of the `kill` and `wipe` recovery."""
+
+    Every setting of the sweep and the in-flight claim is the shipped default unless
+    `overrides` changes it (FAST_SWEEP; the tests scale them down). With the embedded Redis the
+    workers and beat use it as a deployment does (MW_BROKER_URL unset), so the `restart` fault
+    is met by nothing but the workers themselves: no supervisor starts it again."""
     rng = random.Random(seed_)
     fig = Figures(fault, rooms)
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
@@ -376,23 +487,24 @@ def run(
             stub.chaos = garbled(1 / 3, seed_)
         elif fault in ("wipe", "restart"):  # a slower model: a backlog waits in the queues
             stub.chaos = lambda kind: Fault(kind=kind, hang_seconds=0.3)
+        defaults = Settings.from_env({})
         s = stub.settings(
             settings_mod.current().with_(
                 database_url=db_url,
-                broker_url=url,
+                broker_url=redis_url or EMBEDDED,
                 state_dir=state,
                 retry_backoff_base_s=0.2,
                 model_timeout_ms=1_000,
-                model_requests_per_minute=QUOTA_RPM if fault == "quota" else 60_000,
+                model_requests_per_minute={"quota": QUOTA_RPM, "coldstart": COLDSTART_RPM}.get(
+                    fault, 60_000
+                ),
                 today=None,
+                **{name: getattr(defaults, name) for name in SWEEP_SETTINGS},
             )
-        )
-        if not production_sweep:
-            s = s.with_(sweep_every_s=1.0, sweep_grace_s=3.0, sweep_lag_s=3.0)
+        ).with_(**(overrides or {}))
         if quota_margin_s is not None:
             s = s.with_(model_quota_margin_s=quota_margin_s)
-        if inflight_ttl_s is not None:
-            s = s.with_(inflight_ttl_s=inflight_ttl_s)
+        fig.recovery_bound_s = recovery_bound_s(s)
         quota = Quota.per_minute(
             s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_margin_s
         )
@@ -403,17 +515,21 @@ def run(
             for queue in QUEUES:
                 conn.default_channel.queue_purge(queue)
         placed = seed(eng, rooms)
-        stack = Stack(s, work)
+        cold = fault == "coldstart"
+        first: dict[str, int] = {}
+        if cold:  # the backlog is there before any worker is
+            for room, human in placed:
+                first[room] = say(eng, room, human, BURSTS[0])
+                room_quiet(url, room)
+        stack = Stack(s, work, workers=3 if cold else 2, concurrency=8 if cold else 2)
         stack.start()
         errors: list[str] = []
         last_fault = [time.monotonic()]
         done = threading.Event()
 
-        def restart_redis() -> None:
-            pid = int((state / "redis.pid").read_text())
-            os.kill(pid, signal.SIGKILL)
-            time.sleep(0.3)  # down for a moment, as between a crash and its supervisor
-            embedded.ensure_running(state)
+        def kill_redis() -> None:
+            """SIGKILL the embedded Redis; nobody here starts it again (the workers do)."""
+            os.kill(int((state / "redis.pid").read_text()), signal.SIGKILL)
 
         def inject() -> None:
             if fault == "kill":
@@ -427,7 +543,7 @@ def run(
                 if redis_url is not None:
                     raise ValueError("restart needs the embedded Redis (no --redis)")
                 if not done.wait(0.5):
-                    restart_redis()
+                    kill_redis()
                     fig.faults_injected += 1
                     last_fault[0] = time.monotonic()
             elif fault == "wipe":
@@ -441,46 +557,49 @@ def run(
         try:
             wait_ready(url)
             started = time.monotonic()
-            faults = threading.Thread(target=inject, daemon=True)
-            faults.start()
-            talkers = [
-                threading.Thread(
-                    target=talk, args=(eng, url, room, human, fault == "twice", errors)
-                )
-                for room, human in placed
-            ]
-            for th in talkers:
-                th.start()
-            for th in talkers:
-                th.join()
-            finished = time.monotonic()
-            done.set()
-            faults.join()
-            _settle(eng)
+            with ToastWatch(eng) as watch:
+                faults = threading.Thread(target=inject, daemon=True)
+                faults.start()
+                talkers = [
+                    threading.Thread(
+                        target=talk,
+                        args=(eng, url, room, human, fault == "twice", errors, first.get(room)),
+                    )
+                    for room, human in placed
+                ]
+                for th in talkers:
+                    th.start()
+                for th in talkers:
+                    th.join()
+                finished = time.monotonic()
+                done.set()
+                faults.join()
+                since = last_fault[0] if fault in ("kill", "wipe", "restart") else started
+                _settle(watch, since + SETTLE_S)
             fig.elapsed_s = round(finished - started, 2)
-            since = last_fault[0] if fault in ("kill", "wipe", "restart") else started
             at_the_stub(stub, quota, fig)
             fig.recovery_s = round(max(0.0, finished - since), 2)  # the last burst read
-            fig.notes = errors
+            watch.figures(since, fig)
+            fig.notes = errors + stack.logged("CRITICAL", "Unrecoverable")
         finally:
             stack.stop()
             if redis_url is None:
                 embedded.stop(state)
+            if logs is not None:  # what an operator would read: each worker's log
+                logs.mkdir(parents=True, exist_ok=True)
+                for log in work.glob("worker*.log"):
+                    shutil.copy(log, logs / f"{fault}-{log.name}")
         check(eng, placed, fig)
         if not database_url:
             eng.dispose()
     return fig
 
 
-def _settle(eng: Engine, timeout: float = 30.0) -> None:
-    """Give the outbox its last deliveries (the sweep delivers what a lost message did not)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with eng.connect() as conn:
-            waiting = conn.execute(select(t.notices.c.id).where(t.notices.c.delivered == 0)).first()
-        if waiting is None:
-            return
-        time.sleep(0.1)
+def _settle(watch: ToastWatch, deadline: float) -> None:
+    """Until every toast is delivered (by its commit, the room's next one or the sweep), or
+    the deadline: an undelivered toast is then counted, not waited for."""
+    while watch.undelivered() and time.monotonic() < deadline:
+        time.sleep(WATCH_EVERY_S)
 
 
 def main() -> None:
@@ -491,17 +610,22 @@ def main() -> None:
     p.add_argument("--faults", nargs="*", default=None, choices=FAULTS)
     p.add_argument("--json", type=Path, help="also write the figures here (benchmarks.report)")
     p.add_argument(
-        "--production-sweep", action="store_true", help="the default sweep settings, not 1 s/3 s"
+        "--fast-sweep", action="store_true", help="sweep every 1 s (grace, lag 3 s; 10 s claim)"
     )
+    p.add_argument("--logs", type=Path, help="keep each worker's log (INFO) in this folder")
     a = p.parse_args()
     if a.faults is None:  # restart needs the embedded Redis
         a.faults = [f for f in FAULTS if not (f == "restart" and a.redis)]
-    sweep = "production sweep settings" if a.production_sweep else "sweep every 1 s, grace 3 s"
+    overrides = FAST_SWEEP if a.fast_sweep else {}
+    started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = round(os.getloadavg()[0], 1)
+    sweep = ", ".join(f"{k} {v:g}" for k, v in overrides.items()) or "the default settings"
     print(f"{a.rooms} rooms × 3 spells, 2 workers + beat ({sweep})")
     head = (
         f"{'fault':<8}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
         f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'parked':>7}{'quota':>6}{'at stub':>8}"
-        f"{'used':>6}{'faults':>7}{'recovery s':>11}{'total s':>8}"
+        f"{'used':>6}{'faults':>7}{'recovery s':>11}{'last toast s':>13}{'toast p99':>10}"
+        f"{'total s':>8}"
     )
     print(head)
     figures = []
@@ -511,7 +635,8 @@ def main() -> None:
             rooms=a.rooms,
             redis_url=a.redis,
             database_url=a.database,
-            production_sweep=a.production_sweep,
+            overrides=overrides,
+            logs=a.logs,
         )
         figures.append({**asdict(f), "clean": f.clean})
         print(
@@ -519,12 +644,20 @@ def main() -> None:
             f"{f.duplicate_toasts:>11}{f.missing_toasts:>8}{f.undelivered_toasts:>8}"
             f"{f.reopened:>7}{f.parked:>7}{f.parked_for_quota:>6}"
             f"{f'{f.stub_most_in_window}/{f.quota_per_window}':>8}{f.quota_used:>6.2f}"
-            f"{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.elapsed_s:>8.1f}"
+            f"{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.last_toast_s:>13.1f}"
+            f"{f.toast_p99_s:>10.2f}{f.elapsed_s:>8.1f}",
+            flush=True,
         )
         for note in f.notes:
             print(f"        {note}")
     if a.json:
-        a.json.write_text(json.dumps({"rooms": a.rooms, "results": figures}, indent=1))
+        settings = {
+            "overrides": overrides,
+            "recovery_bound_s": figures[0]["recovery_bound_s"],
+            "when": started_at,
+            "load": load,
+        }
+        a.json.write_text(json.dumps({"rooms": a.rooms, **settings, "results": figures}, indent=1))
 
 
 if __name__ == "__main__":

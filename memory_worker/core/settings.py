@@ -172,9 +172,11 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_MODEL_TPM", "model_tokens_per_minute"),
     )
-    # Grants are spaced (window + margin) / n apart, so the jitter between a slot granted and
-    # the call reaching the model (tens of ms, more on a loaded host) never puts n + 1 calls
-    # in one of the model's windows. 0.05 s keeps ~95 % of a 1 s window's quota.
+    # Grants are spaced (window + margin) / n apart, and a call goes only when fewer than n
+    # went in the last window + margin (the gate, on Redis's clock), so the jitter between
+    # the gate and the model (p99 0.01-0.04 s measured, 0.1-0.2 s with a core held busy)
+    # never puts n + 1 calls in one of the model's windows. 0.05 s keeps ~95 % of a 1 s
+    # window's quota; a host whose cores are saturated needs more.
     model_quota_margin_s: float = _seconds(0.05, "MW_MODEL_QUOTA_MARGIN_S", "model_quota_margin_s")
     # How long a call may sleep in its worker slot for its quota slot; a slot further away
     # sends the task back to the queue with its ticket (back-pressure, never a fault).
@@ -199,9 +201,13 @@ class Settings(BaseSettings):
     # The frequent sweep (every `sweep_every_s`, beat) re-enqueues rooms whose lines waited
     # longer than `sweep_grace_s` with no spell holding them (one held by a lost chain: when
     # its claim lapses), and delivers toasts left undelivered longer than `sweep_lag_s`.
-    # With these defaults a lost message is recovered within 120 s (README).
+    # A commit delivers its own toasts milliseconds after writing them (make perf's faults
+    # section: p99 0.1 s, the watcher's resolution) and retries them with itself within
+    # seconds, so a toast 10 s old was lost with its worker or broker: the lag is that, not
+    # minutes. With these defaults the sweep has found all a fault lost 61 s after it ends
+    # (`tasks.rooms.recovery_bound_s`), and a toast reaches its human within 120 s (README).
     sweep_lag_s: float = Field(
-        300.0,
+        10.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_LAG_S", "sweep_lag_s"),
@@ -213,7 +219,7 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("MW_SWEEP_GRACE_S", "sweep_grace_s"),
     )
     sweep_every_s: float = Field(
-        60.0,
+        30.0,
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),

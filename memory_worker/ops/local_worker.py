@@ -18,6 +18,12 @@ from memory_worker.core.constants import QUEUES
 from memory_worker.core.settings import Settings
 
 ROOT_WARNING = "You're running the worker with superuser privileges"  # celery.platforms
+# The Procfile's pools (memory_worker/tasks/pools/), chosen through Celery's hook for a pool of
+# one's own; `procfile_pool=True` runs them instead of Celery's.
+PROCFILE_POOLS = {
+    "threads": "memory_worker.tasks.pools.threads:Threads",
+    "solo": "memory_worker.tasks.pools.solo:Solo",
+}
 READY_TIMEOUT_S = 60.0  # a cold start imports Celery, SQLAlchemy and google-genai
 
 
@@ -31,6 +37,7 @@ def start(
     name: str = "demo",
     extra: list[str] | None = None,
     log: Path | None = None,
+    procfile_pool: bool = False,
 ) -> subprocess.Popen[bytes]:
     """The worker; its output goes to `log` when given (the demo keeps its screen clean)."""
     # As root (containers, CI) Celery warns on every start; the pickle risk it means is off.
@@ -38,6 +45,9 @@ def start(
     # ("Invalid -W option ignored" otherwise), and only builtin ones are.
     quiet = f"ignore:{ROOT_WARNING}"
     env = {**os.environ, **settings.as_env(), "PYTHONWARNINGS": quiet}
+    if procfile_pool:
+        env["CELERY_CUSTOM_WORKER_POOL"] = PROCFILE_POOLS[pool]
+        pool = "custom"
     cmd = [
         sys.executable,
         "-m",

@@ -149,6 +149,25 @@ def undelivered(conn: Connection, spell_key: str) -> list[Notice]:
     return [_notice(r) for r in UNDELIVERED.execute(conn, {"spell_key": spell_key}).all()]
 
 
+# No ORDER BY in SQL: ordered by id, SQLite scans the whole table in rowid order instead of
+# the partial index of undelivered notices (1.4 ms a call at 20k notices against 0.01 ms).
+UNDELIVERED_AT = Prepared(
+    lambda: select(t.notices).where(
+        n.delivered == 0, n.persona == bindparam("persona"), n.room_id == bindparam("room_id")
+    )
+)
+
+
+def undelivered_at(conn: Connection, persona: str, room_id: str) -> list[Notice]:
+    """Every notice a persona posted in a room and nobody handed to the app's channel yet,
+    oldest first: a commit delivers its own toasts and any an earlier spell of the room left
+    (its worker or broker died between its commit and its delivery). Reads the partial index
+    of undelivered notices (few: each is delivered within seconds)."""
+    params = {"persona": persona, "room_id": room_id}
+    found = [_notice(r) for r in UNDELIVERED_AT.execute(conn, params).all()]
+    return sorted(found, key=lambda notice: notice.id)
+
+
 MARK_DELIVERED = Prepared(
     lambda ids: update(t.notices).where(n.id.in_(ids)).values(delivered=1),
     ids=-1,  # ids start at 1
@@ -162,11 +181,9 @@ def mark_delivered(conn: Connection, notice_ids: list[int]) -> None:
 
 def waiting_spells(conn: Connection, written_before: str) -> list[str]:
     """Spell keys with a notice written before `written_before` and still undelivered (the
-    sweep: a `notify_toast` message lost with the broker). Reads the partial index only."""
-    q = (
-        select(n.spell_key)
-        .where(n.delivered == 0, n.created < written_before)
-        .distinct()
-        .order_by(n.spell_key)
-    )
-    return list(conn.execute(q).scalars())
+    sweep: a commit that died, or lost its broker, between its commit and its delivery).
+    Reads the partial index only."""
+    # DISTINCT and ORDER BY here, not in SQL: with them SQLite walks the (spell, user)
+    # index over every notice ever posted (12 ms at 20k notices) instead of the partial one.
+    q = select(n.spell_key).where(n.delivered == 0, n.created < written_before)
+    return sorted(set(conn.execute(q).scalars()))

@@ -1,9 +1,16 @@
-"""The chain's tasks: extract → embed → route → commit → notify_toast.
+"""The chain's tasks: extract → embed → route → commit, whose last act is the toast.
 
 Each is a thin shell over `memory_worker.write.pipeline`: the JSON message in (checked at the
 boundary, `memory_worker.tasks.boundary`), the step, the JSON message out. What a model fault
 means (retry, park) is the `ModelStep` base class's business (`memory_worker.tasks.model_step`);
-the commit and the toast retry only a locked database.
+the commit retries only a locked database or a broker away.
+
+The toast is delivered by the commit itself, right after its transaction, and retried with it
+as one task: a delivery is never a message of its own that a killed worker or a wiped broker
+can lose between the commit and the human (such a toast once waited 309–350 s for the sweep).
+Whichever comes first delivers it: the commit's own run or retry, the next spell's commit in
+the same room (which delivers whatever the room's earlier spells left), or the sweep, once it
+waited past MW_SWEEP_LAG_S.
 
 One spell, one run: `start_spell` claims the persona's key for the room
 (`memory_worker.ops.inflight`) before it sends a chain, and the commit frees it. A backlog drains
@@ -35,6 +42,7 @@ from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.messages import MalformedMessage
 from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
+from memory_worker.storage.notices import Notice
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.model_step import ModelStep
 from memory_worker.write import pipeline
@@ -93,13 +101,16 @@ def commit(self: Task, spell: Message) -> Message:
         else:
             s.reroutes += 1
             log.info("spell %s: open rows changed since routing; routing again", s.key)
-            chain(route.s(s.to_json()), commit.s(), notify_toast.s()).apply_async()
+            chain(route.s(s.to_json()), commit.s()).apply_async()
             raise Ignore()
     spell_log.finished(s, outcome.status, len(outcome.row_ids))
+    waiting, told = deliver(pipeline.place_toasts(s.persona, s.room_id))
     inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
     if outcome.status in ("committed", "skipped") and pipeline.has_lines_after(s):
         start_spell(s.persona, s.room_id, s.witnessed)  # a backlog's next window, or new lines
-    # The toast step needs only the spell's key: what was said and decided goes no further.
+    if told < waiting:  # the commit again (it finds itself recorded), its toasts with it
+        raise ToastNotPublished(f"{waiting - told} toast(s) of {s.persona}/{s.room_id}")
+    # The result shows in the task's events: what was said and decided goes no further.
     settled = dataclasses.replace(s, candidates=[], decisions=[])
     return {"spell": settled.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
@@ -111,13 +122,13 @@ def commit(self: Task, spell: Message) -> Message:
     max_retries=DB_MAX_RETRIES,
 )
 def notify_toast(result: Message) -> int:
-    """Deliver the toasts the commit wrote: tell each human's channel (ids only), then mark
-    them delivered. Returns how many."""
+    """The chain's old last step, for its messages still queued from before the commit
+    delivered its own toasts: delivers what the commit wrote. Returns how many."""
     try:
         checked = messages.parse(messages.CommitResult, result, "commit result")
     except MalformedMessage as e:
         reject("memory_worker.notify_toast", e)
-    return deliver(Spell.from_json(checked.spell.model_dump()).key)
+    return deliver_all(pipeline.pending_toasts(Spell.from_json(checked.spell.model_dump()).key))
 
 
 @app.task(
@@ -132,11 +143,13 @@ def deliver_toasts(spell_key: str) -> int:
         spell_key = messages.spell_key(spell_key)
     except MalformedMessage as e:
         reject("memory_worker.deliver_toasts", e)
-    return deliver(spell_key)
+    return deliver_all(pipeline.pending_toasts(spell_key))
 
 
-def deliver(spell_key: str) -> int:
-    waiting = pipeline.pending_toasts(spell_key)
+def deliver(waiting: list[Notice]) -> tuple[int, int]:
+    """Tell each toast's human channel (ids only), then mark those told delivered: a crash in
+    between delivers twice rather than never. Returns (how many waited, how many were told);
+    a toast not told stays undelivered for a retry, the room's next commit or the sweep."""
     bus = broker.client(app.conf.broker_url)
     told = [
         n
@@ -146,14 +159,20 @@ def deliver(spell_key: str) -> int:
         )
     ]
     pipeline.mark_delivered(told)
-    if len(told) < len(waiting):
-        raise ToastNotPublished(f"{len(waiting) - len(told)} toast(s) of {spell_key}")
-    return len(told)
+    return len(waiting), len(told)
+
+
+def deliver_all(waiting: list[Notice]) -> int:
+    """`deliver`, raising ToastNotPublished (the task retries) unless every toast was told."""
+    count, told = deliver(waiting)
+    if told < count:
+        raise ToastNotPublished(f"{count - told} of {count} toast(s)")
+    return told
 
 
 def spell_chain(spell: Spell) -> Signature:
-    """The five steps for one persona's spell, as one Celery chain."""
-    return chain(extract.s(spell.to_json()), embed.s(), route.s(), commit.s(), notify_toast.s())
+    """The four steps for one persona's spell, as one Celery chain (the commit toasts)."""
+    return chain(extract.s(spell.to_json()), embed.s(), route.s(), commit.s())
 
 
 def start_spell(persona: str, room_id: str, members: Sequence[int] = ()) -> str | None:

@@ -27,6 +27,26 @@ from memory_worker.write.embed import embed_topic, require_store_embedder
 
 log = logging.getLogger(__name__)
 
+RECOVERY_PROMISE_S = 120.0  # README: a toast lost to a fault reaches its human within this
+LAPSE_MARGIN_S = 1.0  # a room held by a claim is looked at again this long after it lapses
+
+
+def recovery_bound_s(s: settings_mod.Settings) -> float:
+    """Seconds after a fault ends by which the frequent sweep has found all it lost: every
+    room a lost chain held started again, every toast a lost commit left handed on. The
+    chains' own time (seconds) comes on top.
+
+    The first sweep after the fault that sees a lost room's line (past the grace) starts it,
+    or schedules it for the moment its claim lapses: at most grace + every, or the claim's
+    lifetime (plus the margin). A toast is the sweep's once it waited past the lag: at most
+    lag + every. At the defaults (30 + 30, 60 + 1, 10 + 30) that is 61 s, which leaves the
+    chains 59 s of the 120 s promise."""
+    return max(
+        s.sweep_grace_s + s.sweep_every_s,
+        s.inflight_ttl_s + LAPSE_MARGIN_S,
+        s.sweep_lag_s + s.sweep_every_s,
+    )
+
 
 @app.task(
     name="memory_worker.on_room_quiet",
@@ -92,7 +112,7 @@ def claims_on(conn: Connection, room_id: str) -> tuple[bool, float | None]:
     personas = found.personas if found is not None else []
     client = broker.client(app.conf.broker_url)
     held = [ms for p in personas if (ms := int(client.pttl(inflight.key(p, room_id)))) > 0]
-    lapse = max(held) / 1000 + 1.0 if held else None
+    lapse = max(held) / 1000 + LAPSE_MARGIN_S if held else None
     return len(held) < len(personas) or not personas, lapse
 
 

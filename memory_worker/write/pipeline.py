@@ -152,6 +152,13 @@ def pending_toasts(spell_key: str) -> list[notices.Notice]:
         return notices.undelivered(conn, spell_key)
 
 
+def place_toasts(persona: str, room_id: str) -> list[notices.Notice]:
+    """The persona's toasts in the room that nobody delivered yet: a commit's own, and any an
+    earlier spell of the room left (its worker or broker died before it delivered them)."""
+    with store.engine().connect() as conn:
+        return notices.undelivered_at(conn, persona, room_id)
+
+
 def mark_delivered(delivered: list[notices.Notice]) -> None:
     with store.transaction() as conn:
         notices.mark_delivered(conn, [n.id for n in delivered])

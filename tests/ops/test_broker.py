@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,116 @@ def wait_until_gone(pid: int) -> None:
             except ProcessLookupError:
                 return
             raise AssertionError(f"pid {pid} still alive")
+
+
+APP = """
+import sys
+from memory_worker import events
+from memory_worker.tasks.rooms import on_room_quiet
+for _ in sys.stdin:
+    print(events.publish(on_room_quiet, "dm-dan"), flush=True)
+"""
+
+
+def app_env(state: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MW_BROKER_URL", "REDIS_URL")}
+    return {**env, "MW_STATE_DIR": str(state), "MW_DATABASE_URL": "sqlite:///unused.db"}
+
+
+def test_the_apps_publish_starts_a_killed_embedded_broker_again_and_its_message_lands(
+    tmp_path: Path,
+) -> None:
+    """With the broker SIGKILLed and nothing supervising, the app's next
+    `room_quiet` starts it again on its address (as a newly started process would)."""
+    state = tmp_path / "state"
+    url = embedded.ensure_running(state)
+    client = redis.Redis.from_url(url)
+    app = subprocess.Popen(
+        [sys.executable, "-c", APP],
+        env=app_env(state),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert app.stdin is not None and app.stdout is not None
+    try:
+        app.stdin.write("publish\n")
+        app.stdin.flush()
+        assert app.stdout.readline().strip() == "True"
+        assert client.llen("events") == 1
+        pid = int((state / "redis.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        wait_until_gone(pid)
+        app.stdin.write("publish\n")  # the app's next call, the broker gone
+        app.stdin.flush()
+        app.stdout.readline()  # True, or False past MW_PUBLISH_TIMEOUT_S on a slow host
+        assert embedded.running_url(state) == url  # the app started it: same address
+        for attempt in Retrying(stop=stop_after_delay(10), wait=wait_fixed(0.05), reraise=True):
+            with attempt:  # the queue kept (append-only file), and the new message beside it
+                assert client.llen("events") == 2
+    finally:
+        app.stdin.close()
+        app.wait(timeout=30)
+        embedded.stop(state)
+
+
+STARTER = """
+import sys
+from pathlib import Path
+from memory_worker.ops import embedded
+sys.stdin.readline()
+print(embedded.ensure_running(Path(sys.argv[1]), own=True), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_processes_that_find_the_embedded_broker_gone_at_once_start_one_server(
+    tmp_path: Path,
+) -> None:
+    """One owner: every process that needs the broker may find it gone at the same moment (a
+    reconnect in each worker); the lock lets one start it, the others find it there."""
+    state = tmp_path / "state"
+    url = embedded.ensure_running(state)
+    port = embedded.kept_port(state)
+    pid = int((state / "redis.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    wait_until_gone(pid)
+    starters = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTER, str(state)],
+            env=app_env(state),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for p in starters:  # all imported and waiting: go at once
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        assert {p.stdout.readline().strip() for p in starters if p.stdout} == {url}
+        assert len(servers_of(port)) == 1
+    finally:
+        for p in starters:
+            if p.stdin:
+                p.stdin.close()
+            p.wait(timeout=30)
+        embedded.stop(state)
+    assert servers_of(port) == []  # no process left behind
+
+
+def servers_of(port: int | None) -> list[int]:
+    """The redis-server processes serving 127.0.0.1:`port`."""
+    address = f"127.0.0.1:{port}"
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and "redis-server" in cmdline and address in cmdline:
+            if embedded._running(int(proc.name)):
+                found.append(int(proc.name))
+    return found

@@ -1,8 +1,9 @@
 """Exactly-once, including order, through a real worker on a real Redis with the real
 google-genai client at the stub: a late spell — held back by a 429's retry delay, or
 redelivered after its worker died — changes nothing a newer spell decided; the same spell
-enqueued twice writes and toasts once; a toast whose message was lost is delivered by the
-sweep; each spell leaves one JSON log line with no memory text."""
+enqueued twice writes and toasts once; a toast its commit did not deliver is delivered by the
+commit's own retry, the room's next commit, or the sweep; each spell leaves one JSON log line
+with no memory text."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -21,7 +23,8 @@ from memory_worker import app_side, events
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import QUEUES
-from memory_worker.models.scripted import gemini_responder, transcript_ids
+from memory_worker.core.rows import Spell
+from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
 from memory_worker.ops import local_worker, toast_bus
 from tests import bees
 from tests.ops.test_worker_loss import children, other_database
@@ -190,7 +193,7 @@ def test_a_toast_whose_message_was_lost_is_delivered_by_the_sweep(
     spell = steps.run_route(
         steps.run_embed(steps.run_extract(spell, chat), HashingEmbedder()), chat
     )
-    assert steps.run_commit(spell).status == "committed"  # ...and its notify_toast is lost
+    assert steps.run_commit(spell).status == "committed"  # ...its worker killed right after
 
     listener = redis.Redis.from_url(redis_url).pubsub()
     listener.subscribe(toast_bus.channel(DAN))
@@ -207,6 +210,111 @@ def test_a_toast_whose_message_was_lost_is_delivered_by_the_sweep(
     while notices(pipeline.db)[0]["delivered"] == 0:
         assert time.monotonic() < deadline
         time.sleep(0.02)
+
+
+def committed_without_its_toast(lines: list[int]) -> Spell:
+    """A spell committed as a commit worker killed right after its transaction leaves it: the
+    rows and the toast stored, the toast never told. Embedded by the configured embedder (the
+    stub's), as the worker's later spells are."""
+    from memory_worker import models
+    from memory_worker.models.scripted import ScriptedChat, sensible_route
+    from memory_worker.write import pipeline as steps
+
+    chat = ScriptedChat({"extract": extract_answer(lines), "route": sensible_route})
+    spell = steps.begin("warren", "dm-dan")
+    assert spell is not None
+    spell = steps.run_route(
+        steps.run_embed(steps.run_extract(spell, chat), models.embedder()), chat
+    )
+    assert steps.run_commit(spell).status == "committed"
+    return spell
+
+
+def heard_toasts(listener: Any, count: int) -> list[toast_bus.ToastPosted]:
+    """The first `count` toast messages on a subscribed channel."""
+    heard: list[toast_bus.ToastPosted] = []
+    deadline = time.monotonic() + SPELL_TIMEOUT_S
+    while len(heard) < count and time.monotonic() < deadline:
+        msg = listener.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        if msg is not None:
+            heard.append(toast_bus.ToastPosted.from_message(msg["data"]))
+    return heard
+
+
+def test_a_toast_its_commit_did_not_deliver_is_delivered_by_the_rooms_next_commit(
+    pipeline: Pipeline, redis_url: str
+) -> None:
+    """No sweep runs here (the session's worker has no beat): only the next spell's commit
+    can deliver the first spell's toast."""
+    people(pipeline.db)
+    first = committed_without_its_toast(private_chat(pipeline.db))
+    (left,) = notices(pipeline.db)
+    assert not left["delivered"]
+    with pipeline.db.begin() as conn:
+        line = app_side.say(conn, "dm-dan", DAN, "I also collect vintage train tickets.")
+    pipeline.stub.chat_responder = gemini_responder(
+        {"candidates": [candidate("u:42", "fact", "u:42 collects train tickets.", 6, [line])]}
+    )
+    listener = redis.Redis.from_url(redis_url).pubsub()
+    listener.subscribe(toast_bus.channel(DAN))
+    events.room_quiet("dm-dan")
+    assert outcome_of(pipeline.db, f"warren/dm-dan/{line}")["status"] == "committed"
+    heard = heard_toasts(listener, 2)
+    assert sorted(h.notice_id for h in heard) == sorted(n["id"] for n in notices(pipeline.db))
+    assert all(n["delivered"] for n in notices(pipeline.db)), first.key
+
+
+def test_a_commit_whose_toast_was_not_published_is_retried_with_it_and_toasts_once(
+    pipeline: Pipeline, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The toast is the commit's last act, retried as one task: the retry finds the spell
+    recorded (nothing written twice) and tells the human."""
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    publish, refused = toast_bus.publish, threading.Event()
+
+    def refuse_once(client: redis.Redis, posted: toast_bus.ToastPosted) -> bool:
+        if not refused.is_set():
+            refused.set()
+            return False  # as when the broker is away: logged, not raised
+        return publish(client, posted)
+
+    monkeypatch.setattr(toast_bus, "publish", refuse_once)
+    listener = redis.Redis.from_url(redis_url).pubsub()
+    listener.subscribe(toast_bus.channel(DAN))
+    events.room_quiet("dm-dan")
+    assert outcome_of(pipeline.db, f"warren/dm-dan/{lines[-1]}")["status"] == "committed"
+    (heard,) = heard_toasts(listener, 1)
+    (notice,) = notices(pipeline.db)
+    assert refused.is_set() and heard.notice_id == notice["id"]
+    deadline = time.monotonic() + SPELL_TIMEOUT_S
+    while not notices(pipeline.db)[0]["delivered"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    settle(redis_url)
+    assert len(memory(pipeline.db)) == 2 and len(notices(pipeline.db)) == 1
+
+
+def test_the_frequent_sweep_hands_on_a_toast_once_it_is_the_default_lag_old(
+    pipeline: Pipeline, redis_url: str
+) -> None:
+    """Seconds, not minutes: a commit delivers its toast within milliseconds, so one left
+    MW_SWEEP_LAG_S (10 s at the default) was lost with its worker or broker."""
+    from memory_worker.core.settings import Settings
+    from memory_worker.tasks.rooms import sweep_lagging_rooms
+
+    lag = Settings.from_env({}).sweep_lag_s
+    assert settings_mod.current().sweep_lag_s == lag  # this test changes no setting
+    people(pipeline.db)
+    committed_without_its_toast(private_chat(pipeline.db))
+    listener = redis.Redis.from_url(redis_url).pubsub()
+    listener.subscribe(toast_bus.channel(DAN))
+    sweep_lagging_rooms(recent=True, now=time.time() + lag / 2)  # the commit's still, maybe
+    assert listener.get_message(ignore_subscribe_messages=True, timeout=1.0) is None
+    sweep_lagging_rooms(recent=True, now=time.time() + lag + 2)
+    (heard,) = heard_toasts(listener, 1)
+    assert heard.notice_id == notices(pipeline.db)[0]["id"]
 
 
 def test_each_spell_logs_one_json_line_with_counts_and_no_memory_text(
