@@ -66,12 +66,18 @@ class Channel(kombu_redis.Channel):
     def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
         if self._left_behind("ack", delivery_tag):
             return
-        super().basic_ack(delivery_tag, multiple=multiple)
+        try:
+            super().basic_ack(delivery_tag, multiple=multiple)
+        except self.connection_errors:  # the broker died as the task finished, before the close
+            self._say_left_behind("ack", delivery_tag)
 
     def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         if self._left_behind("reject", delivery_tag):
             return
-        super().basic_reject(delivery_tag, requeue=requeue)
+        try:
+            super().basic_reject(delivery_tag, requeue=requeue)
+        except self.connection_errors:
+            self._say_left_behind("reject", delivery_tag)
 
     def _left_behind(self, what: str, delivery_tag: Any) -> bool:
         """A task that finished after its channel closed with the broker cannot settle its
@@ -80,13 +86,16 @@ class Channel(kombu_redis.Channel):
         timeout; either way the task runs again, as any task may (acks late)."""
         if not self.closed:
             return False
+        self._say_left_behind(what, delivery_tag)
+        return True
+
+    def _say_left_behind(self, what: str, delivery_tag: Any) -> None:
         log.warning(
             "%s of message %s skipped: its broker connection was lost while the task ran; "
             "the message was handed back and the task will run again",
             what,
             delivery_tag,
         )
-        return True
 
     def _brpop_read(self, **options: Any) -> Any:
         """kombu's read of a BRPOP reply; at a close, a broker gone has none to give."""
