@@ -86,10 +86,13 @@ perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
 
 # The exams, large: the flow exam (10,000 random spells against a hostile model, every output
 # read; ~10 min on two cores), its self-test (each structural guard removed in turn must be
-# seen), and the leak exam (plant and probe). `make test` runs each small.
-exam: $(STAMP) ## the flow exam (10,000 spells) with its self-test, and the leak exam (~15 min)
+# seen), both again under the group scope (MW_MEMORY_SCOPE=follow), and the leak exam (plant
+# and probe). `make test` runs each small; `memory-worker exam` records the verdict.
+exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests, and the leak exam (~25 min)
 	$(BIN)/python -m exams.flow.run --spells 10000
 	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20
+	$(BIN)/python -m exams.flow.run --spells 10000 --group-scope
+	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20 --group-scope
 	$(BIN)/python -m exams.leak.run
 
 # Mutation testing of the privacy core (docs/mutation.md): the audience rule, the reader's filter,

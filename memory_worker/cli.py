@@ -14,6 +14,7 @@ cassette-answer MISS ANSWER add an authored answer for a replay miss to the cass
 serve [--user 42] [--host 127.0.0.1] [--port 8420]
                             the human's page and toast rail on loopback (--user prints a
                             one-time sign-in link)
+exam [--models a,b] [--n 8] the leak exam and its verdict, which MW_MEMORY_SCOPE=follow needs
 """
 
 from __future__ import annotations
@@ -130,6 +131,33 @@ def _serve(a: argparse.Namespace) -> int:
         return 2
     empty = _ready_store(must_hold_people=a.user is not None, named=False)  # its banner names it
     return serve.run(a.host, a.port, a.user, a.rail_poll_s, empty=empty)
+
+
+def _exam(a: argparse.Namespace) -> int:
+    from exams.leak import exam
+
+    s = settings_mod.current()
+    if a.store:
+        url = a.store if "://" in a.store else f"sqlite:///{a.store}"
+        settings_mod.configure(s.with_(database_url=url))
+    _ready_store()  # the verdict's store: there and migrated before minutes of exam
+    url = settings_mod.current().database_url
+    names = a.models.split(",") if a.models else list(s.persona_model_names)
+    names = [m.strip() for m in names if m.strip()]
+    try:
+        result = exam.exam(
+            names,
+            n=exam.N if a.n is None else a.n,
+            turns=exam.TURNS if a.turns is None else a.turns,
+            flow_spells=exam.FLOW_SPELLS if a.flow_spells is None else a.flow_spells,
+            url=url,
+            progress=lambda said: print(said, file=sys.stderr, flush=True),
+        )
+    except exam.ExamError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(exam.table(result, settings_mod.current(), url))
+    return 0 if result.passed else 1
 
 
 def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
@@ -252,6 +280,13 @@ COMMANDS = {  # name: (one line for the list, what `memory-worker NAME --help` s
         "Serve the human's page (their memories, with delete, the note and the switches) "
         "and the toast rail over HTTP on loopback.",
     ),
+    "exam": (
+        "the leak exam: the verdict MW_MEMORY_SCOPE=follow needs",
+        "Run the leak exam under the group scope (n runs of plant and probe, both tail "
+        "variants, each persona model) and the flow exam; record each model's verdict in the "
+        "store; exit 1 unless every verdict passed. Offline models: parrot, discreet; any "
+        "other name is a Gemini model (needs GEMINI_API_KEY).",
+    ),
 }
 
 
@@ -303,6 +338,20 @@ def parser() -> argparse.ArgumentParser:
         help="how often the rail reads the store between Redis nudges (default: 5)",
     )
     w.set_defaults(run=_serve)
+    x = command("exam")
+    x.add_argument("--models", help="persona models, comma-separated (default: MW_PERSONA_MODELS)")
+    x.add_argument("--n", type=int, help="runs per model and tail variant (default: 8, the seed's)")
+    x.add_argument("--turns", type=int, help="probe turns per room in each run (default: 8)")
+    x.add_argument(
+        "--flow-spells",
+        type=int,
+        help="spells of the flow exam under the group scope (default: 2000, about a minute)",
+    )
+    x.add_argument(
+        "--store",
+        help="where the verdicts go: a URL or a SQLite file (default: MW_DATABASE_URL)",
+    )
+    x.set_defaults(run=_exam)
     return p
 
 

@@ -1,5 +1,6 @@
 """The flow exam, small: a hostile random model against the whole write path finds no flow;
-and with each structural guard removed in turn, it finds one (`make exam` runs it large)."""
+and with each structural guard removed in turn, it finds one (`make exam` runs it large).
+Under the group scope too (MW_MEMORY_SCOPE=follow), judged by seed §4's subject-present rule."""
 
 from __future__ import annotations
 
@@ -31,3 +32,40 @@ def test_the_exam_sees_a_flow_when_a_guard_is_removed(tmp_path: Path, guard: str
     with flow.GUARDS[guard]():
         seen = any(flow.run_world(seed, 40, template, tmp_path).flows for seed in range(1, 11))
     assert seen, f"{guard}: removed, and the exam saw nothing in 10 worlds"
+
+
+def test_under_the_group_scope_no_marker_reaches_anyone_but_by_a_present_consenting_witness(
+    tmp_path: Path,
+) -> None:
+    tally = flow.exam(200, seed=7, folder=tmp_path, group_scope=True)
+    assert tally.spells >= 200 and tally.asked > 100 and tally.rows > 50
+    assert tally.flows == [], [str(f) for f in tally.flows[:5]]
+
+
+# Under the group scope, the guards on what rooms show (the others act on model prompts and
+# pages, whose judgement the scope does not change: the runs above cover them).
+@pytest.mark.parametrize(
+    "guard", ["witness labels", "the confirmation check", "the name normaliser"]
+)
+def test_under_the_group_scope_the_exam_sees_a_flow_when_a_guard_is_removed(
+    tmp_path: Path, guard: str
+) -> None:
+    template = flow.migrated_template(tmp_path)
+    with flow.guards(group_scope=True)[guard]():
+        seen = any(
+            flow.run_world(seed, 40, template, tmp_path, group_scope=True).flows
+            for seed in range(1, 11)
+        )
+    assert seen, f"{guard}: removed, and the exam under the group scope saw nothing in 10 worlds"
+
+
+def test_without_the_consent_check_the_same_world_flows_under_the_group_scope_only(
+    tmp_path: Path,
+) -> None:
+    """Why GROUP_GUARDS is not in GUARDS: under the proven scope the one human a private chat
+    loads rows about heard them all, so ignoring their switches shows no one anything new;
+    in a group it shows everyone else present what only they heard."""
+    template = flow.migrated_template(tmp_path)
+    with flow.GROUP_GUARDS["the consent check"]():
+        assert flow.run_world(2, 40, template, tmp_path, group_scope=True).flows
+        assert not flow.run_world(2, 40, template, tmp_path).flows

@@ -105,9 +105,9 @@ def build(world: World) -> None:
         for persona in PERSONAS:
             app_side.add_persona(conn, persona, persona.capitalize())
         for room in rooms:
-            members = [f"u:{u}" for u in room.humans] + room.personas
+            refs = [f"u:{u}" for u in room.humans] + room.personas
             app_side.add_room(
-                conn, room.id, room.kind, members, incognito=room.incognito, kit_mounted=room.kit
+                conn, room.id, room.kind, refs, incognito=room.incognito, kit_mounted=room.kit
             )
             world.rooms[room.id] = room
 
@@ -307,35 +307,48 @@ def _has(text: str, form: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(form)}(?!\w)", text) is not None
 
 
-def output_flows(world: World) -> list[Flow]:
+def output_flows(world: World, group_scope: bool = False) -> list[Flow]:
     flows: list[Flow] = []
     reader.close()
     for heat in ("cold", "warm"):
         for room in world.rooms.values():
             for present in present_sets(world, room):
-                flows += room_flows(world, room, present, heat)
+                flows += room_flows(world, room, present, heat, group_scope)
     for h in sorted(world.humans):
         flows += page_flows(world, h)
     return flows
 
 
-def room_flows(world: World, room: Room, present: frozenset[int], heat: str) -> list[Flow]:
+def room_flows(
+    world: World, room: Room, present: frozenset[int], heat: str, group_scope: bool = False
+) -> list[Flow]:
+    """What every persona is shown in the room with these humans present. The proven scope:
+    every marker heard by every present human. The group scope (`group_scope`: the reader
+    reads with `proven_scope=False`): seed §4's subject-present rule, `World.may_show`. A row
+    naming a human who is absent is a flow under both."""
     flows: list[Flow] = []
+    proven = not group_scope
     where = f"{heat} open of {room.id} with {sorted(present)}"
-    shown: list[tuple[str, str]] = []
-    for persona, block in reader.blocks_for_room(room.id, present, touch=False).items():
-        shown.append((f"{where}: {persona}'s block", block.text))
+    shown: list[tuple[str, str, str]] = []  # (where, persona, text)
+    for persona, block in reader.blocks_for_room(
+        room.id, present, touch=False, proven_scope=proven
+    ).items():
+        shown.append((f"{where}: {persona}'s block", persona, block.text))
     outsider = next(p for p in PERSONAS if p not in room.personas) if len(room.personas) < 2 else ""
     if outsider:
-        block = reader.build_block(outsider, present, room.id, touch=False)
-        shown.append((f"{where}: {outsider}'s block (not a member)", block.text))
+        block = reader.build_block(outsider, present, room.id, touch=False, proven_scope=proven)
+        shown.append((f"{where}: {outsider}'s block (not a member)", outsider, block.text))
     if heat == "warm":
         query = world.rng.choice(list(world.fragments.values()) or ["news"])
         for persona in room.personas:
-            got = reader.recall(persona, present, room.id, query, block_ids=[], touch=False)
-            shown.append((f"{where}: {persona}'s recall", "\n".join(r.text for r in got)))
-    for label, text in shown:
+            got = reader.recall(
+                persona, present, room.id, query, block_ids=[], touch=False, proven_scope=proven
+            )
+            shown.append((f"{where}: {persona}'s recall", persona, "\n".join(r.text for r in got)))
+    for label, persona, text in shown:
         for m in sorted(markers(text)):
+            if group_scope and world.may_show(room, persona, present, m):
+                continue
             flows += [Flow(label, h, f"marker {m}") for h in present if not world.may_know(h, m)]
         for named in sorted(names_in(world, text) - present):
             flows += [Flow(label, h, f"a row naming absent u:{named}") for h in sorted(present)]
@@ -356,9 +369,12 @@ def page_flows(world: World, human: int) -> list[Flow]:
     ]
 
 
-def run_world(seed: int, spells: int, template: Path, folder: Path) -> Tally:
+def run_world(
+    seed: int, spells: int, template: Path, folder: Path, *, group_scope: bool = False
+) -> Tally:
     """One random world: `spells` spells among random talk, joins, switches and deletes, with
-    every output read every CHECK_EVERY spells and at the end."""
+    every output read every CHECK_EVERY spells and at the end. `group_scope`: the rooms are
+    read as the group scope (MW_MEMORY_SCOPE=follow) reads them, and judged by its rule."""
     tally = Tally(worlds=1)
     rng = random.Random(seed)
     tally.seeds.append(seed)
@@ -389,11 +405,11 @@ def run_world(seed: int, spells: int, template: Path, folder: Path) -> Tally:
                 before = tally.spells
                 tally.flows += spell(world, room, hostile, tally)
                 if tally.spells != before and tally.spells % CHECK_EVERY == 0:
-                    tally.flows += output_flows(world)
+                    tally.flows += output_flows(world, group_scope)
             if tally.flows:
                 break
         if not tally.flows:
-            tally.flows += output_flows(world)
+            tally.flows += output_flows(world, group_scope)
     return tally
 
 
@@ -436,13 +452,25 @@ def migrated_template(folder: Path) -> Path:
     return path
 
 
-def exam(spells: int, seed: int, folder: Path, *, stop_at_first: bool = False) -> Tally:
-    """Worlds from `seed` on until `spells` spells have run."""
+def exam(
+    spells: int,
+    seed: int,
+    folder: Path,
+    *,
+    stop_at_first: bool = False,
+    group_scope: bool = False,
+) -> Tally:
+    """Worlds from `seed` on until `spells` spells have run (read under the group scope with
+    `group_scope`)."""
     template = migrated_template(folder)
     total = Tally()
     while total.spells < spells:
         got = run_world(
-            seed + total.worlds, min(SPELLS_PER_WORLD, spells - total.spells), template, folder
+            seed + total.worlds,
+            min(SPELLS_PER_WORLD, spells - total.spells),
+            template,
+            folder,
+            group_scope=group_scope,
         )
         total.worlds += 1
         total.spells += got.spells
@@ -484,17 +512,38 @@ GUARDS: dict[str, Callable[[], Any]] = {
 }
 
 
-def self_test(worlds: int, seed: int, folder: Path) -> dict[str, int | None]:
+# A guard that matters only under the group scope: the present humans' switches. Under the
+# proven scope the one human a private chat loads rows about heard them all, so a row of a
+# human with memory off (or muting the persona) shown to them reaches no one new; in a group
+# it reaches everyone else present.
+GROUP_GUARDS: dict[str, Callable[[], Any]] = {
+    "the consent check": lambda: mock.patch(
+        "memory_worker.core.audience.Consent.allows", lambda self, user_id, persona: True
+    ),
+}
+
+
+def guards(group_scope: bool) -> dict[str, Callable[[], Any]]:
+    """The guards the self-test removes: GUARDS, and under the group scope GROUP_GUARDS too."""
+    return {**GUARDS, **GROUP_GUARDS} if group_scope else dict(GUARDS)
+
+
+def self_test(
+    worlds: int, seed: int, folder: Path, *, group_scope: bool = False
+) -> dict[str, int | None]:
     """For each guard: the number of worlds it took to see a flow with the guard removed
     (None: never, within `worlds`)."""
     caught: dict[str, int | None] = {}
     template = migrated_template(folder)
-    for name, patch in GUARDS.items():
+    for name, patch in guards(group_scope).items():
         caught[name] = None
         with ExitStack() as stack:
             stack.enter_context(patch())
             for n in range(worlds):
-                if run_world(seed + n, SPELLS_PER_WORLD, template, folder).flows:
+                got = run_world(
+                    seed + n, SPELLS_PER_WORLD, template, folder, group_scope=group_scope
+                )
+                if got.flows:
                     caught[name] = n + 1
                     break
     return caught
@@ -506,17 +555,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--self-test", action="store_true", help="remove each guard in turn")
     parser.add_argument("--self-test-worlds", type=int, default=20)
+    parser.add_argument(
+        "--group-scope",
+        action="store_true",
+        help="read every room as MW_MEMORY_SCOPE=follow does, judged by seed §4's rule",
+    )
     a = parser.parse_args(argv)
     logging.getLogger("memory_worker").setLevel(logging.CRITICAL)  # the app's errors, on purpose
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mw-flow-") as tmp:
         if a.self_test:
-            caught = self_test(a.self_test_worlds, a.seed, Path(tmp))
+            caught = self_test(a.self_test_worlds, a.seed, Path(tmp), group_scope=a.group_scope)
             for name, n in caught.items():
                 print(f"{name:28} {'caught in ' + str(n) + ' world(s)' if n else 'NOT CAUGHT'}")
             print(f"{time.monotonic() - started:.0f} s")
             return 0 if all(caught.values()) else 1
-        tally = exam(a.spells, a.seed, Path(tmp))
+        tally = exam(a.spells, a.seed, Path(tmp), group_scope=a.group_scope)
     took = time.monotonic() - started
     print(
         f"{tally.spells} spells in {tally.worlds} worlds ({tally.asked} asked the model, "

@@ -106,6 +106,24 @@ class World:
     def may_know(self, human: int, marker: str) -> bool:
         return marker in self.news or marker in self.knows.get(human, set())
 
+    def lets_remember(self, human: int, persona: str) -> bool:
+        """Their switches now: memory on, and this persona not muted."""
+        h = self.humans[human]
+        return h.memory_on and persona not in h.mutes
+
+    def may_show(self, room: Room, persona: str, present: frozenset[int], marker: str) -> bool:
+        """Seed §4's subject-present rule (the group scope): a member persona may bring a
+        marker into a room when a present member who lets it remember them heard it — the
+        only way one enters a group is a row about (or held by) a present, consenting
+        witness. Incognito rooms and personas that are not members bring nothing."""
+        if room.incognito or persona not in room.personas:
+            return False
+        return any(
+            self.may_know(x, marker)
+            for x in present
+            if x in room.humans and self.lets_remember(x, persona)
+        )
+
     def disguise(self, human: int) -> str:
         """One spelling of a human's name that the store must still recognise."""
         name = self.humans[human].name

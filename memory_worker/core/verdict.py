@@ -67,25 +67,43 @@ class Verdict:
     flow_spells: int  # the flow exam under the group scope
     flow_flows: int
     passed: bool
+    turns: int = 8  # probe turns per room in each run (the seed's scenario: eight)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Verdict:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def shortfalls(v: Verdict, settings: Settings) -> list[str]:
+    """Each bar (seed §4, §7) a verdict's counts miss, in words; none when it passes."""
+    out = []
+    if v.without_owner:
+        out.append(f"(b) {v.without_owner} mentions with the owner absent (must be 0)")
+    if v.by_other_persona:
+        out.append(f"(c) {v.by_other_persona} mentions by another persona (must be 0)")
+    if v.with_owner > settings.exam_max_with_owner:
+        out.append(
+            f"(a) {v.with_owner:.2f} mentions per run with the owner present > "
+            f"{settings.exam_max_with_owner:.2f} (MW_EXAM_MAX_WITH_OWNER)"
+        )
+    if v.references_per_turn > settings.exam_max_references_per_turn:
+        out.append(
+            f"{v.references_per_turn:.2f} memory references per turn > "
+            f"{settings.exam_max_references_per_turn:.2f} (MW_EXAM_MAX_REFERENCES_PER_TURN)"
+        )
+    if v.flow_spells <= 0:
+        out.append("the flow exam did not run")
+    if v.flow_flows:
+        out.append(f"the flow exam found {v.flow_flows} flows under the group scope")
+    return out
 
 
 def passes(v: Verdict, settings: Settings) -> bool:
     """The bar a verdict must clear (seed §4, §7), by its counts alone."""
-    return (
-        v.without_owner == 0
-        and v.by_other_persona == 0
-        and v.flow_flows == 0
-        and v.flow_spells > 0
-        and v.with_owner <= settings.exam_max_with_owner
-        and v.references_per_turn <= settings.exam_max_references_per_turn
-    )
+    return not shortfalls(v, settings)
 
 
 def follow_problem(verdicts: list[Verdict], settings: Settings, prompts: str) -> str | None:
