@@ -253,10 +253,12 @@ def test_a_transcript_full_of_injection_attempts_writes_nothing_it_should_not(
 def test_two_spells_of_one_persona_routed_at_once_do_not_both_add_the_same_fact(
     pipeline: Pipeline,
 ) -> None:
+    # Two private chats of Dan's with Warren: both spells see the same rows (a group's spell
+    # would not see Dan's one-to-one rows at all, and its row, heard by Cara too, is another).
     people(pipeline.db)
     with pipeline.db.begin() as conn:
         app_side.add_room(conn, "dm-dan", "private", [f"u:{DAN}", "warren"])
-        app_side.add_room(conn, "g1", "group", [f"u:{DAN}", f"u:{CARA}", "warren"])
+        app_side.add_room(conn, "g1", "private", [f"u:{DAN}", "warren"])
         a = app_side.say(conn, "dm-dan", DAN, "I adopted a dog called Biscuit.")
         b = app_side.say(conn, "g1", DAN, "I adopted a dog called Biscuit!")
 
