@@ -134,15 +134,21 @@ class Pipeline:
         settings_mod.configure(settings_mod.current().with_(model_timeout_ms=ms))
         models.clear_cache()
 
-    def wait_for_notices(self, count: int, timeout: float = SPELL_TIMEOUT_S) -> list[dict]:
+    def wait_for_notices(
+        self, count: int, timeout: float = SPELL_TIMEOUT_S, *, delivered: bool = False
+    ) -> list[dict]:
+        """Block until `count` notices are in the store (all marked delivered, if asked: a
+        toast is told on the channel first and marked after, so a listener hears it before)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.db.connect() as c:
                 rows = [dict(r) for r in c.execute(select(t.notices)).mappings()]
-            if len(rows) >= count:
+            if len(rows) >= count and (not delivered or all(r["delivered"] for r in rows)):
                 return rows
             time.sleep(0.02)
-        raise AssertionError(f"fewer than {count} notices after {timeout}s")
+        raise AssertionError(
+            f"fewer than {count} notices (delivered: {delivered}) after {timeout}s"
+        )
 
 
 def redis_url_of(worker) -> str:  # type: ignore[no-untyped-def]
