@@ -21,8 +21,8 @@ def quiet() -> None:
 
 
 def test_a_hostile_model_moves_no_marker_to_anyone_who_did_not_hear_it(tmp_path: Path) -> None:
-    tally = flow.exam(400, seed=1, folder=tmp_path)
-    assert tally.spells >= 400 and tally.asked > 200 and tally.rows > 100  # it did exercise
+    tally = flow.exam(240, seed=1, folder=tmp_path)
+    assert tally.spells >= 240 and tally.asked > 120 and tally.rows > 60  # it did exercise
     assert tally.flows == [], [str(f) for f in tally.flows[:5]]
 
 
@@ -37,8 +37,8 @@ def test_the_exam_sees_a_flow_when_a_guard_is_removed(tmp_path: Path, guard: str
 def test_under_the_group_scope_no_marker_reaches_anyone_but_by_a_present_consenting_witness(
     tmp_path: Path,
 ) -> None:
-    tally = flow.exam(200, seed=7, folder=tmp_path, group_scope=True)
-    assert tally.spells >= 200 and tally.asked > 100 and tally.rows > 50
+    tally = flow.exam(120, seed=7, folder=tmp_path, group_scope=True)
+    assert tally.spells >= 120 and tally.asked > 60 and tally.rows > 30
     assert tally.flows == [], [str(f) for f in tally.flows[:5]]
 
 
