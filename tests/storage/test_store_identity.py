@@ -264,3 +264,44 @@ def test_a_warm_open_checks_the_store_within_its_two_statements(db: Engine) -> N
         event.remove(db, "before_cursor_execute", note)
     assert len(seen) == 2, "the context and the winners: nothing more"
     assert "store_identity" in seen[0], "the store's id is read with the versions"
+
+
+def test_a_store_file_replaced_by_an_older_copy_of_itself_never_shows_what_the_copy_lacks(
+    db: Engine, tmp_path: Any
+) -> None:
+    """The same store (same id) restored from an older copy by `os.replace` under the running
+    process, then one write: the row written after the copy was taken is gone from every
+    open, warm or cold, and from the file itself. The replaced file's write-ahead log stays at
+    the path (SQLite leaves a moved file's log where it was) and the process's pooled
+    connections still hold the old file: a connection to the new one must not read that log
+    as its own."""
+    if not store.is_sqlite(db):
+        pytest.skip("a SQLite file")
+    path = str(db.url.database)
+    the_group(db)
+    write(db, row(ROW_ID, f"u:{DAN}", DANS), row(WORLD_ID, "world", "The Bund is lit until 11."))
+    warrens_block()
+    older = tmp_path / "older.db"
+    with sqlite3.connect(path) as live, sqlite3.connect(older) as copy:
+        live.backup(copy)  # a consistent copy, store id and all
+    live.close()
+    copy.close()
+    gone = "Dan quit his job in secret."
+    write(db, row(ROW_ID + 5, f"u:{DAN}", gone))
+    assert gone in warrens_block().text, "the process holds the row the copy lacks"
+
+    os.replace(older, path)
+    later = "Dan ran the Shanghai marathon in 3:58."
+    write(db, row(ROW_ID + 6, f"u:{DAN}", later))  # one write, through the running process
+
+    warm = build_block("warren", {DAN, CARA}, "g", now=NOW, touch=False, proven_scope=False)
+    assert gone not in warm.text, "a warm open shows what the restore removed"
+    assert later in warm.text
+    read_columns.READ_CACHE.clear()
+    assert warm.text == warrens_block().text, "a warm open is what a cold open shows"
+    reader.close(timeout=30)
+    store.dispose_all()
+    with sqlite3.connect(path) as fresh:
+        texts = {r[0] for r in fresh.execute("SELECT text FROM persona_memory")}
+    fresh.close()
+    assert gone not in texts and later in texts, "the file as a new process reads it"
