@@ -32,6 +32,7 @@ and passes each through `visible_memories` again.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -278,6 +279,66 @@ def merged_requirements(
 _NO_IDS = np.zeros(0, dtype=np.int64)
 
 
+# A pack (`packed`): the columns of one persona's rows in one blob, for the store to keep
+# (schema/versions/0014). Each column at a width that holds its values exactly.
+PACKED_COLUMNS = (
+    ("ids", "<i8", np.int64),
+    ("groups", "<i8", np.int64),
+    ("kinds", "<i2", np.int64),
+    ("importance", "<f8", np.float64),
+    ("recalled_day", "<f8", np.float64),
+    ("chars", "<i4", np.int64),
+)
+
+
+def packed(rows: PersonaRows) -> bytes:
+    """The columns of `rows` (not their vectors) as one blob: a header (the row count and the
+    requirements, JSON) and each column's values. `unpacked` reads back the same arrays."""
+    head = json.dumps(
+        {
+            "n": len(rows),
+            "required": [
+                [list(named), None if private is None else list(private), ids.tolist()]
+                for (named, private), ids in rows.required.items()
+            ],
+        }
+    ).encode()
+    parts = [len(head).to_bytes(4, "little"), head]
+    for name, width, _ in PACKED_COLUMNS:
+        values = getattr(rows, name)
+        stored = values.astype(width)
+        if not np.array_equal(stored, values, equal_nan=values.dtype.kind == "f"):
+            raise ValueError(f"a pack's {name} column does not fit {width}")
+        parts.append(stored.tobytes())
+    return b"".join(parts)
+
+
+def unpacked(blob: bytes, version: Version) -> PersonaRows:
+    """The columns `packed` wrote, as of `version` (the version the pack was written at)."""
+    size = int.from_bytes(blob[:4], "little")
+    head = json.loads(blob[4 : 4 + size])
+    n, at = int(head["n"]), 4 + size
+    cols: dict[str, np.ndarray] = {}
+    for name, width, dtype in PACKED_COLUMNS:
+        values = np.frombuffer(blob, dtype=width, count=n, offset=at)
+        at += values.nbytes
+        cols[name] = values if values.dtype == dtype else values.astype(dtype)
+    required: dict[Requirement, np.ndarray] = {
+        (tuple(named), None if private is None else tuple(private)): np.array(ids, dtype=np.int64)
+        for named, private, ids in head["required"]
+    }
+    return PersonaRows(
+        version=version,
+        ids=cols["ids"],
+        groups=cols["groups"],
+        kinds=cols["kinds"],
+        importance=cols["importance"],
+        recalled_day=cols["recalled_day"],
+        chars=cols["chars"],
+        required=required,
+    )
+
+
 class ReadCache:
     """An LRU of `PersonaRows` bounded in bytes, safe to share between the app's threads."""
 
@@ -432,7 +493,8 @@ class ReadCache:
         keep: bool = True,
     ) -> np.ndarray:
         """The cosine to `topic` of the rows at positions `at` (0 for rows whose vectors the
-        bound left out); the cosines are kept for the next open unless `keep` is False."""
+        bound left out); the cosines are kept for the next open unless `keep` is False. A row
+        still waiting for its vector (`pending`) is measured on its vector read by id."""
         if rows.vectors is None or rows.slots is None or rows.vectors.dims != len(topic):
             fit = min(len(rows), self.slots_allowed(rows, len(topic)))
             empty = Vectors(len(topic), fit)
@@ -449,14 +511,44 @@ class ReadCache:
         else:  # a vector seen once (a message): only the rows asked about
             some = wanted[held]
             out[held] = int8_cosines(vectors.matrix[some], topic, vectors.norms[some])
+        waiting = ~held & (at >= self._first_slotted(rows, vectors.dims))
+        if waiting.any():
+            ids = rows.ids[at[waiting]]
+            found = load(ids.tolist())
+            out[waiting] = int8_cosines(
+                stack_int8([found.get(int(i)) for i in ids], vectors.dims), topic
+            )
         return out
 
+    def _first_slotted(self, rows: PersonaRows, dims: int) -> int:
+        """The position of the oldest row the bound lets hold a vector (rows sort by id)."""
+        return len(rows) - min(len(rows), self.slots_allowed(rows, dims))
+
+    def pending(self, rows: PersonaRows) -> bool:
+        """Whether some row the bound lets hold a vector has none yet: a fill on the caller's
+        path left it for the fill thread (`fill(..., spare_only=True)`)."""
+        if rows.vectors is None or rows.slots is None:
+            return False
+        start = self._first_slotted(rows, rows.vectors.dims)
+        return bool(np.any(rows.slots[start:] < 0))
+
     def fill(
-        self, key: Key, rows: PersonaRows, load: LoadVectors, *, recent: bool = True
+        self,
+        key: Key,
+        rows: PersonaRows,
+        load: LoadVectors,
+        *,
+        recent: bool = True,
+        spare_only: bool = False,
     ) -> PersonaRows:
         """`rows` with a vector for each of its newest rows that fit the bound — the slots it
         has kept, the rest loaded into its store (or a compacted copy) — kept in the cache
-        (`put`'s `recent`). Rows that never needed vectors are kept as they are."""
+        (`put`'s `recent`). Rows that never needed vectors are kept as they are.
+
+        `spare_only` (a room open's own catch-up): vectors go only into the store's spare
+        slots; if they do not fit there, or the store is due for compaction, they are left
+        for the fill thread (`pending`) — growing or compacting copies every vector the
+        persona holds, which is no work for an open to wait on."""
         vectors = rows.vectors
         if vectors is None:
             self.put(key, rows, recent=recent)
@@ -468,8 +560,10 @@ class ReadCache:
         need = start + np.flatnonzero(slots[start:] == NO_SLOT)
         live = int(np.count_nonzero(slots >= 0))
         dead = vectors.used - live
-        if vectors.used + need.size > allowed or dead > (live + need.size) // 4 + 64:
-            # past the bound, or a quarter dead (rows written elsewhere took new slots)
+        compact = vectors.used + need.size > allowed or dead > (live + need.size) // 4 + 64
+        if spare_only and (compact or vectors.used + need.size > vectors.capacity):
+            need = need[:0]  # left pending for the fill thread
+        elif compact:  # past the bound, or a quarter dead (rows written elsewhere took new slots)
             wanted = live + need.size
             vectors, slots = vectors.compacted(slots, min(allowed, int(wanted * GROWTH) + 64))
         if need.size:

@@ -187,6 +187,34 @@ store_identity = Table(
     Column("store_id", Text, nullable=False),
 )
 
+# --- the reader's packs (schema/versions/0014) ---------------------------------------------
+
+persona_read_packs = Table(
+    "persona_read_packs",
+    metadata,
+    # One persona's ranking columns (no text, no embedding) as of one version, in one blob: a
+    # process that does not hold the persona reads this and the rows changed since, not every
+    # row (memory_worker.storage.read_packs). Written by the reader's background threads.
+    Column("persona", Text, primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("stamp", BigInteger, nullable=True),
+    Column("rows", Integer, nullable=False),
+    Column("columns", LargeBinary, nullable=False),
+)
+
+persona_read_topics = Table(
+    "persona_read_topics",
+    metadata,
+    # The cosine of every row of a persona's pack to one room topic (sha256 of its vector),
+    # float64 in the pack's order, as of the same version.
+    Column("persona", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("stamp", BigInteger, nullable=True),
+    Column("cosines", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("persona", "topic"),
+)
+
 persona_memory_mute = Table(
     "persona_memory_mute",
     metadata,

@@ -31,7 +31,7 @@ from memory_worker.core.rows import Room, Row
 from memory_worker.reader import read_columns as columns
 from memory_worker.reader.read_columns import catch_up
 from memory_worker.reader.recall import recall
-from memory_worker.storage import read_path, store
+from memory_worker.storage import read_packs, read_path, store
 from memory_worker.storage.rooms import UnknownRoom
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ def prepare(url: str | None = None) -> None:
         for refs in (["u:0"], ["u:0", "u:-3"]):
             read_path.visible_open_rows(conn, [""], refs)
         read_path.versions(conn, [""])
+        read_packs.packs(conn, [""], None)
         for size in (1, 8, 16):
             read_path.winners(conn, [0] * size)
     columns.SWEEP.start()
@@ -140,9 +141,23 @@ def _build(
     touch: bool,
     proven_scope: bool,
 ) -> dict[str, Block]:
+    url = url or settings_mod.current().database_url
+    with columns.opening(url) as fills:  # the fills it asks for start once it returns
+        return _open(room_id, present, personas, now, url, touch, proven_scope, fills)
+
+
+def _open(
+    room_id: str,
+    present: Iterable[int],
+    personas: Sequence[str] | None,
+    now: datetime | str | None,
+    url: str,
+    touch: bool,
+    proven_scope: bool,
+    fills: columns.Fills,
+) -> dict[str, Block]:
     when = columns.as_datetime(now)
     present = frozenset(int(u) for u in present)
-    url = url or settings_mod.current().database_url
     with store.engine(url).connect() as conn:  # SQLite: one snapshot for every read below
         ctx = read_path.context(conn, room_id, present, personas or [])
         if ctx is None:
@@ -169,7 +184,7 @@ def _build(
             for p in slugs
         }
         candidates = columns.load_candidates(
-            conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
+            conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions, fills=fills
         )
         picks = {p: take(c, scores(c)) for p, c in candidates.items()}
         wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})

@@ -1,24 +1,68 @@
 """The read cache's fill, off the caller's path: a cold room open answers first, fills later.
 
 A room open for a persona this process does not hold (its first open, after the LRU let it
-go, or too far behind the change log) reads only the rows its audience can see and answers
-from them (reader.load_candidates). The persona's shared entry — every open row, for every
-audience, and the vectors of a room's topic — is then read here, on one daemon thread per
-process, so the next open of any of its rooms is warm. Importing starts nothing; the thread
-starts at the first request, and a forked child starts its own.
+go, or too far behind the change log) answers from the persona's pack, or from the rows its
+audience can see (reader.load_candidates). The persona's shared entry — every open row, for
+every audience, and the vectors of a room's topic — is then read here, on one daemon thread
+per process, so the next open of any of its rooms is warm. Importing starts nothing; the
+thread starts at the first request, and a forked child starts its own.
+
+The fill never slows the open it follows: an open asks for it as it returns, and the fill
+waits at each step while any room open of this process is in flight (`InFlight`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from memory_worker.core.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
 Request = tuple[str, str, bytes | None]  # (database url, persona, a room topic's vector)
+
+YIELD_MAX_S = 0.25  # ours: the longest background work waits for opens in flight at one step
+
+
+class InFlight:
+    """The room opens this process has in flight: background work steps aside for them.
+
+    The reader's threads (the fill, the sweep) call `wait_idle` between steps; an open holds
+    `opening()` while it runs. A steady stream of opens delays the work by at most
+    `YIELD_MAX_S` a step, so it is never starved.
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._count = 0
+
+    @contextmanager
+    def opening(self) -> Iterator[None]:
+        with self._cv:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._count -= 1
+                if not self._count:
+                    self._cv.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no open is in flight (at most `timeout`, default `YIELD_MAX_S`). True
+        when none is."""
+        deadline = time.monotonic() + (YIELD_MAX_S if timeout is None else timeout)
+        with self._cv:
+            while self._count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
 
 
 class Filler:

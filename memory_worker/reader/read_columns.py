@@ -13,7 +13,9 @@ imports the other's module: the reader re-exports recall, and nothing imports th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,24 +27,29 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Scope
 from memory_worker.core.ranking import UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
 from memory_worker.core.read_cache import (
+    NEVER_WRITTEN,
     NO_REQUIREMENT,
     Batches,
+    Key,
     LoadVectors,
     PersonaRows,
     ReadCache,
     Requirement,
     Version,
     Versions,
+    packed,
+    unpacked,
 )
 from memory_worker.core.rows import human_id, human_ref, id_list
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
-from memory_worker.reader.cache_fill import Filler
+from memory_worker.reader.cache_fill import Filler, InFlight
 from memory_worker.reader.cache_sweep import Sweeper
 from memory_worker.reader.touch import Attempt, Touch, Toucher
-from memory_worker.storage import read_path, store
+from memory_worker.storage import read_packs, read_path, store
 
 log = logging.getLogger(__name__)
 
+_EMPTY = np.zeros(0, dtype=np.int64)
 NO_ONE = -2  # the group of a row no audience sees: a subject the rule does not know
 
 READ_CACHE = ReadCache()  # this process's ranking columns, checked against the store each open
@@ -62,6 +69,24 @@ def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
+Fills = list[tuple[list[str], bytes | None]]  # (personas, a topic): fills an open asks for
+
+OPENS = InFlight()  # this process's room opens in flight: the fill and the sweep step aside
+PACK_BEHIND_MAX = 256  # ours: versions a kept pack may lag before it is written again...
+PACK_BEHIND_MIN = 16  # ours: ...or fewer for a small persona, whose pack costs little to write
+
+
+@contextmanager
+def opening(url: str) -> Iterator[Fills]:
+    """A room open (or a recall) in flight: background work steps aside while it runs, and
+    the fills it asks for are requested as it ends, never while it still works."""
+    asked: Fills = []
+    with OPENS.opening():
+        yield asked
+    for personas, topic in asked:
+        FILLS.request(url, personas, topic)
+
+
 def load_candidates(
     conn: Connection,
     scopes: Mapping[str, Scope],
@@ -71,11 +96,18 @@ def load_candidates(
     *,
     versions: Versions | None = None,
     keep_cosines: bool = True,
+    fills: Fills | None = None,
 ) -> dict[str, RankColumns]:
     """Every persona's visible open rows as ranking columns, relevance measured against
-    `vector` (a room's topic; a message, for recall): from the read cache when the store is
-    the one cached and the persona's version (counter and stamp) has not moved, else from one
-    query for all that moved.
+    `vector` (a room's topic; a message, for recall).
+
+    The columns come from the read cache when it holds the persona at its version (counter
+    and stamp), or an older one the change log brings up to it. A persona it does not hold
+    is ranked on its pack and the rows changed since (read_packs.py), failing that on the
+    rows its audience can see; its whole entry is then read off the caller's path, asked for
+    in `fills` (see `opening`; without it, at once). Relevance comes from the held vectors,
+    else from the pack's cosines to this topic, else from the embeddings of the visible rows,
+    read by id.
 
     `versions` are the store's id and the personas' versions if the caller has read them (a
     room open reads them with its context); `keep_cosines=False` for a vector seen once (a
@@ -89,46 +121,152 @@ def load_candidates(
         versions = read_path.versions(conn, seen)
     READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
     sid = versions.store
-    held = {p: got for p in seen if (got := READ_CACHE.get((url, sid, p), versions[p])) is not None}
-    stale = [p for p in seen if p not in held]
-    cold: dict[str, PersonaRows] = {}
-    if stale:
-        for p, fetched in _patch_held(conn, stale, versions, url).items():
-            held[p] = READ_CACHE.fill((url, sid, p), fetched, _loader(conn, p, len(fetched)))
-        missing = [p for p in stale if p not in held]
-        if missing and vector is not None:  # past the bound, some rows rank without relevance:
-            counts = read_path.open_counts(conn, missing)  # which, only the whole entry says
-            whole = [p for p in missing if not READ_CACHE.fits_whole(counts[p], len(vector))]
-            found = read_path.open_rows(conn, whole) if whole else []
-            for p, fetched in _split(found, whole, versions).items():
-                held[p] = READ_CACHE.fill((url, sid, p), fetched, _loader(conn, p, len(fetched)))
-            missing = [p for p in missing if p not in held]
-        if missing:  # answer from what this audience can see; the whole entry is filled later
-            refs = sorted({r for p in missing for r in scopes[p].human_refs})
-            cold = _split(read_path.visible_open_rows(conn, missing, refs), missing, versions)
-            FILLS.request(url, missing, vector if keep_cosines else None)
+    topic = vector if keep_cosines else None
+    asked: Fills = []
+    rows: dict[str, PersonaRows] = {}
+    for p in seen:
+        got = _held(conn, (url, sid, p), versions[p])
+        if got is not None:
+            rows[p] = got
+            if READ_CACHE.pending(got):
+                asked.append(([p], None))
+    held = set(rows)
+    cold = [p for p in seen if p not in held]
+    packed_at: dict[str, Packed] = {}
+    partial: set[str] = set()
+    if cold:
+        for p, pack in read_packs.packs(conn, cold, topic).items():
+            base = unpacked(pack.columns, pack.version)
+            caught = _patched(conn, p, base, versions[p])
+            if caught is not None:
+                rows[p] = caught[0]
+                packed_at[p] = Packed(pack, base, caught[1])
+        rest = [p for p in cold if p not in rows]
+        if rest:
+            whole, visible = _audience_rows(conn, rest, scopes, versions, vector)
+            rows.update(whole)
+            rows.update(visible)
+            partial = set(visible)
+        asked.append((cold, topic))
+    if fills is not None:
+        fills.extend(asked)
+    else:
+        for personas, t in asked:
+            FILLS.request(url, personas, t)
     out = {}
     for p, scope in scopes.items():
-        rows = held.get(p)
-        if rows is None and p in cold:
-            idx = visible_index(cold[p], scope)
-            rel = None
-            if vector is not None and idx.size:
-                rel = _cold_relevance(conn, p, cold[p].ids[idx], vector)
-            out[p] = _candidates(cold[p], idx, now_day, rel)
-            continue
-        idx = visible_index(rows, scope) if rows is not None else np.zeros(0, dtype=np.int64)
+        r = rows.get(p)
+        idx = visible_index(r, scope) if r is not None else _EMPTY
         rel = None
-        if rows is not None and vector is not None and idx.size:
-            load = _loader(conn, p, len(rows))
-            rel = READ_CACHE.relevance((url, sid, p), rows, vector, load, idx, keep=keep_cosines)
-        out[p] = _candidates(rows, idx, now_day, rel)
+        if r is not None and vector is not None and idx.size:
+            key = (url, sid, p)
+            if p in held and r.vectors is not None and r.vectors.dims == len(vector):
+                load = _loader(conn, p, len(r))
+                rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=keep_cosines)
+            elif p in held and not keep_cosines:  # a message: the vectors, loaded once here
+                load = _loader(conn, p, len(r))
+                rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=False)
+            else:
+                rel = _measured(conn, key, r, idx, vector, packed_at.get(p), p not in partial)
+                if p in held and fills is not None:
+                    fills.append(([p], vector))  # its vectors, for the next open of this room
+        out[p] = _candidates(r, idx, now_day, rel)
     return out
 
 
-def _cold_relevance(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np.ndarray:
-    """The cosine to `vector` of these rows' embeddings, read by id (a cold open's few rows:
-    the persona's store of vectors is loaded by the fill, off the caller's path)."""
+def _held(conn: Connection, key: Key, version: Version) -> PersonaRows | None:
+    """The entry held for `key` at `version`, or an older one brought up to it from the
+    change log and kept (its new rows' vectors only into spare room: `ReadCache.fill`)."""
+    got = READ_CACHE.get(key, version)
+    if got is not None:
+        return got
+    old = READ_CACHE.previous(key)
+    caught = None if old is None else _patched(conn, key[2], old, version)
+    if caught is None:
+        return None
+    rows = caught[0]
+    return READ_CACHE.fill(key, rows, _loader(conn, key[2], len(rows)), spare_only=True)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A persona ranked on its pack: the pack, its columns as stored, and the rows the change
+    log names since (their cosines are not the pack's)."""
+
+    pack: read_packs.Pack
+    base: PersonaRows
+    changed: frozenset[int]
+
+
+def _audience_rows(
+    conn: Connection,
+    personas: list[str],
+    scopes: Mapping[str, Scope],
+    versions: Versions,
+    vector: bytes | None,
+) -> tuple[dict[str, PersonaRows], dict[str, PersonaRows]]:
+    """Personas with no pack to rank on: (those read whole, those read only as far as their
+    audience can see). Whole only when a topic's relevance must follow the byte bound: a
+    persona whose every vector fits, with room to spare, ranks the same either way."""
+    whole: list[str] = []
+    if vector is not None:
+        counts = read_path.open_counts(conn, personas)
+        whole = [p for p in personas if not READ_CACHE.fits_whole(counts[p], len(vector))]
+    rest = [p for p in personas if p not in whole]
+    refs = sorted({r for p in rest for r in scopes[p].human_refs})
+    found = _split(read_path.open_rows(conn, whole), whole, versions) if whole else {}
+    seen = _split(read_path.visible_open_rows(conn, rest, refs), rest, versions) if rest else {}
+    return found, seen
+
+
+def _measured(
+    conn: Connection,
+    key: Key,
+    rows: PersonaRows,
+    idx: np.ndarray,
+    vector: bytes,
+    packed: Packed | None,
+    whole: bool,
+) -> np.ndarray:
+    """The relevance of the rows at `idx` without the persona's vectors at hand: the pack's
+    cosines to this topic where a row is unchanged since the pack, its embedding read by id
+    otherwise; then, for a whole entry, the byte bound's rule (its oldest rows rank with
+    relevance 0, as a warm open ranks them)."""
+    persona = key[2]
+    if packed is None and whole:
+        packed = _pack_for(conn, persona, rows, vector)
+    want = rows.ids[idx]
+    out = np.zeros(want.size)
+    known = np.zeros(want.size, dtype=bool)
+    if packed is not None and packed.pack.cosines is not None and len(packed.base):
+        cos = np.frombuffer(packed.pack.cosines, dtype="<f8")
+        at = np.minimum(np.searchsorted(packed.base.ids, want), len(packed.base) - 1)
+        changed = np.fromiter(packed.changed, dtype=np.int64, count=len(packed.changed))
+        known = (packed.base.ids[at] == want) & ~np.isin(want, changed)
+        out[known] = cos[at[known]]
+    if not known.all():
+        out[~known] = _by_id(conn, persona, want[~known], vector)
+    if whole:
+        start = len(rows) - min(len(rows), READ_CACHE.slots_allowed(rows, len(vector)))
+        out[idx < start] = 0.0
+    return out
+
+
+def _pack_for(conn: Connection, persona: str, rows: PersonaRows, vector: bytes) -> Packed | None:
+    """The persona's pack with its cosines to `vector`, if kept and the change log reaches
+    from it to `rows`' version (a held entry that has no vectors yet)."""
+    pack = read_packs.packs(conn, [persona], vector).get(persona)
+    if pack is None or pack.cosines is None:
+        return None
+    base = unpacked(pack.columns, pack.version)
+    if pack.version == rows.version:
+        return Packed(pack, base, frozenset())
+    changed = read_path.changed_rows(conn, persona, pack.version, rows.version)
+    return None if changed is None else Packed(pack, base, frozenset(changed))
+
+
+def _by_id(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np.ndarray:
+    """The cosine to `vector` of these rows' embeddings, read by id."""
     found = read_path.embeddings(conn, persona, ids.tolist(), of_all=4 * len(ids))
     block = stack_int8([found.get(int(i)) for i in ids], len(vector))
     return int8_cosines(block, vector, int8_norms(block))
@@ -136,20 +274,23 @@ def _cold_relevance(conn: Connection, persona: str, ids: np.ndarray, vector: byt
 
 def _fill(url: str, personas: list[str], topics: list[bytes]) -> None:
     """The fill thread's work (cache_fill.py): every open row of these personas into the read
-    cache, with their cosines to the topics their cold opens ranked against."""
-    with store.engine(url).connect() as conn:
-        versions = read_path.versions(conn, personas)
-        READ_CACHE.enter(url, versions.store)
-        for p, rows in _fetch(conn, personas, versions, url).items():
+    cache, with their vectors and cosines to the topics their cold opens ranked against, and
+    their packs kept up to date. Before each step it waits while a room open is in flight."""
+    for p in personas:
+        OPENS.wait_idle()
+        with store.engine(url).connect() as conn:
+            versions = read_path.versions(conn, [p])
+            READ_CACHE.enter(url, versions.store)
             key = (url, versions.store, p)
-            if READ_CACHE.get(key, versions[p]) is not None:
-                continue  # an open filled it meanwhile
-            load = _loader(conn, p, len(rows))
-            got = READ_CACHE.fill(key, rows, load)
+            rows = _held(conn, key, versions[p]) or _whole(conn, p, versions[p])
+            load = _loader(conn, p, len(rows), between=OPENS.wait_idle)
+            rows = READ_CACHE.fill(key, rows, load)
             for topic in topics:
-                every = np.arange(len(got), dtype=np.int64)
-                READ_CACHE.relevance(key, got, topic, load, every, keep=True)
-                got = READ_CACHE.previous(key) or got
+                OPENS.wait_idle()
+                every = np.arange(len(rows), dtype=np.int64)
+                READ_CACHE.relevance(key, rows, topic, load, every, keep=True)
+                rows = READ_CACHE.previous(key) or rows
+        _keep_pack(url, key, rows)
     # A write that landed while this read (the open's own touch, say) found no entry to update:
     # catching up now, after the entry is in, cannot miss it.
     _catch_up_store(url, personas)
@@ -158,35 +299,62 @@ def _fill(url: str, personas: list[str], topics: list[bytes]) -> None:
 FILLS = Filler(_fill)
 
 
-def _loader(conn: Connection, persona: str, of_all: int) -> LoadVectors:
-    return lambda ids: read_path.embeddings(conn, persona, ids, of_all)
+def _whole(conn: Connection, persona: str, version: Version) -> PersonaRows:
+    """Every open row of `persona` at `version`: from its pack and the rows changed since, or
+    read row by row (in parts, stepping aside for room opens between them)."""
+    pack = read_packs.packs(conn, [persona], None).get(persona)
+    if pack is not None:
+        caught = _patched(conn, persona, unpacked(pack.columns, pack.version), version)
+        if caught is not None:
+            return caught[0]
+    return _columns(read_path.open_rows(conn, [persona], between=OPENS.wait_idle), version)
 
 
-def _fetch(
-    conn: Connection, personas: Sequence[str], versions: Versions, url: str
-) -> dict[str, PersonaRows]:
-    """The columns of every persona given as of `versions`: a persona this process holds at
-    an older version re-reads only the rows its change log names since then; the rest come
-    from one query over all their open rows, split into columns each."""
-    out = _patch_held(conn, personas, versions, url)
-    rest = [p for p in personas if p not in out]
-    if not rest:
-        return out
-    return {**out, **_split(read_path.open_rows(conn, rest), rest, versions)}
+def _keep_pack(url: str, key: Key, rows: PersonaRows) -> None:
+    """Write the persona's pack from its entry when the one kept is missing, further behind
+    than its slack, or lacks a topic the entry holds exact cosines to; only at the
+    persona's version now, so a pack never holds a row already deleted."""
+    persona = key[2]
+    if rows.version == NEVER_WRITTEN:
+        return
+    cosines = _exact_cosines(rows)
+    with store.engine(url).connect() as conn:
+        kept = read_packs.kept(conn, [persona]).get(persona)
+    if kept is not None:
+        behind = rows.version.counter - kept[0].counter
+        if 0 <= behind < _pack_slack(len(rows)) and all(
+            read_packs.topic_key(t) in kept[1] for t in cosines
+        ):
+            return
+    OPENS.wait_idle()
+    blob = packed(rows)
+    with store.transaction(url) as conn:
+        now = read_path.versions(conn, [persona])
+        if now.store == key[1] and now[persona] == rows.version:
+            read_packs.write(conn, persona, rows.version, len(rows), blob, cosines)
 
 
-def _patch_held(
-    conn: Connection, personas: Sequence[str], versions: Versions, url: str
-) -> dict[str, PersonaRows]:
-    """The personas this process holds at an older version, brought up to `versions` from
-    their change log (those the log no longer reaches are left out)."""
-    out: dict[str, PersonaRows] = {}
-    for p in personas:
-        old = READ_CACHE.previous((url, versions.store, p))
-        patched = None if old is None else _patched(conn, p, old, versions[p])
-        if patched is not None:
-            out[p] = patched
-    return out
+def _pack_slack(rows: int) -> int:
+    """How many versions a pack of this many rows may lag: re-reading that many changed
+    rows costs a cold open less than the floor's fraction it is allowed."""
+    return max(PACK_BEHIND_MIN, min(PACK_BEHIND_MAX, rows // 64))
+
+
+def _exact_cosines(rows: PersonaRows) -> dict[bytes, bytes]:
+    """Each topic's cosine of every row, in the entry's order, when every row holds its
+    vector (an entry past the byte bound ranks some on none: not the store's to keep)."""
+    if rows.vectors is None or rows.slots is None or bool(np.any(rows.slots < 0)):
+        return {}
+    return {
+        topic: np.ascontiguousarray(cos[rows.slots], dtype="<f8").tobytes()
+        for topic, cos in rows.vectors.cosines.items()
+    }
+
+
+def _loader(
+    conn: Connection, persona: str, of_all: int, between: Callable[[], object] | None = None
+) -> LoadVectors:
+    return lambda ids: read_path.embeddings(conn, persona, ids, of_all, between=between)
 
 
 def _split(
@@ -203,15 +371,17 @@ def _split(
 
 def _patched(
     conn: Connection, persona: str, old: PersonaRows, version: Version
-) -> PersonaRows | None:
-    """`old` brought to `version` by re-reading only the rows its change log names since; None
-    when the log no longer reaches that far back, or is not the history `old` was read from
-    (`read_path.changed_rows`: a restored or remade store)."""
+) -> tuple[PersonaRows, frozenset[int]] | None:
+    """`old` brought to `version` by re-reading only the rows its change log names since, with
+    those rows' ids; None when the log no longer reaches that far back, or is not the
+    history `old` was read from (`read_path.changed_rows`: a restored or remade store)."""
+    if old.version == version:
+        return old, frozenset()
     changed = read_path.changed_rows(conn, persona, old.version, version)
     if changed is None:
         return None
     fresh = _columns(read_path.open_rows(conn, [persona], sorted(changed)), version)
-    return old.patched(changed, fresh)
+    return old.patched(changed, fresh), frozenset(changed)
 
 
 def catch_up(url: str | None = None) -> int:
@@ -238,10 +408,11 @@ def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
         moved = {p: old for p, old in held.items() if old.version != now[p]}
         for p, old in moved.items():
             key = (url, now.store, p)
-            rows = _patched(conn, p, old, now[p])
-            if rows is None:
+            caught = _patched(conn, p, old, now[p])
+            if caught is None:
                 READ_CACHE.drop(key, old)
             else:
+                rows = caught[0]
                 READ_CACHE.fill(key, rows, _loader(conn, p, len(rows)), recent=False)
     return len(moved)
 
@@ -314,9 +485,6 @@ def unix_day(stamp: str | None) -> float:
     except ValueError:
         return float("nan")
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() / 86400.0
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _candidates(

@@ -60,7 +60,7 @@ def recall(
     present = frozenset(int(u) for u in present)
     when = columns.as_datetime(now)
     url = url or settings_mod.current().database_url
-    with store.engine(url).connect() as conn:
+    with columns.opening(url) as fills, store.engine(url).connect() as conn:
         ctx = read_path.context(conn, room_id, present, [persona])  # the block's own statement
         if ctx is None:
             raise UnknownRoom(room_id)
@@ -76,11 +76,17 @@ def recall(
         vector = query_vector if query_vector is not None else embed_query(query, url)
         if block_ids is None:
             opened = columns.load_candidates(
-                conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
+                conn,
+                scopes,
+                when,
+                ctx.room.topic_embedding,
+                url,
+                versions=ctx.versions,
+                fills=fills,
             )
             block_ids = block_of(opened[persona])
         c = columns.load_candidates(
-            conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False
+            conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False, fills=fills
         )[persona]
         wanted = top(c, scores(c), exclude=block_ids, k=k)
         rows = memories.rows_by_id(conn, wanted)

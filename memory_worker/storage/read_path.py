@@ -12,7 +12,7 @@ cache-key walk, and a fresh process compiles two small statements, not nine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,11 +298,16 @@ def visible_open_rows(
 
 
 def open_rows(
-    conn: Connection, personas: Sequence[str], ids: Sequence[int] | None = None
+    conn: Connection,
+    personas: Sequence[str],
+    ids: Sequence[int] | None = None,
+    *,
+    between: Callable[[], object] | None = None,
 ) -> Sequence[Any]:
     """Every open row of these personas (of those with these `ids`, if given) as (id, persona,
     is_world, ref, kind code, importance, recalled, chars, named, private_to), in no order;
-    `recalled` is Unix days on SQLite, else a stamp; `named` and `private_to` as stored."""
+    `recalled` is Unix days on SQLite, else a stamp; `named` and `private_to` as stored.
+    `between` (a background reader) is called between parts of the read."""
     sqlite = store.is_sqlite(conn)
     if ids is None:
         query = OPEN_ROWS_SQLITE if sqlite else OPEN_ROWS_OTHER
@@ -311,9 +316,25 @@ def open_rows(
         query = OPEN_ROWS_BY_ID_SQLITE if sqlite else OPEN_ROWS_BY_ID_OTHER
         result = query.execute(conn, {}, personas=list(personas), ids=list(ids))
     try:  # the driver's own tuples: 100k SQLAlchemy Row objects would cost a tenth of the read
-        return result.cursor.fetchall()
+        return _fetched(result.cursor, between)
     finally:
         result.close()
+
+
+PART_ROWS = 5_000  # ours: rows a background read takes before it calls `between` again
+
+
+def _fetched(cursor: Any, between: Callable[[], object] | None) -> list[Any]:
+    """Every row of `cursor`; with `between`, in parts, calling it before each."""
+    if between is None:
+        return list(cursor.fetchall())
+    out: list[Any] = []
+    while True:
+        between()
+        part = cursor.fetchmany(PART_ROWS)
+        if not part:
+            return out
+        out.extend(part)
 
 
 _ch = t.persona_memory_changes.c
@@ -360,14 +381,23 @@ EMBEDDINGS_OF_PERSONA = select(_pm.id, _pm.embedding).where(
 
 
 def embeddings(
-    conn: Connection, persona: str, ids: Sequence[int], of_all: int
+    conn: Connection,
+    persona: str,
+    ids: Sequence[int],
+    of_all: int,
+    *,
+    between: Callable[[], object] | None = None,
 ) -> dict[int, bytes | None]:
     """id → int8 embedding for `ids` (rows of `persona`): by id when they are few against
-    the persona's `of_all` open rows, else one scan of the persona's open rows."""
+    the persona's `of_all` open rows, else one scan of the persona's open rows (in parts,
+    calling `between` before each, for a background reader)."""
     if len(ids) * 4 > of_all or len(ids) > IDS_PER_STATEMENT:
         wanted = set(ids)
         found = conn.execute(EMBEDDINGS_OF_PERSONA, {"persona": persona})
-        return {i: e for i, e in found if i in wanted}
+        try:
+            return {i: e for i, e in _fetched(found.cursor, between) if i in wanted}
+        finally:
+            found.close()
     return {i: e for i, e in conn.execute(EMBEDDINGS_BY_ID, {"ids": list(ids)})}
 
 

@@ -5,6 +5,7 @@ persona share one entry; a persona bigger than the bound ranks on the vectors th
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -434,3 +435,171 @@ def test_a_read_that_missed_another_write_never_puts_the_entry_back_behind_it() 
     cache.put(key, _columns(10, 111, [1, 2, 3]))  # a read that began at v10 lands late
     assert cache.get(key, Version(12, 222)) is not None
     assert cache.get(key, Version(10, 111)) is None
+
+
+# --- a persona this process does not hold: its pack (storage/read_packs.py) -----------------
+
+
+class MainThreadReads:
+    """What the opening thread itself reads (the fill's own reads, on its thread, aside)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, int]] = []
+        for name in ("visible_open_rows", "open_rows", "embeddings"):
+            real = getattr(read_columns.read_path, name)
+            monkeypatch.setattr(read_columns.read_path, name, self._counted(name, real))
+
+    def _counted(self, name: str, real: Any) -> Any:
+        def counted(*a: Any, **k: Any) -> Any:
+            got = real(*a, **k)
+            if threading.current_thread() is threading.main_thread():
+                self.calls.append((name, len(got)))
+            return got
+
+        return counted
+
+
+def other_process_writes(db: Engine, rng: np.random.Generator, who: int) -> None:
+    """A new row about Dan, a touch and a close of rows about `who`, as another process
+    writes them."""
+    other = create_engine(db.url.render_as_string(hide_password=False))
+    pm = t.persona_memory.c
+    with other.begin() as c:
+        row = new_row(rng, "warren", "u:42", 999)
+        row.update(text="u:42 just moved to Lisbon.", importance=10)
+        c.execute(insert(t.persona_memory).values(**row))
+        about = (pm.persona == "warren") & (pm.subject == f"u:{who}")
+        ids = [i for (i,) in c.execute(select(pm.id).where(about).order_by(pm.id).limit(2))]
+        c.execute(
+            update(t.persona_memory)
+            .where(pm.id == ids[0])
+            .values(last_recalled="2026-11-30T09:00:00+00:00")
+        )
+        c.execute(update(t.persona_memory).where(pm.id == ids[1]).values(valid_to="2026-11-30"))
+    other.dispose()
+
+
+@pytest.mark.parametrize("room,who", [("dm", DAN), ("topic", DAN), ("topic-cara", CARA)])
+def test_a_process_that_does_not_hold_a_persona_ranks_on_its_pack_and_the_rows_changed_since(
+    store_rows: np.random.Generator,
+    db: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    room: str,
+    who: int,
+) -> None:
+    """The fill of a cold open packs the persona; another process's first open (its cache
+    empty) then reads that pack and the three rows written since: no other row, no other
+    embedding. Its block is byte for byte the one a store with no pack gives."""
+    opened("warren", {who}, room, now=NOW, touch=False)  # no pack yet: the fill writes one
+    with db.connect() as c:
+        assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
+    other_process_writes(db, store_rows, who)
+    reads = MainThreadReads(monkeypatch)
+    read_columns.READ_CACHE.clear()
+    got = build_block("warren", {who}, room, now=NOW, touch=False).text
+    assert ("visible_open_rows", 120 + 60 + 40) not in reads.calls
+    assert [c for c in reads.calls if c[0] != "embeddings"] == [("open_rows", 2)], (
+        "the new row and the touched one (the closed one is gone): nothing else"
+    )
+    if room != "dm":
+        visible = 2 if who == DAN else 1  # the new row is about Dan
+        assert [c for c in reads.calls if c[0] == "embeddings"] == [("embeddings", visible)], (
+            "the pack's cosines to this topic for every row not written since"
+        )
+    assert read_columns.FILLS.wait(30)
+    with store.transaction() as c:
+        c.execute(delete(t.persona_read_packs))
+    assert got == cold()[[r for r, _ in ROOMS].index(room) * 2], "the block without a pack"
+
+
+def test_a_delete_drops_the_personas_packs_with_the_row(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
+    opened("nolan", {DAN}, "topic", now=NOW, touch=False)
+
+    def packed() -> set[tuple[str, str]]:
+        with db.connect() as c:
+            packs = {(p, "") for p in c.execute(select(t.persona_read_packs.c.persona)).scalars()}
+            rt = t.persona_read_topics.c
+            return packs | {(p, "topic") for p in c.execute(select(rt.persona)).scalars()}
+
+    assert packed() == {("warren", ""), ("nolan", ""), ("warren", "topic"), ("nolan", "topic")}
+    pm = t.persona_memory.c
+    with store.transaction() as c:
+        gone = c.execute(select(pm.id).where(pm.persona == "warren").limit(1)).scalar_one()
+        c.execute(delete(t.persona_memory).where(pm.id == gone))
+    assert packed() == {("nolan", ""), ("nolan", "topic")}, "not one number of its rows left"
+
+
+def test_a_pack_is_written_only_at_the_personas_version_now(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """A fill that read the entry before a write lands after it: it packs nothing, so no pack
+    ever holds a row a delete has removed since."""
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)
+    url = settings_mod.current().database_url
+    entry = read_columns.READ_CACHE.held(url)["warren"]
+    with store.transaction() as c:
+        c.execute(delete(t.persona_read_packs))
+        row = new_row(store_rows, "warren", "u:42", 500)
+        c.execute(insert(t.persona_memory).values(**row))
+    key = next(k for k in read_columns.READ_CACHE._entries if k[2] == "warren")
+    read_columns._keep_pack(url, key, entry)  # behind the store by one write
+    with db.connect() as c:
+        assert c.execute(select(t.persona_read_packs.c.persona)).all() == []
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # caught up: now it is the store's
+    read_columns._keep_pack(url, key, read_columns.READ_CACHE.held(url)["warren"])
+    with db.connect() as c:
+        assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
+
+
+def test_the_fill_starts_when_the_open_returns_and_waits_while_another_is_in_flight(
+    store_rows: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: the fill never slows the open it follows."""
+    from memory_worker.reader import cache_fill
+
+    asked: list[int] = []
+    real = read_columns.FILLS.request
+
+    def request(*a: Any, **k: Any) -> None:
+        asked.append(read_columns.OPENS._count)
+        real(*a, **k)
+
+    monkeypatch.setattr(read_columns.FILLS, "request", request)
+    monkeypatch.setattr(cache_fill, "YIELD_MAX_S", 3600.0)
+    read_columns.READ_CACHE.clear()
+    with read_columns.OPENS.opening():  # another room open, still in flight
+        build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+        assert asked == [1], "asked for as the open returned: only the other one in flight"
+        assert not read_columns.FILLS.wait(1.0), "the fill waits for the open in flight"
+        assert not read_columns.READ_CACHE.held(settings_mod.current().database_url)
+    assert read_columns.FILLS.wait(30), "and runs once none is"
+    assert "warren" in read_columns.READ_CACHE.held(settings_mod.current().database_url)
+
+
+def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """Issue 29's slow mode after another process wrote, at 100k rows: the open that caught
+    up with the write copied every vector the persona holds into a larger store. Now a new
+    row that finds no spare slot waits for the fill thread, ranked meanwhile on its vector
+    read by id: the same block."""
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
+    url = settings_mod.current().database_url
+    before = read_columns.READ_CACHE.held(url)["warren"]
+    assert before.vectors is not None
+    spare = before.vectors.capacity - before.vectors.used
+    other = create_engine(db.url.render_as_string(hide_password=False))
+    with other.begin() as c:
+        rows = [new_row(store_rows, "warren", "u:42", 2000 + i) for i in range(spare + 1)]
+        c.execute(insert(t.persona_memory), rows)
+    other.dispose()
+    got = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    entry = read_columns.READ_CACHE.held(url)["warren"]
+    assert entry.vectors is before.vectors and entry.vectors.capacity == before.vectors.capacity
+    assert read_columns.READ_CACHE.pending(entry), "the new rows wait for the fill thread"
+    assert read_columns.FILLS.wait(30)
+    assert not read_columns.READ_CACHE.pending(read_columns.READ_CACHE.held(url)["warren"])
+    assert got.text == cold()[4]

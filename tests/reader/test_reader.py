@@ -24,7 +24,7 @@ from memory_worker.app_side import UnknownRoom
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.core.constants import KINDS
-from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache, Versions
+from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache
 from memory_worker.core.rows import Room, Row, human_id, id_json
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import blocks_for_room, build_block, format_block, read_columns
@@ -690,8 +690,7 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
 def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
     """The rows the reader's audience index selects from the persona's cached columns."""
     with store.engine(url).connect() as c:
-        unread = Versions("", {scope.persona: NEVER_WRITTEN})
-        rows = read_columns._fetch(c, [scope.persona], unread, url)[scope.persona]
+        rows = read_columns._columns(read_path.open_rows(c, [scope.persona]), NEVER_WRITTEN)
     return set(rows.ids[read_columns.visible_index(rows, scope)].tolist())
 
 
