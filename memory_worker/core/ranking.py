@@ -110,7 +110,7 @@ def scores(c: RankColumns, rule: Rule = RULE) -> np.ndarray:
     return total
 
 
-def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[int]:
+def diversify(ranked: Sequence[int], kinds: Sequence[int] | np.ndarray, per_kind: int) -> list[int]:
     """At most `per_kind` of each kind first (in rank order), then the rest (in rank order)."""
     seen: dict[int, int] = {}
     first: list[int] = []
@@ -125,20 +125,32 @@ def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[i
     return first + rest
 
 
+SORT_ALL_UP_TO = 8_192  # ours: below this many rows one sort beats a pass per (group, kind)
+
+
 def _top_per_group_kind(c: RankColumns, score: np.ndarray, per_kind_top: int) -> np.ndarray:
     """Indexes of the best `per_kind_top` rows of each (group, kind); nothing else can win.
 
     A group takes at most `per_human` rows, and the diversity pass never reaches past a kind's
     first `per_human` rows before the group is full, so this cut changes no block; it keeps
-    the Python loop below small however many rows a persona holds. One linear pass per
-    (group, kind) — a handful — instead of sorting every row.
+    the Python loop below small however many rows a persona holds. A few thousand rows are
+    sorted once by (group and kind, score, id); more take one linear pass per (group, kind) —
+    a handful — instead of sorting every row.
     """
     codes = c.groups * (UNKNOWN_KIND + 1) + c.kinds
-    kept = [
+    n = len(c)
+    if n <= SORT_ALL_UP_TO:
+        order = np.lexsort((c.ids, -score, codes))
+        sorted_codes = codes[order]
+        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        rank = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+        kept: np.ndarray = order[rank < per_kind_top]
+        return kept
+    parts = [
         _best(np.flatnonzero(codes == code), score, c.ids, per_kind_top)
         for code in np.unique(codes)
     ]
-    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _best(idx: np.ndarray, score: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
@@ -179,32 +191,34 @@ def take(
         return {}
     ride = {kind_code(k) for k in ride_kinds}
     kept = _top_per_group_kind(c, score, per_human)
-    by_group: dict[int, list[int]] = {}
-    for i in kept.tolist():
-        by_group.setdefault(int(c.groups[i]), []).append(i)
+    order = kept[np.lexsort((c.ids[kept], -score[kept]))]  # best first, ties to the lower id
+    ids, groups = c.ids[order].tolist(), c.groups[order].tolist()
+    kinds, chars = c.kinds[order].tolist(), c.chars[order].tolist()
+    ranked: dict[int, list[int]] = {}  # group → positions in `order`, best first
+    for j, g in enumerate(groups):
+        ranked.setdefault(g, []).append(j)
 
     riders: dict[int, list[int]] = {}
     rest: dict[int, list[int]] = {}
-    groups = group_order(by_group)
-    for g in groups:
-        ranked = sorted(by_group[g], key=lambda i: (-score[i], c.ids[i]))
-        riders[g] = [i for i in ranked if c.kinds[i] in ride][:per_human]
-        others = [i for i in ranked if c.kinds[i] not in ride]
-        rest[g] = diversify(others, c.kinds, per_kind)[: per_human - len(riders[g])]
+    in_order = group_order(ranked)
+    for g in in_order:
+        riders[g] = [j for j in ranked[g] if kinds[j] in ride][:per_human]
+        others = [j for j in ranked[g] if kinds[j] not in ride]
+        rest[g] = diversify(others, kinds, per_kind)[: per_human - len(riders[g])]
 
-    used = sum(int(c.chars[i]) for g in groups for i in riders[g])
-    taken: dict[int, list[int]] = {g: [] for g in groups}
+    used = sum(chars[j] for g in in_order for j in riders[g])
+    taken: dict[int, list[int]] = {g: [] for g in in_order}
     for turn in range(per_human):
-        for g in groups:
+        for g in in_order:
             if turn < len(rest[g]):
-                i = rest[g][turn]
-                if used + int(c.chars[i]) <= chars_limit:
-                    used += int(c.chars[i])
-                    taken[g].append(i)
+                j = rest[g][turn]
+                if used + chars[j] <= chars_limit:
+                    used += chars[j]
+                    taken[g].append(j)
 
     out: dict[int, list[int]] = {}
-    for g in groups:
-        ids = [int(c.ids[i]) for i in riders[g] + taken[g]]
-        if ids:
-            out[g] = ids
+    for g in in_order:
+        got = [ids[j] for j in riders[g] + taken[g]]
+        if got:
+            out[g] = got
     return out

@@ -42,6 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.rows import Row
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
 
 TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room topic
@@ -49,6 +50,8 @@ ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
 GROWTH = 1.125  # ours: spare slots a vector store takes as it grows, so an append rarely copies
 NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
+WINNERS_KEPT = 256  # ours: full rows of recent winners an entry keeps, at most (then afresh)
+ROW_OVERHEAD_BYTES = 640  # ours: a Row object and its fields, besides its text
 
 
 class Version(NamedTuple):
@@ -78,7 +81,8 @@ class Versions:
 
 
 Key = tuple[str, str, str]  # (database url, store id, persona)
-Batches = Sequence[tuple[np.ndarray, float]]  # a touch: these row ids, last recalled that day
+# A touch: these row ids were last recalled at this Unix day (this stamp, as the store has it).
+Batches = Sequence[tuple[np.ndarray, float, str]]
 # Beyond whom a row concerns: the humans it names, and for a world row still private to its
 # sources, those sources (None: public). Few rows carry one: kept as requirement → row ids.
 Requirement = tuple[tuple[int, ...], tuple[int, ...] | None]
@@ -207,6 +211,9 @@ class PersonaRows:
     # Rows with a requirement beyond `groups` (named humans, a private world row): their ids,
     # ascending, by requirement. The audience rule checks each requirement once per open.
     required: Mapping[Requirement, np.ndarray] = field(default_factory=dict)
+    # The full rows (no embedding) of recent winners, as of `version`: a warm open renders them
+    # without reading them again (`ReadCache.remember`), each through the audience rule anew.
+    winners: Mapping[int, Row] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -220,7 +227,9 @@ class PersonaRows:
 
     @property
     def nbytes(self) -> int:
-        return self.base_bytes + (self.vectors.nbytes if self.vectors is not None else 0)
+        vectors = self.vectors.nbytes if self.vectors is not None else 0
+        winners = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in self.winners.values())
+        return self.base_bytes + vectors + winners
 
     def touched(self, batches: Batches, version: Version) -> PersonaRows:
         """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
@@ -229,12 +238,19 @@ class PersonaRows:
         A copy: another thread may be ranking on this entry right now.
         """
         recalled = self.recalled_day.copy()
-        for ids, day in batches:
+        winners = dict(self.winners)
+        for ids, day, stamp in batches:
             at = np.searchsorted(self.ids, ids)
             inside = at < len(self.ids)
             at, ids = at[inside], ids[inside]
-            recalled[at[self.ids[at] == ids]] = day
-        return replace(self, recalled_day=recalled, version=version)
+            hit = self.ids[at] == ids
+            recalled[at[hit]] = day
+            for i in ids[hit].tolist():
+                if (row := winners.get(i)) is not None:
+                    winners[i] = replace(
+                        row, last_recalled=stamp, recall_count=row.recall_count + 1
+                    )
+        return replace(self, recalled_day=recalled, version=version, winners=winners)
 
     def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
         """The columns after re-reading the `changed` rows: those of them still open are
@@ -254,7 +270,10 @@ class PersonaRows:
             order = np.argsort(ids, kind="stable")
             cols = {n: c[order] for n, c in cols.items()}
         required = merged_requirements(self.required, changed, fresh.required)
-        return PersonaRows(version=fresh.version, vectors=self.vectors, required=required, **cols)
+        winners = {i: r for i, r in self.winners.items() if i not in changed}
+        return PersonaRows(
+            version=fresh.version, vectors=self.vectors, required=required, winners=winners, **cols
+        )
 
 
 def merged_requirements(
@@ -382,6 +401,11 @@ class ReadCache:
         with self._lock:
             return {k[2]: rows for k, rows in self._entries.items() if k[0] == url}
 
+    def store_of(self, url: str) -> str | None:
+        """The id of the store whose entries are held for `url` (`enter`)."""
+        with self._lock:
+            return self._stores.get(url)
+
     def enter(self, url: str, store: str) -> None:
         """The database at `url` is now the store `store` (its `store_identity`, read with the
         versions). Another id — restored from another store's backup, dropped and made anew, a
@@ -467,6 +491,20 @@ class ReadCache:
                 self.bytes += size - self._sizes[key]
                 self._sizes[key] = size
                 self._trim()
+
+    def remember(self, key: Key, rows: PersonaRows, found: Mapping[int, Row]) -> None:
+        """Keep the full rows of these winners with the entry, if it is still `rows` (as of
+        the same version: they were read in the same snapshot as its version)."""
+        with self._lock:
+            if self._entries.get(key) is not rows:
+                return
+            kept = dict(rows.winners) if len(rows.winners) + len(found) <= WINNERS_KEPT else {}
+            kept.update(found)
+            self._entries[key] = fresh = replace(rows, winners=kept)
+            size = fresh.nbytes
+            self.bytes += size - self._sizes[key]
+            self._sizes[key] = size
+            self._trim()
 
     def fits_whole(self, rows: int, dims: int) -> bool:
         """Whether a persona of `rows` open rows keeps every row's vector of `dims` bytes

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from sqlalchemy import Connection
+
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Consent, Members, Scope, scope_for, visible_memories
 from memory_worker.core.block import Block, Human, Section, render
@@ -156,40 +158,76 @@ def _open(
     proven_scope: bool,
     fills: columns.Fills,
 ) -> dict[str, Block]:
+    """A warm open reads its context alone and answers from the read cache; if anything is
+    missing there (a persona not held at its version, a winner's row not kept), the open
+    starts again in one transaction, where every read sees one snapshot."""
     when = columns.as_datetime(now)
     present = frozenset(int(u) for u in present)
-    with store.engine(url).connect() as conn:  # SQLite: one snapshot for every read below
-        ctx = read_path.context(conn, room_id, present, personas or [])
-        if ctx is None:
-            raise UnknownRoom(room_id)
-        slugs = list(personas) if personas is not None else ctx.personas
-        members = Members(ctx.members, frozenset(ctx.personas))
-        if present - ctx.members:
-            log.error(
-                "room %s: %d present human(s) are not members: nothing about them loads and "
-                "the room is not private",
-                room_id,
-                len(present - ctx.members),
-            )
-        if ctx.room.incognito:
-            return {p: Block.empty(p) for p in slugs}
-        strangers = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
-        slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
-        if not slugs:
-            return strangers
-        mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
-        consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
-        scopes = {
-            p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
-            for p in slugs
-        }
-        candidates = columns.load_candidates(
-            conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions, fills=fills
+    eng = store.engine(url)
+    raw = eng.raw_connection()
+    try:
+        ctx = read_path.context_alone(raw, eng.dialect, room_id, present, personas or [])
+    finally:
+        raw.close()
+    blocks = None
+    if ctx is not None:
+        try:
+            blocks = _blocks(None, ctx, present, personas, when, url, proven_scope, fills)
+        except columns.NotHeld:
+            pass
+    if blocks is None:
+        with eng.connect() as conn:  # SQLite: one snapshot for every read below
+            ctx = read_path.context(conn, room_id, present, personas or [])
+            if ctx is None:
+                raise UnknownRoom(room_id)
+            blocks = _blocks(conn, ctx, present, personas, when, url, proven_scope, fills)
+    assert ctx is not None
+    if present - ctx.members:
+        log.error(
+            "room %s: %d present human(s) are not members: nothing about them loads and "
+            "the room is not private",
+            room_id,
+            len(present - ctx.members),
         )
-        picks = {p: take(c, scores(c)) for p, c in candidates.items()}
-        wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})
-        rows = read_path.winners(conn, wanted)
+    if touch and any(b.row_ids for b in blocks.values()):
+        columns.promise_touch(url, {p: b.row_ids for p, b in blocks.items() if b.row_ids}, when)
+        blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
+    return blocks
 
+
+def _blocks(
+    conn: Connection | None,
+    ctx: read_path.Context,
+    present: frozenset[int],
+    personas: Sequence[str] | None,
+    when: datetime,
+    url: str,
+    proven_scope: bool,
+    fills: columns.Fills,
+) -> dict[str, Block]:
+    """Every asked persona's block from this context: with no connection, from the read cache
+    alone (`columns.NotHeld` when it cannot)."""
+    slugs = list(personas) if personas is not None else ctx.personas
+    if ctx.room.incognito:
+        return {p: Block.empty(p) for p in slugs}
+    strangers = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
+    slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
+    if not slugs:
+        return strangers
+    members = Members(ctx.members, frozenset(ctx.personas))
+    mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
+    consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
+    scopes = {
+        p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
+        for p in slugs
+    }
+    topic = ctx.room.topic_embedding
+    candidates = columns.load_candidates(
+        conn, scopes, when, topic, url, versions=ctx.versions, fills=fills
+    )
+    picks = {p: take(c, scores(c)) for p, c in candidates.items()}
+    won = {p: [i for ids in got.values() for i in ids] for p, got in picks.items()}
+    rows = columns.winner_rows(conn, url, ctx.versions, won)
     blocks = {
         p: _render(
             p,
@@ -207,9 +245,6 @@ def _open(
         for p in slugs
     }
     blocks.update(strangers)
-    if touch and any(b.row_ids for b in blocks.values()):
-        columns.promise_touch(url, {p: b.row_ids for p, b in blocks.items() if b.row_ids}, when)
-        blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
     return blocks
 
 

@@ -40,7 +40,7 @@ from memory_worker.core.read_cache import (
     packed,
     unpacked,
 )
-from memory_worker.core.rows import human_id, human_ref, id_list
+from memory_worker.core.rows import Row, human_id, human_ref, id_list
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
 from memory_worker.reader.cache_fill import Filler, InFlight
 from memory_worker.reader.cache_sweep import Sweeper
@@ -87,8 +87,16 @@ def opening(url: str) -> Iterator[Fills]:
         FILLS.request(url, personas, topic)
 
 
+class NotHeld(Exception):
+    """A room open answered from the read cache alone (no connection) needs the store."""
+
+
+def _not_held(_ids: Sequence[int]) -> Mapping[int, bytes | None]:
+    raise NotHeld
+
+
 def load_candidates(
-    conn: Connection,
+    conn: Connection | None,
     scopes: Mapping[str, Scope],
     when: datetime,
     vector: bytes | None,
@@ -111,12 +119,16 @@ def load_candidates(
 
     `versions` are the store's id and the personas' versions if the caller has read them (a
     room open reads them with its context); `keep_cosines=False` for a vector seen once (a
-    message), whose cosines would only push a room's topic out of the cache.
+    message), whose cosines would only push a room's topic out of the cache. With no `conn`
+    (and `versions` given), only what the cache holds answers: `NotHeld` otherwise.
     """
     url = url or settings_mod.current().database_url
-    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
     now_day = when.timestamp() / 86400.0
     seen = [p for p, s in scopes.items() if s.world]
+    if conn is None:
+        assert versions is not None
+        return _from_cache(scopes, seen, now_day, vector, url, versions, keep_cosines)
+    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
     if versions is None:
         versions = read_path.versions(conn, seen)
     READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
@@ -171,6 +183,68 @@ def load_candidates(
                 if p in held and fills is not None:
                     fills.append(([p], vector))  # its vectors, for the next open of this room
         out[p] = _candidates(r, idx, now_day, rel)
+    return out
+
+
+def _from_cache(
+    scopes: Mapping[str, Scope],
+    seen: list[str],
+    now_day: float,
+    vector: bytes | None,
+    url: str,
+    versions: Versions,
+    keep_cosines: bool,
+) -> dict[str, RankColumns]:
+    """`load_candidates` from what the read cache holds at the store's versions, reading
+    nothing: `NotHeld` as soon as something would have to be read."""
+    if READ_CACHE.store_of(url) != versions.store:
+        raise NotHeld
+    out = {}
+    for p, scope in scopes.items():
+        if p not in seen:
+            out[p] = _candidates(None, _EMPTY, now_day, None)
+            continue
+        key = (url, versions.store, p)
+        rows = READ_CACHE.get(key, versions[p])
+        if rows is None:
+            raise NotHeld
+        idx = visible_index(rows, scope)
+        rel = None
+        if vector is not None and idx.size:
+            if rows.vectors is None or rows.vectors.dims != len(vector):
+                raise NotHeld
+            rel = READ_CACHE.relevance(key, rows, vector, _not_held, idx, keep=keep_cosines)
+        out[p] = _candidates(rows, idx, now_day, rel)
+    return out
+
+
+def winner_rows(
+    conn: Connection | None, url: str, versions: Versions, picks: Mapping[str, Sequence[int]]
+) -> dict[int, Row]:
+    """The full rows of each persona's winners: those its entry keeps from earlier opens at
+    the same version, the rest read in one statement (and kept with the entry). With no
+    `conn`, `NotHeld` if a winner's row is not kept."""
+    out: dict[int, Row] = {}
+    missing: dict[str, list[int]] = {}
+    for p, ids in picks.items():
+        entry = READ_CACHE.get((url, versions.store, p), versions[p])
+        kept = entry.winners if entry is not None else {}
+        for i in ids:
+            if (row := kept.get(i)) is not None:
+                out[i] = row
+            else:
+                missing.setdefault(p, []).append(i)
+    if not missing:
+        return out
+    if conn is None:
+        raise NotHeld
+    found = read_path.winners(conn, sorted(i for ids in missing.values() for i in ids))
+    out.update(found)
+    for p, ids in missing.items():
+        key = (url, versions.store, p)
+        entry = READ_CACHE.get(key, versions[p])
+        if entry is not None:
+            READ_CACHE.remember(key, entry, {i: found[i] for i in ids if i in found})
     return out
 
 
@@ -555,7 +629,10 @@ def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None
     moves: dict[str, tuple[Version, Version, Batches]] = {}
     for p in personas:
         batches = [
-            (np.array(ids, dtype=np.int64), t.day) for t in touches for q, ids in t.rows if q == p
+            (np.array(ids, dtype=np.int64), t.day, t.stamp)
+            for t in touches
+            for q, ids in t.rows
+            if q == p
         ]
         moves[p] = (before[p], after[p], batches)
     READ_CACHE.touched(url, after.store, moves)

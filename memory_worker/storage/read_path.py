@@ -35,6 +35,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.engine import Dialect
 
 from memory_worker.core import tables as t
 from memory_worker.core.block import Human
@@ -165,6 +166,21 @@ def context(
     found = CONTEXT.execute(
         conn, {"room": room_id}, present=sorted(present), personas=sorted(personas)
     ).all()
+    return _context_of(found, personas)
+
+
+def context_alone(
+    raw: Any, dialect: Dialect, room_id: str, present: Iterable[int], personas: Sequence[str]
+) -> Context | None:
+    """`context`, as one statement on a pooled DBAPI connection with no transaction around it:
+    a warm open that needs nothing else from the store (`Prepared.fetch_raw`)."""
+    found = CONTEXT.fetch_raw(
+        raw, dialect, {"room": room_id}, present=sorted(present), personas=sorted(personas)
+    )
+    return _context_of(found, personas)
+
+
+def _context_of(found: Sequence[Any], personas: Sequence[str]) -> Context | None:
     room: Room | None = None
     members: list[str] = []
     member_humans: list[int] = []

@@ -453,9 +453,12 @@ def test_nothing_to_recall_renders_no_text_at_all() -> None:
         max_size=80,
     ),
     st.integers(1, 12),
+    st.booleans(),
 )
-def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:  # type: ignore[no-untyped-def]
-    """The fast cut against the obvious one: sort every row by (group, kind, -score, id)."""
+def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k, sort_all) -> None:  # type: ignore[no-untyped-def]
+    """The fast cut against the obvious one: sort every row by (group, kind, -score, id);
+    both of its ways, the one sort of a few thousand rows and the pass per (group, kind)."""
+    from memory_worker.core import ranking
     from memory_worker.core.ranking import _top_per_group_kind
 
     n = len(rows)
@@ -477,7 +480,11 @@ def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:
         if seen.get(key, 0) < k:
             expected.add(i)
             seen[key] = seen.get(key, 0) + 1
-    assert set(_top_per_group_kind(c, score, k).tolist()) == expected
+    saved, ranking.SORT_ALL_UP_TO = ranking.SORT_ALL_UP_TO, (10**9 if sort_all else 0)
+    try:
+        assert set(_top_per_group_kind(c, score, k).tolist()) == expected
+    finally:
+        ranking.SORT_ALL_UP_TO = saved
 
 
 # --- the columns above are the reader's columns -----------------------------------------------

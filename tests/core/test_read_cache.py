@@ -18,7 +18,13 @@ from sqlalchemy import Engine, create_engine, delete, insert, select, update
 from memory_worker import app_side
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.core.read_cache import PersonaRows, ReadCache, Vectors, Version
+from memory_worker.core.read_cache import (
+    ROW_OVERHEAD_BYTES,
+    PersonaRows,
+    ReadCache,
+    Vectors,
+    Version,
+)
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import Block, build_block, read_columns
 from memory_worker.storage import store
@@ -191,11 +197,14 @@ def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generato
     read_columns.READ_CACHE.clear()
     opened("warren", {DAN}, "topic", now=NOW, touch=False)
     after_dan = read_columns.READ_CACHE.bytes
-    opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
+    block = opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
     keys = [k for k in read_columns.READ_CACHE._entries if k[2] == "warren"]
     assert len(keys) == 1, "one entry for Warren, whoever is in the room"
     grown = read_columns.READ_CACHE.bytes - after_dan
-    assert grown == (180 + 40) * 8, "Cara's room added one topic's cosines, no rows"
+    kept = held("warren").winners
+    assert sorted(kept) == sorted(block.row_ids), "the rows of Cara's block, kept for next time"
+    rows = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in kept.values())
+    assert grown == (180 + 40) * 8 + rows, "Cara's room added one topic's cosines, no columns"
 
 
 def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
@@ -419,7 +428,8 @@ def test_a_read_begun_before_this_processs_own_touch_is_brought_forward_not_put_
     cache.put(key, _columns(10, 111, [1, 2, 3]))
     read = cache.get(key, v1)
     assert read is not None
-    cache.touched(key[0], key[1], {"warren": (v1, v2, [(np.array([2]), 20_000.0)])})
+    touch = (np.array([2]), 20_000.0, "2024-10-04T00:00:00+00:00")
+    cache.touched(key[0], key[1], {"warren": (v1, v2, [touch])})
     assert cache.get(key, v2) is not None
     loaded = cache.fill(key, replace(read, slots=None, vectors=Vectors(DIMS, 3)), lambda ids: {})
     held = cache.get(key, v2)

@@ -165,12 +165,41 @@ def test_a_second_open_reads_no_ranking_columns_and_renders_the_same_bytes(
     assert first  # the first open built a block, touched its rows and kept the cache true
 
 
-@pytest.mark.parametrize("change", ["a new row", "a closed row", "a deleted row", "a touch"])
+def test_a_third_open_reads_no_memory_row_at_all_and_renders_the_same_bytes(
+    cast: dict[str, int], db: Engine
+) -> None:
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert read_columns.FILLS.wait(30)
+    second = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    selects = count_memory_selects(db)
+    third = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    assert selects == [], "the winners' rows too were kept from the second open"
+    assert third == second == block_text_cold("warren", {DAN}, "dm")
+
+
+def test_the_winners_rows_an_entry_keeps_follow_its_own_touch(
+    cast: dict[str, int], db: Engine
+) -> None:
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert read_columns.FILLS.wait(30)
+    block = build_block("warren", {DAN}, "dm", now=NOW)  # keeps the rows, then touches them
+    assert reader.flush_touches(timeout=10)
+    kept = read_columns.READ_CACHE.held(str(db.url))["warren"].winners
+    assert block.row_ids and set(block.row_ids) <= set(kept)
+    assert {i: (kept[i].last_recalled, kept[i].recall_count) for i in block.row_ids} == recall(
+        list(block.row_ids)
+    ), "as the store has them after the touch"
+
+
+@pytest.mark.parametrize(
+    "change", ["a new row", "a closed row", "a deleted row", "a touch", "a rewritten row"]
+)
 def test_a_change_made_elsewhere_is_seen_at_the_next_open(
     cast: dict[str, int], db: Engine, change: str
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
     assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # the winners' rows kept too
     pm = t.persona_memory.c
     with store.transaction() as c:  # as another process would: not through the reader
         if change == "a new row":
@@ -183,6 +212,12 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_open(
             )
         elif change == "a deleted row":
             c.execute(delete(t.persona_memory).where(pm.id == cast["shares"]))
+        elif change == "a rewritten row":
+            c.execute(
+                update(t.persona_memory)
+                .where(pm.id == cast["interview"])
+                .values(text="u:42 has a second interview on Friday.")
+            )
         else:
             c.execute(
                 update(t.persona_memory)
@@ -197,6 +232,8 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_open(
         assert "interview" not in warm
     elif change == "a deleted row":
         assert "Tesla" not in warm
+    elif change == "a rewritten row":
+        assert "second interview on Friday" in warm
 
 
 def memory_reads(eng: Engine) -> list[tuple[str, object]]:
@@ -737,11 +774,11 @@ from memory_worker.storage import prepared
 reader.prepare({str(db.url)!r})
 compiled = []
 real = prepared.Prepared._compile
-def counted(self, conn, sizes):
-    new = (conn.dialect.name, conn.dialect.paramstyle, sizes) not in self._compiled
+def counted(self, dialect, sizes):
+    new = (dialect.name, dialect.paramstyle, sizes) not in self._compiled
     if new and threading.current_thread() is threading.main_thread():  # the open's own path
         compiled.append((self._build.__qualname__, sizes))
-    return real(self, conn, sizes)
+    return real(self, dialect, sizes)
 prepared.Prepared._compile = counted
 block = reader.build_block("warren", {{{DAN}}}, "dm", now={NOW!r}, url={str(db.url)!r}, touch=False)
 reader.close(timeout=30)
