@@ -74,8 +74,12 @@ class RankColumns:
     kinds: np.ndarray  # int64: index into KINDS, or UNKNOWN_KIND
     importance: np.ndarray  # float64, 1..10
     age_days: np.ndarray  # float64: days since last_recalled, else created
-    chars: np.ndarray  # int64: len(text), what the char cap counts
+    chars: np.ndarray  # int: len(text), what the char cap counts
     relevance: np.ndarray  # float64: cosine to the room's topic; all 0 without a topic
+    # Optionally, the rows' order by (group, kind) and where each run of one starts in it
+    # (then the length): the reader keeps them per audience (read_cache.View).
+    by_kind: np.ndarray | None = None
+    runs: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -146,10 +150,17 @@ def _top_per_group_kind(c: RankColumns, score: np.ndarray, per_kind_top: int) ->
         rank = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
         kept: np.ndarray = order[rank < per_kind_top]
         return kept
-    parts = [
-        _best(np.flatnonzero(codes == code), score, c.ids, per_kind_top)
-        for code in np.unique(codes)
-    ]
+    if c.by_kind is not None and c.runs is not None:
+        bounds = c.runs.tolist()
+        parts = [
+            _best(c.by_kind[a:b].astype(np.int64), score, c.ids, per_kind_top)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+    else:
+        parts = [
+            _best(np.flatnonzero(codes == code), score, c.ids, per_kind_top)
+            for code in np.unique(codes)
+        ]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 

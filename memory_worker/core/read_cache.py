@@ -37,7 +37,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,10 +47,12 @@ from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
 
 TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room topic
 ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
-GROWTH = 1.125  # ours: spare slots a vector store takes as it grows, so an append rarely copies
+GROWTH = 1.0625  # ours: spare slots a vector store takes as it grows, so an append rarely copies
+SPARE_MIN = 16  # ours: and at least this many (the growth copies on the fill thread, not an open)
 NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
 WINNERS_KEPT = 256  # ours: full rows of recent winners an entry keeps, at most (then afresh)
+VIEWS_KEPT = 2  # ours: audiences an entry keeps its visible rows for (`View`), the latest ones
 ROW_OVERHEAD_BYTES = 640  # ours: a Row object and its fields, besides its text
 
 
@@ -126,7 +128,7 @@ class Vectors:
         with self._lock:
             start, end = self.used, self.used + len(blobs)
             if end > self.capacity:
-                self._grow(max(end, min(room, int(self.capacity * GROWTH) + 64)))
+                self._grow(max(end, min(room, int(self.capacity * GROWTH) + SPARE_MIN)))
             self.matrix[start:end] = block
             self.norms[start:end] = norms
             for topic, cos in self.cosines.items():
@@ -191,6 +193,19 @@ class Vectors:
         return out, renumbered
 
 
+@dataclass(frozen=True)
+class View:
+    """The rows of an entry one audience may see: their positions in the entry (`idx`,
+    ascending), those positions' order by (group, kind) (`by_kind`, into `idx`), and where
+    each run of one (group, kind) starts in it (`runs`, then the end). Made once per audience
+    and entry (`reader.read_columns.visible_view`): neither the rule nor the sort by (group,
+    kind) is paid again by every open."""
+
+    idx: np.ndarray  # int64 positions into the entry
+    by_kind: np.ndarray  # int32 positions into `idx`
+    runs: np.ndarray  # int64
+
+
 @dataclass
 class PersonaRows:
     """Every open row of one persona, as columns sorted by id, as of `version`.
@@ -202,10 +217,10 @@ class PersonaRows:
     version: Version
     ids: np.ndarray  # int64, ascending
     groups: np.ndarray  # int64: WORLD_GROUP, a human id, or NO_ONE (no audience sees it)
-    kinds: np.ndarray  # int64
+    kinds: np.ndarray  # int8
     importance: np.ndarray  # float64
     recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
-    chars: np.ndarray  # int64
+    chars: np.ndarray  # int32
     slots: np.ndarray | None = None  # int64
     vectors: Vectors | None = None
     # Rows with a requirement beyond `groups` (named humans, a private world row): their ids,
@@ -214,6 +229,10 @@ class PersonaRows:
     # The full rows (no embedding) of recent winners, as of `version`: a warm open renders them
     # without reading them again (`ReadCache.remember`), each through the audience rule anew.
     winners: Mapping[int, Row] = field(default_factory=dict)
+    # The latest audiences' visible rows (`View`), by scope: shared by every generation with
+    # the same rows (a touch, the winners kept), made again after a patch. Their bytes are
+    # reserved in `base_bytes`: VIEWS_KEPT of an int64 and an int32 a row.
+    views: dict[Any, View] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -223,7 +242,8 @@ class PersonaRows:
         cols = (self.ids, self.groups, self.kinds, self.importance, self.recalled_day, self.chars)
         slots = self.slots.nbytes if self.slots is not None else self.ids.nbytes
         required = sum(ENTRY_OVERHEAD_BYTES // 4 + a.nbytes for a in self.required.values())
-        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required
+        views = VIEWS_KEPT * 12 * len(self)
+        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required + views
 
     @property
     def nbytes(self) -> int:
@@ -272,7 +292,17 @@ class PersonaRows:
         required = merged_requirements(self.required, changed, fresh.required)
         winners = {i: r for i, r in self.winners.items() if i not in changed}
         return PersonaRows(
-            version=fresh.version, vectors=self.vectors, required=required, winners=winners, **cols
+            version=fresh.version,
+            ids=cols["ids"],
+            groups=cols["groups"],
+            kinds=cols["kinds"],
+            importance=cols["importance"],
+            recalled_day=cols["recalled_day"],
+            chars=cols["chars"],
+            slots=cols.get("slots"),
+            vectors=self.vectors,
+            required=required,
+            winners=winners,
         )
 
 
@@ -303,10 +333,10 @@ _NO_IDS = np.zeros(0, dtype=np.int64)
 PACKED_COLUMNS = (
     ("ids", "<i8", np.int64),
     ("groups", "<i8", np.int64),
-    ("kinds", "<i2", np.int64),
+    ("kinds", "<i2", np.int8),
     ("importance", "<f8", np.float64),
     ("recalled_day", "<f8", np.float64),
-    ("chars", "<i4", np.int64),
+    ("chars", "<i4", np.int32),
 )
 
 
@@ -603,7 +633,8 @@ class ReadCache:
             need = need[:0]  # left pending for the fill thread
         elif compact:  # past the bound, or a quarter dead (rows written elsewhere took new slots)
             wanted = live + need.size
-            vectors, slots = vectors.compacted(slots, min(allowed, int(wanted * GROWTH) + 64))
+            room = min(allowed, int(wanted * GROWTH) + SPARE_MIN)
+            vectors, slots = vectors.compacted(slots, room)
         if need.size:
             found = load(rows.ids[need].tolist())
             blobs = [found.get(int(i)) for i in rows.ids[need]]

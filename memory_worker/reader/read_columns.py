@@ -25,10 +25,11 @@ from sqlalchemy import Connection, text
 from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Scope
-from memory_worker.core.ranking import UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
+from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
 from memory_worker.core.read_cache import (
     NEVER_WRITTEN,
     NO_REQUIREMENT,
+    VIEWS_KEPT,
     Batches,
     Key,
     LoadVectors,
@@ -37,6 +38,7 @@ from memory_worker.core.read_cache import (
     Requirement,
     Version,
     Versions,
+    View,
     packed,
     unpacked,
 )
@@ -67,6 +69,33 @@ def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
         if not (scope.admits_named(named) and scope.admits_private_to(private_to)):
             mask[np.searchsorted(rows.ids, ids)] = False
     return np.flatnonzero(mask)
+
+
+def visible_view(rows: PersonaRows, scope: Scope) -> View:
+    """`visible_index` in (group, kind) order with its runs, kept with the entry for the next
+    open of the same audience (the latest VIEWS_KEPT audiences)."""
+    try:
+        got = rows.views.get(scope)
+    except TypeError:  # a scope that cannot be a key: made every time
+        return _view(rows, scope)
+    if got is None:
+        got = _view(rows, scope)
+        if len(rows.views) >= VIEWS_KEPT:
+            rows.views.pop(next(iter(rows.views)), None)
+        rows.views[scope] = got
+    return got
+
+
+def _view(rows: PersonaRows, scope: Scope) -> View:
+    idx = visible_index(rows, scope)
+    codes = rows.groups[idx] * (UNKNOWN_KIND + 1) + rows.kinds[idx]
+    by_kind = np.argsort(codes, kind="stable")
+    codes = codes[by_kind]
+    runs = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if idx.size else _EMPTY
+    return View(idx, by_kind.astype(np.int32), np.append(runs, idx.size).astype(np.int64))
+
+
+_NO_VIEW = View(_EMPTY, np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
 
 
 Fills = list[tuple[list[str], bytes | None]]  # (personas, a topic): fills an open asks for
@@ -168,7 +197,8 @@ def load_candidates(
     out = {}
     for p, scope in scopes.items():
         r = rows.get(p)
-        idx = visible_index(r, scope) if r is not None else _EMPTY
+        view = visible_view(r, scope) if r is not None else _NO_VIEW
+        idx = view.idx
         rel = None
         if r is not None and vector is not None and idx.size:
             key = (url, sid, p)
@@ -182,7 +212,7 @@ def load_candidates(
                 rel = _measured(conn, key, r, idx, vector, packed_at.get(p), p not in partial)
                 if p in held and fills is not None:
                     fills.append(([p], vector))  # its vectors, for the next open of this room
-        out[p] = _candidates(r, idx, now_day, rel)
+        out[p] = _candidates(r, view, now_day, rel)
     return out
 
 
@@ -202,19 +232,19 @@ def _from_cache(
     out = {}
     for p, scope in scopes.items():
         if p not in seen:
-            out[p] = _candidates(None, _EMPTY, now_day, None)
+            out[p] = _candidates(None, _NO_VIEW, now_day, None)
             continue
         key = (url, versions.store, p)
         rows = READ_CACHE.get(key, versions[p])
         if rows is None:
             raise NotHeld
-        idx = visible_index(rows, scope)
+        view = visible_view(rows, scope)
         rel = None
-        if vector is not None and idx.size:
+        if vector is not None and view.idx.size:
             if rows.vectors is None or rows.vectors.dims != len(vector):
                 raise NotHeld
-            rel = READ_CACHE.relevance(key, rows, vector, _not_held, idx, keep=keep_cosines)
-        out[p] = _candidates(rows, idx, now_day, rel)
+            rel = READ_CACHE.relevance(key, rows, vector, _not_held, view.idx, keep=keep_cosines)
+        out[p] = _candidates(rows, view, now_day, rel)
     return out
 
 
@@ -519,10 +549,10 @@ def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
         version=version,
         ids=ids[order],
         groups=groups[order],
-        kinds=np.array(cols[4], dtype=np.int64)[order],
+        kinds=np.array(cols[4], dtype=np.int8)[order],
         importance=np.array(cols[5], dtype=np.float64)[order],
         recalled_day=_days(cols[6])[order],
-        chars=np.array(cols[7], dtype=np.int64)[order],
+        chars=np.array(cols[7], dtype=np.int32)[order],
     )
 
 
@@ -562,8 +592,9 @@ def unix_day(stamp: str | None) -> float:
 
 
 def _candidates(
-    rows: PersonaRows | None, idx: np.ndarray, now_day: float, rel: np.ndarray | None
+    rows: PersonaRows | None, view: View, now_day: float, rel: np.ndarray | None
 ) -> RankColumns:
+    idx = view.idx
     if rows is None or not idx.size:
         z = np.zeros(0)
         return RankColumns(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
@@ -576,6 +607,8 @@ def _candidates(
         age_days=np.maximum(ages, 0.0),
         chars=rows.chars[idx],
         relevance=rel if rel is not None else np.zeros(idx.size),
+        by_kind=view.by_kind,
+        runs=view.runs,
     )
 
 
