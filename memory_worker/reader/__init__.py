@@ -23,6 +23,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Consent, Members, Scope, scope_for, visible_memories
@@ -37,6 +38,11 @@ from memory_worker.storage import read_packs, read_path, store
 from memory_worker.storage.rooms import UnknownRoom
 
 log = logging.getLogger(__name__)
+
+# A process's first room open builds no SQL: its statements are compiled for SQLite (the
+# default store) as the reader is imported; `prepare` compiles them for the store's dialect.
+read_path.compile_for(sqlite_dialect())
+read_packs.compile_for(sqlite_dialect())
 
 __all__ = [
     "Block",
@@ -88,21 +94,22 @@ def blocks_for_room(
 
 
 def prepare(url: str | None = None) -> None:
-    """At an app process's start (optional): connect to the store, compile a room open's
-    statements for its shapes of one and two present humans, and start the reader's threads,
-    so a process's first room open pays for none of it. Reads nothing but empty results."""
+    """At an app process's start (the README's app calls it): connect to the store, compile a
+    room open's statements for its dialect in the shapes opens use, and start the reader's
+    threads, so a process's first room open pays for none of it. Reads nothing but empty
+    results. (Importing the reader already compiles them for SQLite.)"""
     url = url or settings_mod.current().database_url
-    with store.engine(url).connect() as conn:
-        for present in ([0], [0, -3]):
-            read_path.context(conn, "", present, [])
-        for refs in (["u:0"], ["u:0", "u:-3"]):
-            read_path.visible_open_rows(conn, [""], refs)
-        read_path.versions(conn, [""])
+    eng = store.engine(url)
+    read_path.compile_for(eng.dialect)
+    read_packs.compile_for(eng.dialect)
+    with eng.connect() as conn:
+        read_path.context(conn, "", [0], [])
         read_packs.packs(conn, [""], None)
-        for size in (1, 8, 16):
-            read_path.winners(conn, [0] * size)
+    raw = eng.raw_connection()  # the pool's connection for a warm open, made now
+    raw.close()
     columns.SWEEP.start()
     columns.FILLS.start()
+    columns.TOUCHES.start()
 
 
 def flush_touches(timeout: float | None = None) -> bool:

@@ -112,6 +112,7 @@ def opening(url: str) -> Iterator[Fills]:
     asked: Fills = []
     with OPENS.opening():
         yield asked
+    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
     for personas, topic in asked:
         FILLS.request(url, personas, topic)
 
@@ -157,7 +158,8 @@ def load_candidates(
     if conn is None:
         assert versions is not None
         return _from_cache(scopes, seen, now_day, vector, url, versions, keep_cosines)
-    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
+    if fills is None:
+        SWEEP.start()  # what this process holds is caught up even if never opened again
     if versions is None:
         versions = read_path.versions(conn, seen)
     READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
@@ -414,17 +416,24 @@ def _whole(conn: Connection, persona: str, version: Version) -> PersonaRows:
     return _columns(read_path.open_rows(conn, [persona], between=OPENS.wait_idle), version)
 
 
-def _keep_pack(url: str, key: Key, rows: PersonaRows) -> None:
-    """Write the persona's pack from its entry when the one kept is missing, further behind
-    than its slack, or lacks a topic the entry holds exact cosines to; only at the
-    persona's version now, so a pack never holds a row already deleted."""
+NO_PACK = (NEVER_WRITTEN, set[str]())  # `read_packs.kept` of a persona with no pack
+
+
+def _keep_pack(
+    url: str, key: Key, rows: PersonaRows, kept: tuple[Version, set[str]] | None = None
+) -> None:
+    """Write the persona's pack from its entry when the one kept (`kept`, read here if not
+    given) is missing, further behind than its slack, or lacks a topic the entry holds exact
+    cosines to; only at the persona's version now, so a pack never holds a row already
+    deleted."""
     persona = key[2]
     if rows.version == NEVER_WRITTEN:
         return
     cosines = _exact_cosines(rows)
-    with store.engine(url).connect() as conn:
-        kept = read_packs.kept(conn, [persona]).get(persona)
-    if kept is not None:
+    if kept is None:
+        with store.engine(url).connect() as conn:
+            kept = read_packs.kept(conn, [persona]).get(persona, NO_PACK)
+    if kept is not NO_PACK:
         behind = rows.version.counter - kept[0].counter
         if 0 <= behind < _pack_slack(len(rows)) and all(
             read_packs.topic_key(t) in kept[1] for t in cosines
@@ -497,7 +506,25 @@ def catch_up(url: str | None = None) -> int:
     stays. Returns how many personas moved. The sweep thread runs it every
     `read_cache_sweep_s`."""
     urls = [url] if url is not None else READ_CACHE.urls()
-    return sum(_catch_up_store(u) for u in urls)
+    moved = 0
+    for u in urls:
+        moved += _catch_up_store(u)
+        _refresh_packs(u)
+    return moved
+
+
+def _refresh_packs(url: str) -> None:
+    """Write the pack of each persona held for `url` whose kept pack lags past its slack, so
+    a process that does not hold it (every process after a deploy) ranks on one near its
+    version. One read of the packs' versions; a write only for those that lag."""
+    held, sid = READ_CACHE.held(url), READ_CACHE.store_of(url)
+    if not held or sid is None:
+        return
+    OPENS.wait_idle()
+    with store.engine(url).connect() as conn:
+        kept = read_packs.kept(conn, list(held))
+    for p, rows in held.items():
+        _keep_pack(url, (url, sid, p), rows, kept.get(p, NO_PACK))
 
 
 def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
@@ -506,6 +533,7 @@ def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
         held = {p: rows for p, rows in held.items() if p in personas}
     if not held:
         return 0
+    OPENS.wait_idle()
     with store.engine(url).connect() as conn:
         now = read_path.versions(conn, list(held))
         READ_CACHE.enter(url, now.store)  # another store: all of it let go of, nothing to fill
@@ -646,6 +674,7 @@ def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None
     It waits out a busy writer for the store's usual timeout: nobody is waiting on it.
     """
     personas = sorted({p for t in touches for p in t.personas})
+    OPENS.wait_idle()  # a room open in flight first
     with store.engine(url).connect() as conn:
         if store.is_sqlite(conn):
             conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # the write lock first: no upgrade race

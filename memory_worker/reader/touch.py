@@ -84,6 +84,10 @@ class Toucher:
         self._thread.start()
         atexit.register(self.flush, EXIT_FLUSH_S)
 
+    def start(self) -> None:
+        """Start the thread in this process if it is not running (first use, or a fork)."""
+        self._state.ensure()
+
     def promise(self, touch: Touch) -> None:
         """Queue a touch; waits only while MAX_PENDING touches are already waiting."""
         self._state.ensure()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, insert, select, update
+from sqlalchemy.engine import Dialect
 
 from memory_worker.core import tables as t
 from memory_worker.core.read_cache import Version
@@ -96,6 +97,14 @@ def kept(conn: Connection, personas: Sequence[str]) -> dict[str, tuple[Version, 
         if p in out:
             out[p][1].add(str(key))
     return out
+
+
+def compile_for(dialect: Dialect) -> None:
+    """Compile these statements for this dialect (see `read_path.compile_for`)."""
+    for n in (1, 2, 4):
+        PACKS.compile_for(dialect, personas=n)
+        KEPT.compile_for(dialect, personas=n)
+        KEPT_TOPICS.compile_for(dialect, personas=n)
 
 
 def write(

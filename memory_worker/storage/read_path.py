@@ -475,3 +475,25 @@ def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str) -> Non
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = list(ids[start : start + IDS_PER_STATEMENT])
         conn.execute(TOUCH, {"of": persona, "ids": part, "stamp": stamp})
+
+
+def compile_for(dialect: Dialect) -> None:
+    """Compile the statements of a room open for this dialect in the shapes opens use (one to
+    four present humans and packs, up to 64 winners, up to 256 rows changed since a pack),
+    so a process's first opens build no SQL: at the reader's import for SQLite, and again
+    for the store's own dialect in `reader.prepare`."""
+    sqlite = dialect.name == "sqlite"
+    for n in (1, 2, 4):
+        CONTEXT.compile_for(dialect, present=n, personas=1)
+        VERSIONS.compile_for(dialect, personas=n)
+        (VISIBLE_ROWS_SQLITE if sqlite else VISIBLE_ROWS_OTHER).compile_for(
+            dialect, personas=1, refs=n
+        )
+    CHANGES.compile_for(dialect)
+    OPEN_COUNTS.compile_for(dialect, personas=1)
+    (OPEN_ROWS_SQLITE if sqlite else OPEN_ROWS_OTHER).compile_for(dialect, personas=1)
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        WINNERS.compile_for(dialect, ids=n)
+    by_id = OPEN_ROWS_BY_ID_SQLITE if sqlite else OPEN_ROWS_BY_ID_OTHER
+    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        by_id.compile_for(dialect, personas=1, ids=n)

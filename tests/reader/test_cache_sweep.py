@@ -183,3 +183,46 @@ def test_openers_racing_to_be_a_processs_first_start_one_sweep_thread() -> None:
     finally:
         sys.setswitchinterval(switch)
     assert extra == 0, f"{extra} sweep threads too many"
+
+
+def test_a_sweep_writes_the_pack_of_a_persona_held_here_once_it_lags_past_its_slack(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """A persona only ever opened warm here is packed by the sweep as the store moves on, so
+    the process that opens it cold after a deploy reads few changed rows, not all."""
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert read_columns.FILLS.wait(30)
+    url = settings_mod.current().database_url
+    pv = t.persona_read_packs.c
+
+    def packed_at() -> int:
+        with db.connect() as c:
+            return int(c.execute(select(pv.version).where(pv.persona == "warren")).scalar_one())
+
+    first = packed_at()
+    rows = [new_row(store_rows, "warren", "u:42", 3000 + i) for i in range(20)]
+    with db.begin() as c:  # another process's writes: past the 16 versions a small pack lags
+        c.execute(insert(t.persona_memory), rows)
+    read_columns.catch_up()  # the sweep's pass
+    now = read_columns.READ_CACHE.held(url)["warren"].version
+    assert packed_at() == now.counter == first + 20
+    with db.begin() as c:
+        c.execute(insert(t.persona_memory), rows[:3])
+    read_columns.catch_up()
+    assert packed_at() == first + 20, "three versions behind: within its slack, not written"
+
+
+def test_the_touch_waits_while_a_room_open_is_in_flight(
+    store_rows: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory_worker import reader
+    from memory_worker.reader import cache_fill
+
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert read_columns.FILLS.wait(30)
+    monkeypatch.setattr(cache_fill, "YIELD_MAX_S", 3600.0)
+    with read_columns.OPENS.opening():  # another room open, still in flight
+        block = build_block("warren", {DAN}, "dm", now=NOW)
+        assert block.touched
+        assert not reader.flush_touches(timeout=1.0), "the touch waits for the open in flight"
+    assert reader.flush_touches(timeout=30), "and lands once none is"
