@@ -408,10 +408,15 @@ class ReadCache:
         return self._max
 
     def get(self, key: Key, version: Version) -> PersonaRows | None:
-        """The entry if it is as fresh as `version`, else None."""
+        """The entry if it is as fresh as `version`, else None. An entry behind only by this
+        process's own touches (committed, or about to be: `expect`) is brought forward."""
         with self._lock:
             got = self._entries.get(key)
-            if got is None or got.version != version:
+            if got is not None and got.version != version:
+                got = self._forward(key, got, version)
+                if got is not None:
+                    self._entries[key] = got  # same size
+            if got is None:
                 return None
             self._entries.move_to_end(key)
             return got
@@ -651,14 +656,32 @@ class ReadCache:
         missed someone else's write: it stays as it is, stale, and the next open brings it up
         to date from the change log."""
         with self._lock:
+            self._note(url, store, moves)
             for persona, (before, after, batches) in moves.items():
                 key = (url, store, persona)
                 rows = self._entries.get(key)
-                if rows is not None:
-                    kept = self._touches.setdefault(key, deque(maxlen=OWN_TOUCHES_KEPT))
-                    kept.append((before, after, batches))
                 if rows is not None and rows.version == before:
                     self._entries[key] = rows.touched(batches, after)  # same size
+
+    def expect(
+        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
+    ) -> None:
+        """This process's own touches, written and about to commit: an open that reads the
+        store after the commit and before `touched` brings the entry forward by them (`get`)
+        instead of reading the touched rows again. Kept only as a way forward: if the commit
+        fails, no version ever matches `after` (its stamp is the write's own)."""
+        with self._lock:
+            self._note(url, store, moves)
+
+    def _note(
+        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
+    ) -> None:
+        for persona, move in moves.items():
+            key = (url, store, persona)
+            if key in self._entries:
+                kept = self._touches.setdefault(key, deque(maxlen=OWN_TOUCHES_KEPT))
+                if not kept or kept[-1][1] != move[1]:  # the same touch, noted once
+                    kept.append(move)
 
     def clear(self) -> None:
         with self._lock:

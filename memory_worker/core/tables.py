@@ -205,12 +205,13 @@ persona_read_packs = Table(
 persona_read_topics = Table(
     "persona_read_topics",
     metadata,
-    # The cosine of every row of a persona's pack to one room topic (sha256 of its vector),
-    # float64 in the pack's order, as of the same version.
+    # The cosine of every open row of a persona to one room topic (sha256 of its vector), as
+    # of one version: the rows' ids (int64) and their cosines (float64), in the same order.
     Column("persona", Text, nullable=False),
     Column("topic", Text, nullable=False),
     Column("version", Integer, nullable=False),
     Column("stamp", BigInteger, nullable=True),
+    Column("ids", LargeBinary, nullable=False),
     Column("cosines", LargeBinary, nullable=False),
     PrimaryKeyConstraint("persona", "topic"),
 )

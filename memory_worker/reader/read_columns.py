@@ -179,11 +179,10 @@ def load_candidates(
     partial: set[str] = set()
     if cold:
         for p, pack in read_packs.packs(conn, cold, topic).items():
-            base = unpacked(pack.columns, pack.version)
-            caught = _patched(conn, p, base, versions[p])
+            caught = _patched(conn, p, unpacked(pack.columns, pack.version), versions[p])
             if caught is not None:
                 rows[p] = caught[0]
-                packed_at[p] = Packed(pack, base, caught[1])
+                packed_at[p] = Packed(pack, caught[1])
         rest = [p for p in cold if p not in rows]
         if rest:
             whole, visible = _audience_rows(conn, rest, scopes, versions, vector)
@@ -296,11 +295,9 @@ def _held(conn: Connection, key: Key, version: Version) -> PersonaRows | None:
 
 @dataclass(frozen=True)
 class Packed:
-    """A persona ranked on its pack: the pack, its columns as stored, and the rows the change
-    log names since (their cosines are not the pack's)."""
+    """A persona ranked on its pack: the pack, and the rows the change log names since."""
 
     pack: read_packs.Pack
-    base: PersonaRows
     changed: frozenset[int]
 
 
@@ -334,22 +331,27 @@ def _measured(
     packed: Packed | None,
     whole: bool,
 ) -> np.ndarray:
-    """The relevance of the rows at `idx` without the persona's vectors at hand: the pack's
-    cosines to this topic where a row is unchanged since the pack, its embedding read by id
-    otherwise; then, for a whole entry, the byte bound's rule (its oldest rows rank with
-    relevance 0, as a warm open ranks them)."""
+    """The relevance of the rows at `idx` without the persona's vectors at hand: the kept
+    cosines to this topic where a row is unchanged since they were kept, its embedding read
+    by id otherwise; then, for a whole entry, the byte bound's rule (its oldest rows rank
+    with relevance 0, as a warm open ranks them)."""
     persona = key[2]
-    if packed is None and whole:
-        packed = _pack_for(conn, persona, rows, vector)
+    kept = packed.pack.topic if packed is not None else None
+    if packed is None and whole:  # a held entry without vectors yet
+        pack = read_packs.packs(conn, [persona], vector).get(persona)
+        kept = pack.topic if pack is not None else None
     want = rows.ids[idx]
     out = np.zeros(want.size)
     known = np.zeros(want.size, dtype=bool)
-    if packed is not None and packed.pack.cosines is not None and len(packed.base):
-        cos = np.frombuffer(packed.pack.cosines, dtype="<f8")
-        at = np.minimum(np.searchsorted(packed.base.ids, want), len(packed.base) - 1)
-        changed = np.fromiter(packed.changed, dtype=np.int64, count=len(packed.changed))
-        known = (packed.base.ids[at] == want) & ~np.isin(want, changed)
-        out[known] = cos[at[known]]
+    changed = None if kept is None else _changed_since(conn, persona, kept.version, rows, packed)
+    if kept is not None and changed is not None:
+        ids = np.frombuffer(kept.ids, dtype="<i8")
+        if ids.size:
+            cos = np.frombuffer(kept.cosines, dtype="<f8")
+            at = np.minimum(np.searchsorted(ids, want), ids.size - 1)
+            gone = np.fromiter(changed, dtype=np.int64, count=len(changed))
+            known = (ids[at] == want) & ~np.isin(want, gone)
+            out[known] = cos[at[known]]
     if not known.all():
         out[~known] = _by_id(conn, persona, want[~known], vector)
     if whole:
@@ -358,17 +360,16 @@ def _measured(
     return out
 
 
-def _pack_for(conn: Connection, persona: str, rows: PersonaRows, vector: bytes) -> Packed | None:
-    """The persona's pack with its cosines to `vector`, if kept and the change log reaches
-    from it to `rows`' version (a held entry that has no vectors yet)."""
-    pack = read_packs.packs(conn, [persona], vector).get(persona)
-    if pack is None or pack.cosines is None:
-        return None
-    base = unpacked(pack.columns, pack.version)
-    if pack.version == rows.version:
-        return Packed(pack, base, frozenset())
-    changed = read_path.changed_rows(conn, persona, pack.version, rows.version)
-    return None if changed is None else Packed(pack, base, frozenset(changed))
+def _changed_since(
+    conn: Connection, persona: str, since: Version, rows: PersonaRows, packed: Packed | None
+) -> frozenset[int] | None:
+    """The rows written between `since` and `rows`' version (None: the log cannot say)."""
+    if since == rows.version:
+        return frozenset()
+    if packed is not None and since == packed.pack.version:
+        return packed.changed
+    found = read_path.changed_rows(conn, persona, since, rows.version)
+    return None if found is None else frozenset(found)
 
 
 def _by_id(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np.ndarray:
@@ -416,35 +417,44 @@ def _whole(conn: Connection, persona: str, version: Version) -> PersonaRows:
     return _columns(read_path.open_rows(conn, [persona], between=OPENS.wait_idle), version)
 
 
-NO_PACK = (NEVER_WRITTEN, set[str]())  # `read_packs.kept` of a persona with no pack
+NO_PACK: read_packs.Kept = (None, {})  # `read_packs.kept` of a persona with nothing kept
 
 
-def _keep_pack(
-    url: str, key: Key, rows: PersonaRows, kept: tuple[Version, set[str]] | None = None
-) -> None:
+def _keep_pack(url: str, key: Key, rows: PersonaRows, kept: read_packs.Kept | None = None) -> None:
     """Write the persona's pack from its entry when the one kept (`kept`, read here if not
-    given) is missing, further behind than its slack, or lacks a topic the entry holds exact
-    cosines to; only at the persona's version now, so a pack never holds a row already
-    deleted."""
+    given) is missing or lags past its slack, and each topic's cosines the entry holds
+    exactly when those kept are missing or lag; only at the persona's version now, so
+    nothing kept ever describes a row a delete has already removed."""
     persona = key[2]
     if rows.version == NEVER_WRITTEN:
         return
-    cosines = _exact_cosines(rows)
     if kept is None:
         with store.engine(url).connect() as conn:
             kept = read_packs.kept(conn, [persona]).get(persona, NO_PACK)
-    if kept is not NO_PACK:
-        behind = rows.version.counter - kept[0].counter
-        if 0 <= behind < _pack_slack(len(rows)) and all(
-            read_packs.topic_key(t) in kept[1] for t in cosines
-        ):
-            return
+    slack = _pack_slack(len(rows))
+
+    def lagging(version: Version | None) -> bool:
+        return version is None or not 0 <= rows.version.counter - version.counter < slack
+
+    pack_due = lagging(kept[0])
+    topics_due = {
+        topic: cos
+        for topic, cos in _exact_cosines(rows).items()
+        if lagging(kept[1].get(read_packs.topic_key(topic)))
+    }
+    if not (pack_due or topics_due):
+        return
     OPENS.wait_idle()
-    blob = packed(rows)
+    blob = packed(rows) if pack_due else b""
+    ids = np.ascontiguousarray(rows.ids, dtype="<i8").tobytes() if topics_due else b""
     with store.transaction(url) as conn:
         now = read_path.versions(conn, [persona])
-        if now.store == key[1] and now[persona] == rows.version:
-            read_packs.write(conn, persona, rows.version, len(rows), blob, cosines)
+        if now.store != key[1] or now[persona] != rows.version:
+            return
+        if pack_due:
+            read_packs.write_pack(conn, persona, rows.version, len(rows), blob)
+        if topics_due:
+            read_packs.write_cosines(conn, persona, rows.version, ids, topics_due)
 
 
 def _pack_slack(rows: int) -> int:
@@ -687,7 +697,15 @@ def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None
                     for p, ids in t.rows:
                         read_path.touch(conn, p, ids, t.stamp)
                 attempt.wrote = (now, read_path.versions(conn, personas))
+                READ_CACHE.expect(url, now.store, _moves(touches, personas, *attempt.wrote))
     before, after = attempt.wrote
+    READ_CACHE.touched(url, after.store, _moves(touches, personas, before, after))
+
+
+def _moves(
+    touches: Sequence[Touch], personas: Sequence[str], before: Versions, after: Versions
+) -> dict[str, tuple[Version, Version, Batches]]:
+    """Each persona's version before and after these touches, and the rows they touched."""
     moves: dict[str, tuple[Version, Version, Batches]] = {}
     for p in personas:
         batches = [
@@ -697,7 +715,7 @@ def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None
             if q == p
         ]
         moves[p] = (before[p], after[p], batches)
-    READ_CACHE.touched(url, after.store, moves)
+    return moves
 
 
 def _committed(conn: Connection, wrote: tuple[Versions, Versions] | None) -> bool:

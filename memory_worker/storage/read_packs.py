@@ -4,8 +4,9 @@ each in one blob (schema/versions/0014).
 A process that does not hold a persona reads its pack and the rows the change log names
 since, instead of every row the room's audience may see: one row of a few bytes per memory,
 not the memories. The reader's background threads write a pack when the one stored is gone
-(a delete drops it) or far behind; the write path never does. Only a persona's exact current
-version is written, so no pack ever describes a row a delete has already removed.
+(a delete drops it) or far behind, and a topic's cosines when they hold them exactly; the
+write path never does. Only a persona's exact current version is written, so no pack ever
+describes a row a delete has already removed.
 """
 
 from __future__ import annotations
@@ -19,21 +20,31 @@ from sqlalchemy import Connection, and_, bindparam, delete, insert, select, upda
 from sqlalchemy.engine import Dialect
 
 from memory_worker.core import tables as t
-from memory_worker.core.read_cache import Version
+from memory_worker.core.read_cache import TOPICS_PER_PERSONA, Version
 from memory_worker.storage.prepared import Prepared
 
 _p, _t = t.persona_read_packs.c, t.persona_read_topics.c
 
 
 @dataclass(frozen=True)
+class Cosines:
+    """A persona's rows' cosines to one topic, as of `version`: ids (int64) and cosines
+    (float64), in the same order."""
+
+    version: Version
+    ids: bytes
+    cosines: bytes
+
+
+@dataclass(frozen=True)
 class Pack:
-    """A persona's pack as stored: its version, row count, columns and, if asked for and kept
-    at the same version, its cosines to one topic."""
+    """A persona's pack as stored: its version, row count and columns, and its rows' cosines
+    to the topic asked about, if kept."""
 
     version: Version
     rows: int
     columns: bytes
-    cosines: bytes | None
+    topic: Cosines | None
 
 
 def topic_key(topic: bytes) -> str:
@@ -41,18 +52,18 @@ def topic_key(topic: bytes) -> str:
     return hashlib.sha256(topic).hexdigest()[:32]
 
 
+def _version(counter: Any, stamp: Any) -> Version:
+    return Version(int(counter), None if stamp is None else int(stamp))
+
+
 PACKS = Prepared(
     lambda personas: (
-        select(_p.persona, _p.version, _p.stamp, _p.rows, _p.columns, _t.cosines)
+        select(_p.persona, _p.version, _p.stamp, _p.rows, _p.columns, _t.version, _t.stamp, _t.ids)
+        .add_columns(_t.cosines)
         .select_from(
             t.persona_read_packs.outerjoin(
                 t.persona_read_topics,
-                and_(
-                    _t.persona == _p.persona,
-                    _t.topic == bindparam("topic"),
-                    _t.version == _p.version,
-                    _t.stamp == _p.stamp,
-                ),
+                and_(_t.persona == _p.persona, _t.topic == bindparam("topic")),
             )
         )
         .where(_p.persona.in_(personas))
@@ -65,12 +76,11 @@ def packs(conn: Connection, personas: Sequence[str], topic: bytes | None) -> dic
     """The packs kept for these personas, each with its cosines to `topic` if kept."""
     key = topic_key(topic) if topic is not None else ""
     found: Sequence[Any] = PACKS.execute(conn, {"topic": key}, personas=list(personas)).all()
-    return {
-        str(p): Pack(
-            Version(int(v), None if s is None else int(s)), int(n), bytes(c), cos and bytes(cos)
-        )
-        for p, v, s, n, c, cos in found
-    }
+    out = {}
+    for p, v, s, n, cols, tv, ts, ids, cos in found:
+        cosines = None if cos is None else Cosines(_version(tv, ts), bytes(ids), bytes(cos))
+        out[str(p)] = Pack(_version(v, s), int(n), bytes(cols), cosines)
+    return out
 
 
 KEPT = Prepared(
@@ -78,24 +88,25 @@ KEPT = Prepared(
     personas="",
 )
 KEPT_TOPICS = Prepared(
-    lambda personas: select(_t.persona, _t.topic).where(
-        _t.persona.in_(personas),
-        _t.version == select(_p.version).where(_p.persona == _t.persona).scalar_subquery(),
+    lambda personas: select(_t.persona, _t.topic, _t.version, _t.stamp).where(
+        _t.persona.in_(personas)
     ),
     personas="",
 )
 
+Kept = tuple[Version | None, dict[str, Version]]  # a persona's pack version, its topics'
 
-def kept(conn: Connection, personas: Sequence[str]) -> dict[str, tuple[Version, set[str]]]:
-    """The version of each of these personas' packs, with the topics kept at that version."""
-    versions: Sequence[Any] = KEPT.execute(conn, {}, personas=list(personas)).all()
-    out: dict[str, tuple[Version, set[str]]] = {
-        str(p): (Version(int(v), None if s is None else int(s)), set()) for p, v, s in versions
-    }
+
+def kept(conn: Connection, personas: Sequence[str]) -> dict[str, Kept]:
+    """For each of these personas, the version of its pack (None: none) and of each topic's
+    cosines kept."""
+    out: dict[str, Kept] = {p: (None, {}) for p in personas}
+    packed: Sequence[Any] = KEPT.execute(conn, {}, personas=list(personas)).all()
+    for p, v, s in packed:
+        out[str(p)] = (_version(v, s), out[str(p)][1])
     topics: Sequence[Any] = KEPT_TOPICS.execute(conn, {}, personas=list(personas)).all()
-    for p, key in topics:
-        if p in out:
-            out[p][1].add(str(key))
+    for p, key, v, s in topics:
+        out[str(p)][1][str(key)] = _version(v, s)
     return out
 
 
@@ -107,33 +118,43 @@ def compile_for(dialect: Dialect) -> None:
         KEPT_TOPICS.compile_for(dialect, personas=n)
 
 
-def write(
-    conn: Connection,
-    persona: str,
-    version: Version,
-    rows: int,
-    columns: bytes,
-    cosines: Mapping[bytes, bytes],
-) -> None:
-    """Keep this pack of `persona` and its cosines to these topics (topic vector → float64
-    cosines in the pack's order), replacing what was kept. The caller holds the write
+def write_pack(conn: Connection, persona: str, version: Version, rows: int, columns: bytes) -> None:
+    """Keep this pack of `persona`, replacing the one kept. The caller holds the write
     transaction and has checked that `version` is the persona's version now."""
     at = {"version": version.counter, "stamp": version.stamp, "rows": rows, "columns": columns}
     done = conn.execute(update(t.persona_read_packs).where(_p.persona == persona).values(**at))
     if not done.rowcount:
         conn.execute(insert(t.persona_read_packs).values(persona=persona, **at))
-    conn.execute(delete(t.persona_read_topics).where(_t.persona == persona))
-    if cosines:
-        conn.execute(
-            insert(t.persona_read_topics),
-            [
-                {
-                    "persona": persona,
-                    "topic": topic_key(topic),
-                    "version": version.counter,
-                    "stamp": version.stamp,
-                    "cosines": cos,
-                }
-                for topic, cos in cosines.items()
-            ],
-        )
+
+
+def write_cosines(
+    conn: Connection, persona: str, version: Version, ids: bytes, cosines: Mapping[bytes, bytes]
+) -> None:
+    """Keep these topics' cosines (topic vector → float64 cosines of the rows `ids`, in that
+    order) as of `version`, replacing those kept of the same topics; then only the newest
+    TOPICS_PER_PERSONA topics of the persona stay. Same checks as `write_pack`."""
+    keys = [topic_key(topic) for topic in cosines]
+    conn.execute(delete(t.persona_read_topics).where(_t.persona == persona, _t.topic.in_(keys)))
+    conn.execute(
+        insert(t.persona_read_topics),
+        [
+            {
+                "persona": persona,
+                "topic": key,
+                "version": version.counter,
+                "stamp": version.stamp,
+                "ids": ids,
+                "cosines": cos,
+            }
+            for key, cos in zip(keys, cosines.values(), strict=True)
+        ],
+    )
+    newest = (
+        select(_t.topic)
+        .where(_t.persona == persona)
+        .order_by(_t.version.desc())
+        .limit(TOPICS_PER_PERSONA)
+    )
+    conn.execute(
+        delete(t.persona_read_topics).where(_t.persona == persona, _t.topic.not_in(newest))
+    )

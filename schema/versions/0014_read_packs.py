@@ -4,8 +4,8 @@ A process that does not hold a persona (its first open, after the LRU let it go,
 process after a deploy) used to read every row the room's audience may see to rank them: as
 long as a bare SELECT of those rows, and with a topic every one of their embeddings too. Now
 the reader keeps, per persona, its ranking columns as of one version in one blob
-(`persona_read_packs`), and for each room topic it ranked against the cosine of every row
-(`persona_read_topics`). A cold open reads them and re-reads only the rows the change log
+(`persona_read_packs`), and for each room topic it ranked against the cosine of every row, as
+of a version of its own (`persona_read_topics`). A cold open reads them and re-reads only the rows the change log
 names since; the reader's background threads write them (memory_worker.storage.read_packs),
 the write path never does.
 
@@ -58,6 +58,7 @@ def upgrade() -> None:
         sa.Column("topic", sa.Text, nullable=False),
         sa.Column("version", sa.Integer, nullable=False),
         sa.Column("stamp", sa.BigInteger, nullable=True),
+        sa.Column("ids", sa.LargeBinary, nullable=False),
         sa.Column("cosines", sa.LargeBinary, nullable=False),
         sa.PrimaryKeyConstraint("persona", "topic"),
     )

@@ -613,3 +613,51 @@ def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
     assert read_columns.FILLS.wait(30)
     assert not read_columns.READ_CACHE.pending(read_columns.READ_CACHE.held(url)["warren"])
     assert got.text == cold()[4]
+
+
+def test_an_open_between_its_own_touchs_commit_and_the_cache_taking_it_reads_nothing() -> None:
+    """Issue 29: warm opens with touch cost 3x those without. The touch commits, then tells
+    the cache; an open in between saw the store a version ahead of the entry and re-read the
+    touched rows. The touch now says what it wrote before it commits, and the open brings the
+    entry forward by it; the cache taking it afterwards changes nothing twice."""
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    v1, v2 = Version(10, 111), Version(12, 222)
+    cache.put(key, _columns(10, 111, [1, 2, 3]))
+    moves = {"warren": (v1, v2, [(np.array([2, 3]), 20_000.0, "2024-10-04T00:00:00+00:00")])}
+    cache.expect(key[0], key[1], moves)
+    assert cache.get(key, v1) is not None, "not committed yet: the store is still at v1"
+    got = cache.get(key, v2)  # committed: an open reads v2 before `touched`
+    assert got is not None and got.recalled_day.tolist() == [0.0, 20_000.0, 20_000.0]
+    cache.touched(key[0], key[1], moves)
+    after = cache.get(key, v2)
+    assert after is got, "applied once"
+    assert cache.get(key, Version(12, 333)) is None, "another write's v12 is not this one"
+
+
+def test_a_topics_cosines_outlive_a_pack_written_without_them(
+    store_rows: np.random.Generator, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that held no vector (its rooms had no topic) packs the persona again; the
+    topic's cosines kept before stay, so the next cold open of the topic room reads the
+    embeddings of the rows written since them, not of every row it ranks."""
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)  # the pack and the topic's cosines
+    with store.transaction() as c:  # another process's writes, past the pack's slack
+        c.execute(
+            insert(t.persona_memory),
+            [new_row(store_rows, "warren", "u:42", 4000 + i) for i in range(20)],
+        )
+    read_columns.READ_CACHE.clear()
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # packs again, no vector held
+    with db.connect() as c:
+        pv, tv = t.persona_read_packs.c.version, t.persona_read_topics.c.version
+        assert c.execute(select(pv)).scalar_one() == c.execute(select(tv)).scalar_one() + 20
+    reads = MainThreadReads(monkeypatch)
+    read_columns.READ_CACHE.clear()
+    got = build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
+    assert [c for c in reads.calls if c[0] == "embeddings"] == [("embeddings", 20)]
+    assert read_columns.FILLS.wait(30)
+    with store.transaction() as c:
+        c.execute(delete(t.persona_read_packs))
+        c.execute(delete(t.persona_read_topics))
+    assert got == cold()[4], "the block with nothing kept"
