@@ -322,10 +322,12 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     read_columns.READ_CACHE.clear()
     rewarm()
     rewarm()
+    order = list(warm)
     try:
         for n in range(reps):
-            for name, fn in warm.items():
-                ms[name].append(timed(fn))
+            order = order[1:] + order[:1]  # each case first as often: no place is cheaper
+            for name in order:
+                ms[name].append(timed(warm[name]))
             other.write()  # not timed: another process moves the persona's version
             ms["miss"].append(timed(dm()))
             rewarm()
@@ -391,6 +393,97 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         "p95_x": float(np.percentile(ratios, 95)),
     }
     return out
+
+
+# --- where a warm open's time goes ------------------------------------------------------------
+
+STAGES = (  # (module, function, what it is): the reader's own steps, timed where it calls them
+    ("memory_worker.storage.read_path", "context_alone", "the context statement"),
+    ("memory_worker.storage.read_path", "context", "the context statement"),
+    ("memory_worker.reader.read_columns", "load_candidates", "the audience's ranking columns"),
+    ("memory_worker.reader", "scores", "scores"),
+    ("memory_worker.reader", "take", "take (per human, kinds, char cap)"),
+    ("memory_worker.reader.read_columns", "winner_rows", "the winners' full rows"),
+    ("memory_worker.storage.read_path", "winners", "the winners' full rows"),
+    ("memory_worker.reader", "visible_memories", "the audience rule on every winner"),
+    ("memory_worker.reader", "render", "render"),
+    ("memory_worker.reader.read_columns", "promise_touch", "the touch promised"),
+)
+
+
+def profile(size: int, opens: int, tmp: Path) -> dict:
+    """Where a warm open's time goes, with the touch on (as an app opens rooms) and off:
+    each stage timed around the reader's own functions over `opens` opens one after another;
+    median microseconds a stage and what is left (the pool's checkout, the Python between
+    the stages, and whatever the reader's threads take from the open meanwhile)."""
+    url = f"sqlite:///{tmp / f'profile_{size}.db'}"
+    store.init_db(url)
+    seed(url, size, np.random.default_rng(size))
+    out = {"size": size, "opens": opens, "load": load()}
+    for touch in (True, False):
+        out["touch" if touch else "no_touch"] = _profile(url, opens, touch)
+    store.dispose_all()
+    return out
+
+
+def _profile(url: str, opens: int, touch: bool) -> dict:
+    import importlib
+
+    from memory_worker import reader
+
+    reader.prepare(url)
+
+    def one() -> object:
+        return reader.build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=touch)
+
+    for _ in range(50):
+        one()
+    flush()
+    spent: dict[str, float] = {}
+    per_stage: dict[str, list[float]] = {}
+    patched: list[tuple[object, str, object]] = []
+    for module, name, label in STAGES:
+        mod = importlib.import_module(module)
+        real = getattr(mod, name, None)
+        if real is None:
+            continue
+
+        def wrapper(*a: object, _real: Callable = real, _label: str = label, **k: object) -> object:
+            start = time.perf_counter()
+            try:
+                return _real(*a, **k)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + (time.perf_counter() - start) * 1e6
+
+        setattr(mod, name, wrapper)
+        patched.append((mod, name, real))
+    totals: list[float] = []
+    try:
+        for _ in range(opens):
+            spent.clear()
+            totals.append(timed(one) * 1000.0)
+            for label, us in spent.items():
+                per_stage.setdefault(label, []).append(us)
+    finally:
+        for mod, name, real in patched:
+            setattr(mod, name, real)
+    reader.close(timeout=60)
+    total = statistics.median(totals)
+    stages = [(label, statistics.median(us)) for label, us in per_stage.items()]
+    rest = total - sum(us for _, us in stages)
+    stages.append(("the rest: pool checkout, the code between", rest))
+    return {"total_us": total, "stages": stages}
+
+
+def print_profile(got: dict) -> None:
+    for mode in ("touch", "no_touch"):
+        run = got[mode]
+        print(
+            f"a warm open at {got['size']:,} rows, {mode.replace('_', ' ')}: "
+            f"median {run['total_us']:.0f} µs (load {got['load']})"
+        )
+        for label, us in run["stages"]:
+            print(f"  {us:8.0f} µs  {100 * us / run['total_us']:5.1f} %  {label}")
 
 
 # --- the targets (issue 29; the group cases: issue 28) ------------------------------------
@@ -475,11 +568,21 @@ def main() -> None:
     parser.add_argument("--fresh", help=argparse.SUPPRESS)
     parser.add_argument("--prepared", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--deploy", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile", type=int, metavar="ROWS", help="only: where a warm open's time goes"
+    )
     args = parser.parse_args()
     if args.writer:
         return writer_main(args.writer)
     if args.fresh:
         return fresh_main(args.fresh)
+    if args.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            got = profile(args.profile, 300 if args.quick else 2000, Path(tmp))
+        print_profile(got)
+        if args.json:
+            args.json.write_text(json.dumps(got, indent=1))
+        return None
     reps = QUICK if args.quick else REPS
     results = []
     with tempfile.TemporaryDirectory() as tmp:

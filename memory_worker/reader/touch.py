@@ -2,7 +2,9 @@
 
 A room open promises `last_recalled = now, recall_count += 1` for the rows it loaded. The
 promise is queued here and one daemon thread applies what is queued, in order, in one write
-transaction that may wait out a busy writer — the room open never does. Bounded: at most
+transaction that may wait out a busy writer — the room open never does. It gathers what a
+burst of opens promised (`GATHER_S`) into one transaction, and starts it when no open of this
+process is in flight. Bounded: at most
 MAX_PENDING touches wait; past that a room open waits for room in the queue rather than drop
 a promise. `flush()` (and the exit of the process) drains the queue. A forked child starts
 with an empty queue: its parent keeps its own promises.
@@ -34,6 +36,9 @@ MAX_PENDING = 1024  # ours: touches waiting at most; the app waits past it rathe
 TOUCH_ATTEMPTS = 3  # ours: a flush that keeps failing is dropped after this many tries
 RETRY_PAUSE_S = 0.2  # ours: between attempts (each may already have waited a busy timeout)
 EXIT_FLUSH_S = 5.0  # ours: how long the exit of the process waits for the queue to drain
+# ours: a touch waits this long for others to join its write — one transaction for a burst
+# of room opens, and none of its work in the middle of them
+GATHER_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,9 @@ class Toucher:
             with self._cv:
                 while not self._pending:
                     self._cv.wait()
+                gathered = time.monotonic() + GATHER_S
+                while len(self._pending) < self._max and (left := gathered - time.monotonic()) > 0:
+                    self._cv.wait(left)
                 batch, self._pending = self._pending, []
                 self._busy = True
                 self._cv.notify_all()  # room in the queue again

@@ -49,6 +49,24 @@ def test_a_full_queue_makes_the_opener_wait_and_every_touch_lands_in_order() -> 
     assert applied == [0, 1, 2, 3] and toucher.dropped == 0
 
 
+def test_touches_promised_in_a_burst_land_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flush gathers a burst of opens' touches into one transaction (until GATHER_S has
+    passed, or the queue is full: here it never passes, so the fifth touch releases them)."""
+    monkeypatch.setattr(touch_mod, "GATHER_S", 3600.0)
+    batches: list[list[int]] = []
+
+    def apply(_url: str, touches: Sequence[Touch], _attempt: Attempt) -> None:
+        batches.append([t.rows[0][1][0] for t in touches])
+
+    toucher = Toucher(apply, max_pending=5)
+    toucher.promise(touch(0))
+    assert not toucher.flush(1.0), "a lone touch waits for others to join it"
+    for n in range(1, 5):
+        toucher.promise(touch(n))
+    assert toucher.flush(10)
+    assert batches == [[0, 1, 2, 3, 4]]
+
+
 def test_flush_reports_a_queue_it_could_not_drain_in_time() -> None:
     gate = threading.Event()
     toucher = Toucher(lambda _url, _touches, _attempt: gate.wait(10))
