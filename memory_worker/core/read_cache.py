@@ -306,6 +306,19 @@ class PersonaRows:
         )
 
 
+def _kept_with(rows: PersonaRows, held: PersonaRows) -> PersonaRows:
+    """`rows` taking what the entry held at the same version kept meanwhile (winners' rows
+    remembered and views made while `rows` was being read: a fill's, say), so a put never
+    throws away what an open kept since."""
+    winners = {**rows.winners, **held.winners}
+    for _ in range(len(winners) - WINNERS_KEPT):
+        del winners[next(iter(winners))]
+    views = {**held.views, **rows.views}
+    while len(views) > VIEWS_KEPT:
+        del views[next(iter(views))]
+    return replace(rows, winners=winners, views=views)
+
+
 def merged_requirements(
     held: Mapping[Requirement, np.ndarray],
     changed: Collection[int],
@@ -485,6 +498,8 @@ class ReadCache:
             if forward is None:
                 return  # one store's counter only grows: what is held is newer
             rows = forward
+        if held and self._entries[key].version == rows.version:
+            rows = _kept_with(rows, self._entries[key])
         if held:
             self.bytes -= self._sizes.pop(key)
         size = rows.nbytes
@@ -498,6 +513,25 @@ class ReadCache:
         self._sizes[key] = size
         self.bytes += size
         self._trim()
+
+    def _forward_rows(
+        self, key: Key, version: Version, found: Mapping[int, Row], to: Version
+    ) -> dict[int, Row] | None:
+        """Full rows read at `version`, with this process's own touches since applied, if
+        they lead exactly to `to`; None when some other write lies between."""
+        out = dict(found)
+        for before, after, batches in self._touches.get(key, ()):
+            if version == to:
+                break
+            if version == before:
+                for ids, _day, stamp in batches:
+                    for i in ids.tolist():
+                        if (row := out.get(i)) is not None:
+                            out[i] = replace(
+                                row, last_recalled=stamp, recall_count=row.recall_count + 1
+                            )
+                version = after
+        return out if version == to else None
 
     def _forward(self, key: Key, rows: PersonaRows, to: Version) -> PersonaRows | None:
         """`rows` with this process's own touches since its version applied, if they lead
@@ -527,14 +561,19 @@ class ReadCache:
                 self._sizes[key] = size
                 self._trim()
 
-    def remember(self, key: Key, rows: PersonaRows, found: Mapping[int, Row]) -> None:
-        """Keep the full rows of these winners with the entry, if it is still `rows` (as of
-        the same version: they were read in the same snapshot as its version)."""
+    def remember(self, key: Key, version: Version, found: Mapping[int, Row]) -> None:
+        """Keep the full rows of these winners, read at `version`, with the entry if it is at
+        that version, or beyond it only by this process's own touches (then the rows take
+        them too); else they are not kept."""
         with self._lock:
-            if self._entries.get(key) is not rows:
+            rows = self._entries.get(key)
+            if rows is None:
                 return
-            kept = dict(rows.winners) if len(rows.winners) + len(found) <= WINNERS_KEPT else {}
-            kept.update(found)
+            if rows.version != version:
+                found = self._forward_rows(key, version, found, rows.version) or {}
+            kept = {**rows.winners, **found}
+            for _ in range(len(kept) - WINNERS_KEPT):  # the oldest kept go first
+                del kept[next(iter(kept))]
             self._entries[key] = fresh = replace(rows, winners=kept)
             size = fresh.nbytes
             self.bytes += size - self._sizes[key]

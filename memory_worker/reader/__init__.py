@@ -234,7 +234,7 @@ def _blocks(
     )
     picks = {p: take(c, scores(c)) for p, c in candidates.items()}
     won = {p: [i for ids in got.values() for i in ids] for p, got in picks.items()}
-    rows = columns.winner_rows(conn, url, ctx.versions, won)
+    rows = columns.winner_rows(conn, url, ctx.versions, won, fills)
     blocks = {
         p: _render(
             p,

@@ -16,14 +16,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from memory_worker.core.per_process import PerProcess
+from memory_worker.core.read_cache import Version
+from memory_worker.core.rows import Row
 
 log = logging.getLogger(__name__)
 
 Request = tuple[str, str, bytes | None]  # (database url, persona, a room topic's vector)
+# What a cold open read of a persona's winners, and at which version: the fill keeps them.
+Winners = Mapping[str, tuple[Version, Mapping[int, Row]]]
+Fill = Callable[[str, list[str], list[bytes], Winners], object]
 
 YIELD_MAX_S = 0.25  # ours: the longest background work waits for opens in flight at one step
 
@@ -68,7 +73,7 @@ class InFlight:
 class Filler:
     """Runs `fill(url, personas, topics)` on a daemon thread for what was requested."""
 
-    def __init__(self, fill: Callable[[str, list[str], list[bytes]], object]):
+    def __init__(self, fill: Fill):
         self._fill = fill
         self._state = PerProcess(self._begin)
         self.failures = 0  # fills that raised (logged by type; the next open reads again)
@@ -76,6 +81,7 @@ class Filler:
     def _begin(self) -> None:
         self._cv = threading.Condition()
         self._pending: dict[tuple[str, str], set[bytes]] = {}
+        self._winners: dict[tuple[str, str], tuple[Version, dict[int, Row]]] = {}
         self._busy = False
         threading.Thread(target=self._run, name="memory-read-fill", daemon=True).start()
 
@@ -83,14 +89,22 @@ class Filler:
         """Start the thread in this process if it is not running (first use, or a fork)."""
         self._state.ensure()
 
-    def request(self, url: str, personas: list[str], topic: bytes | None) -> None:
-        """Fill these personas' entries (and their cosines to `topic`) soon."""
+    def request(
+        self, url: str, personas: list[str], topic: bytes | None, winners: Winners | None = None
+    ) -> None:
+        """Fill these personas' entries (and their cosines to `topic`) soon, keeping with
+        them the `winners` rows an open read (the rows of its blocks)."""
         self._state.ensure()
         with self._cv:
             for p in personas:
                 topics = self._pending.setdefault((url, p), set())
                 if topic is not None:
                     topics.add(topic)
+            for p, (version, rows) in (winners or {}).items():
+                held = self._winners.get((url, p))
+                if held is not None and held[0] == version:
+                    rows = {**held[1], **rows}
+                self._winners[(url, p)] = (version, dict(rows))
             self._cv.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -109,10 +123,11 @@ class Filler:
                 mine = {k: v for k, v in self._pending.items() if k[0] == url}
                 for k in mine:
                     del self._pending[k]
+                winners = {k[1]: self._winners.pop(k) for k in mine if k in self._winners}
                 self._busy = True
             try:
                 topics = sorted({t for v in mine.values() for t in v})
-                self._fill(url, sorted(p for _, p in mine), topics)
+                self._fill(url, sorted(p for _, p in mine), topics, winners)
             except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
                 self.failures += 1
                 log.warning("read cache fill failed (%s); the next open reads", type(exc).__name__)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,7 +44,7 @@ from memory_worker.core.read_cache import (
 )
 from memory_worker.core.rows import Row, human_id, human_ref, id_list
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
-from memory_worker.reader.cache_fill import Filler, InFlight
+from memory_worker.reader.cache_fill import Filler, InFlight, Winners
 from memory_worker.reader.cache_sweep import Sweeper
 from memory_worker.reader.touch import Attempt, Touch, Toucher
 from memory_worker.storage import read_packs, read_path, store
@@ -98,7 +98,15 @@ def _view(rows: PersonaRows, scope: Scope) -> View:
 _NO_VIEW = View(_EMPTY, np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
 
 
-Fills = list[tuple[list[str], bytes | None]]  # (personas, a topic): fills an open asks for
+@dataclass
+class Fills:
+    """What a room open asks of the fill thread, requested as it returns (`opening`): these
+    personas' entries (with a topic's cosines), and the winners' rows it read of personas
+    it did not hold, to keep with their entries."""
+
+    asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
+    winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
+
 
 OPENS = InFlight()  # this process's room opens in flight: the fill and the sweep step aside
 PACK_BEHIND_MAX = 256  # ours: versions a kept pack may lag before it is written again...
@@ -109,12 +117,13 @@ PACK_BEHIND_MIN = 16  # ours: ...or fewer for a small persona, whose pack costs 
 def opening(url: str) -> Iterator[Fills]:
     """A room open (or a recall) in flight: background work steps aside while it runs, and
     the fills it asks for are requested as it ends, never while it still works."""
-    asked: Fills = []
+    asked = Fills()
     with OPENS.opening():
         yield asked
     SWEEP.start()  # what this process holds from now on is caught up even if never opened again
-    for personas, topic in asked:
-        FILLS.request(url, personas, topic)
+    for personas, topic in asked.asked:
+        winners = {p: asked.winners[p] for p in personas if p in asked.winners}
+        FILLS.request(url, personas, topic, winners)
 
 
 class NotHeld(Exception):
@@ -165,7 +174,7 @@ def load_candidates(
     READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
     sid = versions.store
     topic = vector if keep_cosines else None
-    asked: Fills = []
+    asked: list[tuple[list[str], bytes | None]] = []
     rows: dict[str, PersonaRows] = {}
     for p in seen:
         got = _held(conn, (url, sid, p), versions[p])
@@ -181,7 +190,8 @@ def load_candidates(
         for p, pack in read_packs.packs(conn, cold, topic).items():
             caught = _patched(conn, p, unpacked(pack.columns, pack.version), versions[p])
             if caught is not None:
-                rows[p] = caught[0]
+                rows[p] = caught[0]  # every open row: the entry, kept now (its vectors later)
+                READ_CACHE.put((url, sid, p), rows[p])
                 packed_at[p] = Packed(pack, caught[1])
         rest = [p for p in cold if p not in rows]
         if rest:
@@ -191,7 +201,7 @@ def load_candidates(
             partial = set(visible)
         asked.append((cold, topic))
     if fills is not None:
-        fills.extend(asked)
+        fills.asked.extend(asked)
     else:
         for personas, t in asked:
             FILLS.request(url, personas, t)
@@ -212,7 +222,7 @@ def load_candidates(
             else:
                 rel = _measured(conn, key, r, idx, vector, packed_at.get(p), p not in partial)
                 if p in held and fills is not None:
-                    fills.append(([p], vector))  # its vectors, for the next open of this room
+                    fills.asked.append(([p], vector))  # its vectors, for the next open here
         out[p] = _candidates(r, view, now_day, rel)
     return out
 
@@ -250,11 +260,16 @@ def _from_cache(
 
 
 def winner_rows(
-    conn: Connection | None, url: str, versions: Versions, picks: Mapping[str, Sequence[int]]
+    conn: Connection | None,
+    url: str,
+    versions: Versions,
+    picks: Mapping[str, Sequence[int]],
+    fills: Fills | None = None,
 ) -> dict[int, Row]:
     """The full rows of each persona's winners: those its entry keeps from earlier opens at
-    the same version, the rest read in one statement (and kept with the entry). With no
-    `conn`, `NotHeld` if a winner's row is not kept."""
+    the same version, the rest read in one statement and kept with the entry (or, for a
+    persona not held, handed to its fill in `fills`). With no `conn`, `NotHeld` if a
+    winner's row is not kept."""
     out: dict[int, Row] = {}
     missing: dict[str, list[int]] = {}
     for p, ids in picks.items():
@@ -273,9 +288,11 @@ def winner_rows(
     out.update(found)
     for p, ids in missing.items():
         key = (url, versions.store, p)
-        entry = READ_CACHE.get(key, versions[p])
-        if entry is not None:
-            READ_CACHE.remember(key, entry, {i: found[i] for i in ids if i in found})
+        read = {i: found[i] for i in ids if i in found}
+        if READ_CACHE.previous(key) is not None:
+            READ_CACHE.remember(key, versions[p], read)
+        elif fills is not None:
+            fills.winners[p] = (versions[p], read)
     return out
 
 
@@ -379,10 +396,11 @@ def _by_id(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np
     return int8_cosines(block, vector, int8_norms(block))
 
 
-def _fill(url: str, personas: list[str], topics: list[bytes]) -> None:
+def _fill(url: str, personas: list[str], topics: list[bytes], winners: Winners) -> None:
     """The fill thread's work (cache_fill.py): every open row of these personas into the read
-    cache, with their vectors and cosines to the topics their cold opens ranked against, and
-    their packs kept up to date. Before each step it waits while a room open is in flight."""
+    cache, with their vectors and cosines to the topics their cold opens ranked against and
+    the winners' rows those opens read, and their packs kept up to date. Before each step it
+    waits while a room open is in flight."""
     for p in personas:
         OPENS.wait_idle()
         with store.engine(url).connect() as conn:
@@ -392,6 +410,8 @@ def _fill(url: str, personas: list[str], topics: list[bytes]) -> None:
             rows = _held(conn, key, versions[p]) or _whole(conn, p, versions[p])
             load = _loader(conn, p, len(rows), between=OPENS.wait_idle)
             rows = READ_CACHE.fill(key, rows, load)
+            if p in winners:
+                READ_CACHE.remember(key, *winners[p])
             for topic in topics:
                 OPENS.wait_idle()
                 every = np.arange(len(rows), dtype=np.int64)

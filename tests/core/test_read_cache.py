@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, create_engine, delete, insert, select, update
+from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
 
 from memory_worker import app_side
 from memory_worker.core import settings as settings_mod
@@ -25,6 +25,7 @@ from memory_worker.core.read_cache import (
     Vectors,
     Version,
 )
+from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import Block, build_block, read_columns
 from memory_worker.storage import store
@@ -195,15 +196,16 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
 
 def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generator) -> None:
     read_columns.READ_CACHE.clear()
-    opened("warren", {DAN}, "topic", now=NOW, touch=False)
+    dans = opened("warren", {DAN}, "topic", now=NOW, touch=False)
     after_dan = read_columns.READ_CACHE.bytes
     block = opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
     keys = [k for k in read_columns.READ_CACHE._entries if k[2] == "warren"]
     assert len(keys) == 1, "one entry for Warren, whoever is in the room"
     grown = read_columns.READ_CACHE.bytes - after_dan
     kept = held("warren").winners
-    assert sorted(kept) == sorted(block.row_ids), "the rows of Cara's block, kept for next time"
-    rows = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in kept.values())
+    assert set(kept) == {*dans.row_ids, *block.row_ids}, "both blocks' rows, kept for next time"
+    new = [kept[i] for i in set(block.row_ids) - set(dans.row_ids)]
+    rows = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in new)
     assert grown == (180 + 40) * 8 + rows, "Cara's room added one topic's cosines, no columns"
 
 
@@ -661,3 +663,73 @@ def test_a_topics_cosines_outlive_a_pack_written_without_them(
         c.execute(delete(t.persona_read_packs))
         c.execute(delete(t.persona_read_topics))
     assert got == cold()[4], "the block with nothing kept"
+
+
+def _row(i: int) -> Row:
+    return Row(
+        id=i,
+        persona="warren",
+        subject="u:42",
+        counterpart=None,
+        witnessed=[DAN],
+        room_id="dm",
+        kind="fact",
+        text=f"u:42 said thing {i}.",
+        importance=5,
+        valid_from=None,
+        valid_to=None,
+        closed_by=None,
+        evidence=[1],
+        created="2026-11-01T10:00:00+00:00",
+    )
+
+
+def test_winners_rows_read_before_this_processs_own_touch_are_kept_with_it_applied() -> None:
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    v1, v2 = Version(10, 111), Version(12, 222)
+    cache.put(key, _columns(10, 111, [1, 2, 3]))
+    stamp = "2026-12-01T12:00:00+00:00"
+    cache.touched(key[0], key[1], {"warren": (v1, v2, [(np.array([2]), 20_000.0, stamp)])})
+    cache.remember(key, v1, {1: _row(1), 2: _row(2)})  # read at v1, the touch landed since
+    got = cache.get(key, v2)
+    assert got is not None and set(got.winners) == {1, 2}
+    assert (got.winners[2].last_recalled, got.winners[2].recall_count) == (stamp, 1)
+    assert got.winners[1].last_recalled is None
+    cache.remember(key, Version(11, 999), {3: _row(3)})  # another write lies between
+    assert set(cache.get(key, v2).winners) == {1, 2}  # type: ignore[union-attr]
+
+
+def test_a_put_at_the_same_version_keeps_what_opens_kept_meanwhile() -> None:
+    """A fill read the entry, and meanwhile an open kept its winners' rows: the fill's put
+    must not throw them away."""
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    cache.put(key, _columns(10, 111, [1, 2, 3]))
+    cache.remember(key, Version(10, 111), {2: _row(2)})
+    cache.put(key, _columns(10, 111, [1, 2, 3]))  # the fill's own read, landing late
+    got = cache.get(key, Version(10, 111))
+    assert got is not None and set(got.winners) == {2}
+    assert cache.bytes == got.nbytes
+
+
+def test_a_cold_open_on_the_pack_keeps_the_entry_at_once(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """The next open is warm without waiting for the fill: the pack gave every row."""
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # the pack written
+    read_columns.READ_CACHE.clear()
+    with read_columns.OPENS.opening():  # the fill waits: another open in flight
+        first = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+        reads: list[str] = []
+
+        def note(*args: Any) -> None:
+            if threading.current_thread() is threading.main_thread():
+                reads.append(args[2])
+
+        event.listen(db, "before_cursor_execute", note)
+        try:
+            again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+        finally:
+            event.remove(db, "before_cursor_execute", note)
+        assert reads == [] and again == first
