@@ -424,15 +424,24 @@ class ReadCache:
         """The entry if it is as fresh as `version`, else None. An entry behind only by this
         process's own touches (committed, or about to be: `expect`) is brought forward."""
         with self._lock:
-            got = self._entries.get(key)
-            if got is not None and got.version != version:
-                got = self._forward(key, got, version)
-                if got is not None:
-                    self._entries[key] = got  # same size
-            if got is None:
-                return None
-            self._entries.move_to_end(key)
+            got = self._at(key, version)
+            if got is not None:
+                self._entries.move_to_end(key)
             return got
+
+    def forwarded(self, key: Key, version: Version) -> bool:
+        """Whether the entry is at `version`, or was brought forward to it by this process's
+        own touches (`get` without its use: the LRU order stays)."""
+        with self._lock:
+            return self._at(key, version) is not None
+
+    def _at(self, key: Key, version: Version) -> PersonaRows | None:
+        got = self._entries.get(key)
+        if got is not None and got.version != version:
+            got = self._forward(key, got, version)
+            if got is not None:
+                self._entries[key] = got  # same size
+        return got
 
     def previous(self, key: Key) -> PersonaRows | None:
         """Whatever entry is held, fresh or not (a refetch starts from it)."""

@@ -570,6 +570,8 @@ def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
         moved = {p: old for p, old in held.items() if old.version != now[p]}
         for p, old in moved.items():
             key = (url, now.store, p)
+            if READ_CACHE.forwarded(key, now[p]):
+                continue  # behind only by this process's own touch: brought forward by it
             caught = _patched(conn, p, old, now[p])
             if caught is None:
                 READ_CACHE.drop(key, old)
