@@ -53,6 +53,7 @@ NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded
 OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
 WINNERS_KEPT = 256  # ours: full rows of recent winners an entry keeps, at most (then afresh)
 VIEWS_KEPT = 2  # ours: audiences an entry keeps its visible rows for (`View`), the latest ones
+VIEWS_FROM_ROWS = 8_192  # ours: fewer rows are ranked as fast without (ranking.SORT_ALL_UP_TO)
 ROW_OVERHEAD_BYTES = 640  # ours: a Row object and its fields, besides its text
 
 
@@ -188,8 +189,8 @@ class Vectors:
                 moved[: live.size] = cos[live]
                 out.cosines[topic] = moved
             out.used = int(live.size)
-        renumbered = np.full(slots.shape[0], NO_SLOT, dtype=np.int64)
-        renumbered[held] = np.arange(live.size, dtype=np.int64)
+        renumbered = np.full(slots.shape[0], NO_SLOT, dtype=np.int32)
+        renumbered[held] = np.arange(live.size, dtype=np.int32)
         return out, renumbered
 
 
@@ -201,7 +202,7 @@ class View:
     and entry (`reader.read_columns.visible_view`): neither the rule nor the sort by (group,
     kind) is paid again by every open."""
 
-    idx: np.ndarray  # int64 positions into the entry
+    idx: np.ndarray  # int32 positions into the entry (int64 when gathered: numpy's index)
     by_kind: np.ndarray  # int32 positions into `idx`
     runs: np.ndarray  # int64
 
@@ -215,13 +216,13 @@ class PersonaRows:
     """
 
     version: Version
-    ids: np.ndarray  # int64, ascending
-    groups: np.ndarray  # int64: WORLD_GROUP, a human id, or NO_ONE (no audience sees it)
+    ids: np.ndarray  # int32 or int64 (`narrow_ints`), ascending
+    groups: np.ndarray  # the same: WORLD_GROUP, a human id, or NO_ONE (no audience sees it)
     kinds: np.ndarray  # int8
-    importance: np.ndarray  # float64
+    importance: np.ndarray  # int16 (the store's 1..10), else float64: `narrow`
     recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
     chars: np.ndarray  # int32
-    slots: np.ndarray | None = None  # int64
+    slots: np.ndarray | None = None  # int32
     vectors: Vectors | None = None
     # Rows with a requirement beyond `groups` (named humans, a private world row): their ids,
     # ascending, by requirement. The audience rule checks each requirement once per open.
@@ -229,9 +230,10 @@ class PersonaRows:
     # The full rows (no embedding) of recent winners, as of `version`: a warm open renders them
     # without reading them again (`ReadCache.remember`), each through the audience rule anew.
     winners: Mapping[int, Row] = field(default_factory=dict)
-    # The latest audiences' visible rows (`View`), by scope: shared by every generation with
-    # the same rows (a touch, the winners kept), made again after a patch. Their bytes are
-    # reserved in `base_bytes`: VIEWS_KEPT of an int64 and an int32 a row.
+    # The latest audiences' visible rows (`View`), by scope, for a persona of more rows than a
+    # take sorts at once: shared by every generation with the same rows (a touch, the winners
+    # kept), made again after a patch. Their bytes are reserved in `base_bytes`: VIEWS_KEPT
+    # pairs of int32s a row.
     views: dict[Any, View] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -240,9 +242,9 @@ class PersonaRows:
     @property
     def base_bytes(self) -> int:
         cols = (self.ids, self.groups, self.kinds, self.importance, self.recalled_day, self.chars)
-        slots = self.slots.nbytes if self.slots is not None else self.ids.nbytes
+        slots = 4 * len(self)  # int32 a row, whether made yet or not: the bound counts them
         required = sum(ENTRY_OVERHEAD_BYTES // 4 + a.nbytes for a in self.required.values())
-        views = VIEWS_KEPT * 12 * len(self)
+        views = VIEWS_KEPT * 8 * len(self) if len(self) > VIEWS_FROM_ROWS else 0
         return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required + views
 
     @property
@@ -283,7 +285,7 @@ class PersonaRows:
         if self.slots is not None and self.vectors is not None:
             gone = self.slots[~keep]
             self.vectors.forget(gone[gone >= 0])
-            none = np.full(len(fresh), NO_SLOT, dtype=np.int64)
+            none = np.full(len(fresh), NO_SLOT, dtype=np.int32)
             cols["slots"] = np.concatenate([self.slots[keep], none])
         ids = cols["ids"]
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # not a pure append
@@ -347,10 +349,25 @@ PACKED_COLUMNS = (
     ("ids", "<i8", np.int64),
     ("groups", "<i8", np.int64),
     ("kinds", "<i2", np.int8),
-    ("importance", "<f8", np.float64),
+    ("importance", "<f8", np.float64),  # held as `narrow` makes it
     ("recalled_day", "<f8", np.float64),
     ("chars", "<i4", np.int32),
 )
+
+
+def narrow_ints(values: np.ndarray) -> np.ndarray:
+    """Ids (of rows, of humans) as an entry holds them: int32 while every one fits, else
+    int64. Whoever multiplies them widens them first."""
+    fits = not values.size or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31)
+    return values.astype(np.int32 if fits else np.int64)
+
+
+def narrow(importance: np.ndarray) -> np.ndarray:
+    """A persona's importance column as an entry holds it: int16 when every value is one
+    exactly (the store's 1..10), else as read (float64): ranking reads it as float64 either
+    way, the same numbers."""
+    small = importance.astype(np.int16)
+    return small if np.array_equal(small, importance) else importance.astype(np.float64)
 
 
 def packed(rows: PersonaRows) -> bytes:
@@ -385,6 +402,8 @@ def unpacked(blob: bytes, version: Version) -> PersonaRows:
         values = np.frombuffer(blob, dtype=width, count=n, offset=at)
         at += values.nbytes
         cols[name] = values if values.dtype == dtype else values.astype(dtype)
+    cols["importance"] = narrow(cols["importance"])
+    cols["ids"], cols["groups"] = narrow_ints(cols["ids"]), narrow_ints(cols["groups"])
     required: dict[Requirement, np.ndarray] = {
         (tuple(named), None if private is None else tuple(private)): np.array(ids, dtype=np.int64)
         for named, private, ids in head["required"]
@@ -676,7 +695,10 @@ class ReadCache:
             return rows
         allowed = self.slots_allowed(rows, vectors.dims)
         start = len(rows) - min(len(rows), allowed)
-        slots = rows.slots.copy() if rows.slots is not None else np.full(len(rows), NO_SLOT)
+        if rows.slots is not None:
+            slots = rows.slots.copy()
+        else:
+            slots = np.full(len(rows), NO_SLOT, dtype=np.int32)
         slots[:start] = NO_SLOT  # older than the newest that fit: relevance 0, cold or warm
         need = start + np.flatnonzero(slots[start:] == NO_SLOT)
         live = int(np.count_nonzero(slots >= 0))

@@ -29,6 +29,7 @@ from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_
 from memory_worker.core.read_cache import (
     NEVER_WRITTEN,
     NO_REQUIREMENT,
+    VIEWS_FROM_ROWS,
     VIEWS_KEPT,
     Batches,
     Key,
@@ -39,6 +40,8 @@ from memory_worker.core.read_cache import (
     Version,
     Versions,
     View,
+    narrow,
+    narrow_ints,
     packed,
     unpacked,
 )
@@ -72,8 +75,10 @@ def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
 
 
 def visible_view(rows: PersonaRows, scope: Scope) -> View:
-    """`visible_index` in (group, kind) order with its runs, kept with the entry for the next
-    open of the same audience (the latest VIEWS_KEPT audiences)."""
+    """`visible_index` in (group, kind) order with its runs, kept with a big entry for the
+    next open of the same audience (the latest VIEWS_KEPT audiences)."""
+    if len(rows) <= VIEWS_FROM_ROWS:  # a take sorts these at once: nothing to keep
+        return View(visible_index(rows, scope), _NO_ORDER, _NO_RUNS)
     try:
         got = rows.views.get(scope)
     except TypeError:  # a scope that cannot be a key: made every time
@@ -88,14 +93,16 @@ def visible_view(rows: PersonaRows, scope: Scope) -> View:
 
 def _view(rows: PersonaRows, scope: Scope) -> View:
     idx = visible_index(rows, scope)
-    codes = rows.groups[idx] * (UNKNOWN_KIND + 1) + rows.kinds[idx]
+    codes = rows.groups[idx].astype(np.int64) * (UNKNOWN_KIND + 1) + rows.kinds[idx]
     by_kind = np.argsort(codes, kind="stable")
     codes = codes[by_kind]
     runs = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if idx.size else _EMPTY
-    return View(idx, by_kind.astype(np.int32), np.append(runs, idx.size).astype(np.int64))
+    runs = np.append(runs, idx.size).astype(np.int64)
+    return View(idx.astype(np.int32), by_kind.astype(np.int32), runs)
 
 
-_NO_VIEW = View(_EMPTY, np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
+_NO_ORDER, _NO_RUNS = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+_NO_VIEW = View(_EMPTY, _NO_ORDER, np.zeros(1, dtype=np.int64))
 
 
 @dataclass
@@ -607,10 +614,10 @@ def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
     return PersonaRows(
         required=_requirements(cols[0], cols[8], cols[9]),
         version=version,
-        ids=ids[order],
-        groups=groups[order],
+        ids=narrow_ints(ids[order]),
+        groups=narrow_ints(groups[order]),
         kinds=np.array(cols[4], dtype=np.int8)[order],
-        importance=np.array(cols[5], dtype=np.float64)[order],
+        importance=narrow(np.array(cols[5], dtype=np.float64))[order],
         recalled_day=_days(cols[6])[order],
         chars=np.array(cols[7], dtype=np.int32)[order],
     )
@@ -654,21 +661,21 @@ def unix_day(stamp: str | None) -> float:
 def _candidates(
     rows: PersonaRows | None, view: View, now_day: float, rel: np.ndarray | None
 ) -> RankColumns:
-    idx = view.idx
-    if rows is None or not idx.size:
+    if rows is None or not view.idx.size:
         z = np.zeros(0)
         return RankColumns(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
+    idx = view.idx.astype(np.intp)  # numpy gathers fastest on its own index type
     ages = np.nan_to_num(now_day - rows.recalled_day[idx], nan=UNREADABLE_AGE_DAYS)
     return RankColumns(
         ids=rows.ids[idx],
-        groups=rows.groups[idx],
+        groups=rows.groups[idx].astype(np.int64),  # ranking multiplies them
         kinds=rows.kinds[idx],
-        importance=rows.importance[idx],
+        importance=rows.importance[idx].astype(np.float64),
         age_days=np.maximum(ages, 0.0),
         chars=rows.chars[idx],
         relevance=rel if rel is not None else np.zeros(idx.size),
-        by_kind=view.by_kind,
-        runs=view.runs,
+        by_kind=view.by_kind if view.runs.size else None,
+        runs=view.runs if view.runs.size else None,
     )
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
 
 from memory_worker import app_side
+from memory_worker.core import read_cache as read_cache_mod
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.read_cache import (
@@ -135,11 +136,24 @@ def cold() -> list[str]:
     return texts()
 
 
+@pytest.fixture(params=["a small persona", "a big persona's ways"])
+def ways(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Rank as a persona of a few hundred rows is ranked, and as one of many thousands is:
+    the views kept per audience and the per-(group, kind) passes of the take."""
+    if request.param != "a small persona":
+        from memory_worker.core import ranking
+
+        monkeypatch.setattr(read_columns, "VIEWS_FROM_ROWS", 0)
+        monkeypatch.setattr(read_cache_mod, "VIEWS_FROM_ROWS", 0)
+        monkeypatch.setattr(ranking, "SORT_ALL_UP_TO", 0)
+    return str(request.param)
+
+
 @pytest.mark.parametrize(
     "change", ["a new row", "a closed row", "a deleted row", "a touch", "nothing"]
 )
 def test_the_block_is_the_same_cold_warm_and_after_another_process_wrote(
-    store_rows: np.random.Generator, db: Engine, change: str
+    store_rows: np.random.Generator, db: Engine, change: str, ways: str
 ) -> None:
     first = cold()
     assert first == texts(), "warm"
@@ -212,7 +226,7 @@ def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generato
 def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
     store_rows: np.random.Generator, db: Engine
 ) -> None:
-    bound = 19_700  # Warren's 220 rows of columns fit; the vectors of only about 100
+    bound = 13_000  # Warren's 220 rows of columns fit; the vectors of only about 100
     small = ReadCache(max_bytes=bound)
     read_columns.READ_CACHE, saved = small, read_columns.READ_CACHE
     try:
@@ -297,12 +311,13 @@ def write_elsewhere(other: Engine, op: tuple[Any, ...], rng: np.random.Generator
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(ops=writes, bound=st.sampled_from([None, 19_700]))
+@given(ops=writes, bound=st.sampled_from([None, 13_000]))
 def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
     store_rows: np.random.Generator,
     db: Engine,
     ops: list[tuple[object, ...]],
     bound: int | None,
+    ways: str,
 ) -> None:
     other = create_engine(db.url.render_as_string(hide_password=False))  # not the reader's
     warm, saved = ReadCache(max_bytes=bound), read_columns.READ_CACHE

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -797,3 +798,34 @@ print(len(compiled), len(block.row_ids))
     assert out.returncode == 0, out.stderr[-2000:]
     compiled, rows = map(int, out.stdout.split())
     assert rows > 0 and compiled == 0, out.stderr
+
+
+def test_ids_past_32_bits_rank_and_render_as_any_other(db: Engine) -> None:
+    """An entry holds ids in 32 bits while they fit (fewer bytes a row), and in 64 once one
+    does not: a human and a row numbered past 2**31 load, warm and cold alike."""
+    big = 2**33 + 7
+    with store.transaction() as c:
+        app_side.add_user(c, big, "Bea")
+        app_side.add_persona(c, "warren", "Warren")
+        app_side.add_room(c, "dm-bea", "private", [f"u:{big}", "warren"])
+        add_row(c, "warren", f"u:{big}", f"u:{big} keeps bees.", witnessed=(big,))
+        c.execute(
+            insert(t.persona_memory).values(
+                id=2**33,
+                persona="warren",
+                subject=f"u:{big}",
+                witnessed=json.dumps([big]),
+                room_id="origin",
+                kind="fact",
+                text=f"u:{big} sells honey.",
+                importance=9,
+                evidence="[1]",
+                created="2026-11-21T10:00:00+00:00",
+            )
+        )
+    cold = build_block("warren", {big}, "dm-bea", now=NOW, touch=False)
+    assert read_columns.FILLS.wait(30)
+    warm = build_block("warren", {big}, "dm-bea", now=NOW, touch=False)
+    assert "sells honey" in cold.text and "keeps bees" in cold.text and warm.text == cold.text
+    held = read_columns.READ_CACHE.held(str(db.url))["warren"]
+    assert held.ids.dtype == held.groups.dtype == np.int64
