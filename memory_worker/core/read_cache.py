@@ -84,8 +84,9 @@ class Versions:
 
 
 Key = tuple[str, str, str]  # (database url, store id, persona)
-# A touch: these row ids were last recalled at this Unix day (this stamp, as the store has it).
-Batches = Sequence[tuple[np.ndarray, float, str]]
+# Touches: these row ids were last recalled at this Unix day (this stamp, as the store has
+# it), and recalled this many times more.
+Batches = Sequence[tuple[np.ndarray, float, str, int]]
 # Beyond whom a row concerns: the humans it names, and for a world row still private to its
 # sources, those sources (None: public). Few rows carry one: kept as requirement → row ids.
 Requirement = tuple[tuple[int, ...], tuple[int, ...] | None]
@@ -261,7 +262,7 @@ class PersonaRows:
         """
         recalled = self.recalled_day.copy()
         winners = dict(self.winners)
-        for ids, day, stamp in batches:
+        for ids, day, stamp, times in batches:
             at = np.searchsorted(self.ids, ids)
             inside = at < len(self.ids)
             at, ids = at[inside], ids[inside]
@@ -270,7 +271,7 @@ class PersonaRows:
             for i in ids[hit].tolist():
                 if (row := winners.get(i)) is not None:
                     winners[i] = replace(
-                        row, last_recalled=stamp, recall_count=row.recall_count + 1
+                        row, last_recalled=stamp, recall_count=row.recall_count + times
                     )
         return replace(self, recalled_day=recalled, version=version, winners=winners)
 
@@ -552,11 +553,11 @@ class ReadCache:
             if version == to:
                 break
             if version == before:
-                for ids, _day, stamp in batches:
+                for ids, _day, stamp, times in batches:
                     for i in ids.tolist():
                         if (row := out.get(i)) is not None:
                             out[i] = replace(
-                                row, last_recalled=stamp, recall_count=row.recall_count + 1
+                                row, last_recalled=stamp, recall_count=row.recall_count + times
                             )
                 version = after
         return out if version == to else None

@@ -100,7 +100,8 @@ class Toucher:
             while len(self._pending) >= self._max:
                 self._cv.wait()
             self._pending.append(touch)
-            self._cv.notify_all()
+            if len(self._pending) in (1, self._max):  # the thread gathers the ones between
+                self._cv.notify_all()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every touch promised so far is applied (or given up). True if drained."""

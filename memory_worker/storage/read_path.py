@@ -441,7 +441,7 @@ def winners(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
 TOUCH = (
     update(t.persona_memory)
     .where(_pm.persona == bindparam("of"), _pm.id.in_(bindparam("ids", expanding=True)))
-    .values(last_recalled=bindparam("stamp"), recall_count=_pm.recall_count + 1)
+    .values(last_recalled=bindparam("stamp"), recall_count=_pm.recall_count + bindparam("n"))
 )
 VERSIONS = Prepared(
     lambda personas: union_all(*_store_and_versions(_v.persona.in_(personas))), personas=""
@@ -469,12 +469,13 @@ def versions(conn: Connection, personas: Sequence[str], *, lock: bool = False) -
     return Versions(sid, {p: found.get(p, NEVER_WRITTEN) for p in personas})
 
 
-def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str) -> None:
-    """`last_recalled = stamp, recall_count += 1` for these rows of `persona`; an id that is
-    not (any longer) one of its rows touches nothing."""
+def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str, times: int = 1) -> None:
+    """`last_recalled = stamp, recall_count += times` for these rows of `persona` (`times`
+    touches folded into one write); an id that is not (any longer) one of its rows touches
+    nothing."""
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = list(ids[start : start + IDS_PER_STATEMENT])
-        conn.execute(TOUCH, {"of": persona, "ids": part, "stamp": stamp})
+        conn.execute(TOUCH, {"of": persona, "ids": part, "stamp": stamp, "n": times})
 
 
 def compile_for(dialect: Dialect) -> None:

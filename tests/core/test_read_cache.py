@@ -445,7 +445,7 @@ def test_a_read_begun_before_this_processs_own_touch_is_brought_forward_not_put_
     cache.put(key, _columns(10, 111, [1, 2, 3]))
     read = cache.get(key, v1)
     assert read is not None
-    touch = (np.array([2]), 20_000.0, "2024-10-04T00:00:00+00:00")
+    touch = (np.array([2]), 20_000.0, "2024-10-04T00:00:00+00:00", 1)
     cache.touched(key[0], key[1], {"warren": (v1, v2, [touch])})
     assert cache.get(key, v2) is not None
     loaded = cache.fill(key, replace(read, slots=None, vectors=Vectors(DIMS, 3)), lambda ids: {})
@@ -641,7 +641,7 @@ def test_an_open_between_its_own_touchs_commit_and_the_cache_taking_it_reads_not
     cache.enter(key[0], key[1])
     v1, v2 = Version(10, 111), Version(12, 222)
     cache.put(key, _columns(10, 111, [1, 2, 3]))
-    moves = {"warren": (v1, v2, [(np.array([2, 3]), 20_000.0, "2024-10-04T00:00:00+00:00")])}
+    moves = {"warren": (v1, v2, [(np.array([2, 3]), 20_000.0, "2024-10-04T00:00:00+00:00", 1)])}
     cache.expect(key[0], key[1], moves)
     assert cache.get(key, v1) is not None, "not committed yet: the store is still at v1"
     got = cache.get(key, v2)  # committed: an open reads v2 before `touched`
@@ -705,7 +705,7 @@ def test_winners_rows_read_before_this_processs_own_touch_are_kept_with_it_appli
     v1, v2 = Version(10, 111), Version(12, 222)
     cache.put(key, _columns(10, 111, [1, 2, 3]))
     stamp = "2026-12-01T12:00:00+00:00"
-    cache.touched(key[0], key[1], {"warren": (v1, v2, [(np.array([2]), 20_000.0, stamp)])})
+    cache.touched(key[0], key[1], {"warren": (v1, v2, [(np.array([2]), 20_000.0, stamp, 1)])})
     cache.remember(key, v1, {1: _row(1), 2: _row(2)})  # read at v1, the touch landed since
     got = cache.get(key, v2)
     assert got is not None and set(got.winners) == {1, 2}

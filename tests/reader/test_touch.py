@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, event, insert, select
 
 from memory_worker import app_side, controls, reader
 from memory_worker.core import settings as settings_mod
@@ -242,3 +242,39 @@ def test_a_touch_names_its_rows_by_id_and_persona_so_it_never_lands_on_another_p
     as_nolans = Touch(url, (("nolan", (warrens,)),), stamp, 20_423.5)
     read_columns._apply_touches(url, [as_nolans], Attempt())
     assert recall_counts(db)[warrens] == 0
+
+
+@pytest.mark.store
+def test_a_burst_of_touches_writes_each_row_once_and_ends_as_one_by_one_would(
+    db: Engine, two_personas: dict[str, list[int]]
+) -> None:
+    """Gathered touches fold together: a row takes the stamp of the last touch that named it
+    and its recall count one for each, in one UPDATE per group of rows that end alike."""
+    url = settings_mod.current().database_url
+    a, b, c = two_personas["warren"]
+    burst = [
+        Touch(url, (("warren", (a, b)),), "2026-12-01T10:00:00+00:00", 20_423.4),
+        Touch(url, (("warren", (a,)),), "2026-12-01T11:00:00+00:00", 20_423.5),
+        Touch(url, (("warren", (b, c)),), "2026-12-01T12:00:00+00:00", 20_423.6),
+    ]
+    updates: list[str] = []
+
+    def note(*args: Any) -> None:
+        if str(args[2]).lstrip().upper().startswith("UPDATE PERSONA_MEMORY "):
+            updates.append(str(args[2]))
+
+    event.listen(db, "before_cursor_execute", note)
+    try:
+        read_columns._apply_touches(url, burst, Attempt())
+    finally:
+        event.remove(db, "before_cursor_execute", note)
+    pm = t.persona_memory.c
+    with db.connect() as conn:
+        got = {
+            r.id: (r.last_recalled, r.recall_count)
+            for r in conn.execute(select(pm.id, pm.last_recalled, pm.recall_count))
+        }
+    assert got[a] == ("2026-12-01T11:00:00+00:00", 2)
+    assert got[b] == ("2026-12-01T12:00:00+00:00", 2)
+    assert got[c] == ("2026-12-01T12:00:00+00:00", 1)
+    assert len(updates) == 3, "(a: 11:00, twice), (b: 12:00, twice), (c: 12:00, once)"
