@@ -49,7 +49,7 @@ import numpy as np
 from memory_worker import app_side
 from memory_worker.core import tables as t
 from memory_worker.core.constants import KINDS
-from memory_worker.reader import read_columns
+from memory_worker.reader import cache_loader, fill
 from memory_worker.storage import store
 
 SIZES = (1_000, 10_000, 100_000)
@@ -250,7 +250,7 @@ def flush() -> None:
     from memory_worker import reader
 
     reader.flush_touches()
-    read_columns.FILLS.wait(120)
+    fill.FILLS.wait(120)
 
 
 def load() -> float:
@@ -312,14 +312,14 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         flush()
 
     def dropped(name: str, fn: Callable[[], object], *, packs: bool = False) -> None:
-        read_columns.READ_CACHE.clear()  # not timed: the entries are gone...
+        cache_loader.READ_CACHE.clear()  # not timed: the entries are gone...
         if packs:  # ...and the packs too: the persona's first open in this store
             with store.transaction(url) as conn:
                 conn.execute(t.persona_read_packs.delete())
         ms[name].append(timed(fn))
         rewarm()  # the fill lands off the caller's path, before the next case
 
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     rewarm()
     rewarm()
     order = list(warm)
@@ -339,7 +339,7 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         other.close()
     flush()
     loads.append(load())
-    held = read_columns.READ_CACHE.held(url)[PERSONA].nbytes  # Warren's entry, as before
+    held = cache_loader.READ_CACHE.held(url)[PERSONA].nbytes  # Warren's entry, as before
     floors = {p: statistics.median(timed(floor(FLOOR_SQL, p)) for _ in range(9)) for p in PERSONAS}
     runs = {
         "fresh": [fresh(url) for _ in range(fresh_reps)],
@@ -400,14 +400,14 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
 STAGES = (  # (module, function, what it is): the reader's own steps, timed where it calls them
     ("memory_worker.storage.read_path", "context_alone", "the context statement"),
     ("memory_worker.storage.read_path", "context", "the context statement"),
-    ("memory_worker.reader.read_columns", "load_candidates", "the audience's ranking columns"),
-    ("memory_worker.reader", "scores", "scores"),
-    ("memory_worker.reader", "take", "take (per human, kinds, char cap)"),
-    ("memory_worker.reader.read_columns", "winner_rows", "the winners' full rows"),
+    ("memory_worker.reader.cache_loader", "load_candidates", "the audience's ranking columns"),
+    ("memory_worker.reader.room_open", "scores", "scores"),
+    ("memory_worker.reader.room_open", "take", "take (per human, kinds, char cap)"),
+    ("memory_worker.reader.cache_loader", "winner_rows", "the winners' full rows"),
     ("memory_worker.storage.read_path", "winners", "the winners' full rows"),
-    ("memory_worker.reader", "visible_memories", "the audience rule on every winner"),
-    ("memory_worker.reader", "render", "render"),
-    ("memory_worker.reader.read_columns", "promise_touch", "the touch promised"),
+    ("memory_worker.reader.room_open", "visible_memories", "the audience rule on every winner"),
+    ("memory_worker.reader.room_open", "render", "render"),
+    ("memory_worker.reader.room_open", "promise_touch", "the touch promised"),
 )
 
 

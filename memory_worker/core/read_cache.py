@@ -200,7 +200,7 @@ class View:
     """The rows of an entry one audience may see: their positions in the entry (`idx`,
     ascending), those positions' order by (group, kind) (`by_kind`, into `idx`), and where
     each run of one (group, kind) starts in it (`runs`, then the end). Made once per audience
-    and entry (`reader.read_columns.visible_view`): neither the rule nor the sort by (group,
+    and entry (`reader.cache_loader.visible_view`): neither the rule nor the sort by (group,
     kind) is paid again by every open."""
 
     idx: np.ndarray  # int32 positions into the entry (int64 when gathered: numpy's index)

@@ -24,18 +24,36 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+from sqlalchemy import Connection, text
+
+from memory_worker.core import settings as settings_mod
 from memory_worker.core.per_process import PerProcess
+from memory_worker.core.read_cache import Batches, Version, Versions
+from memory_worker.reader import cache_loader
+from memory_worker.reader.threads import OPENS
+from memory_worker.storage import read_path, store
 
 log = logging.getLogger(__name__)
 
+
 MAX_PENDING = 1024  # ours: touches waiting at most; the app waits past it rather than drop one
+
+
 TOUCH_ATTEMPTS = 3  # ours: a flush that keeps failing is dropped after this many tries
+
+
 RETRY_PAUSE_S = 0.2  # ours: between attempts (each may already have waited a busy timeout)
+
+
 EXIT_FLUSH_S = 5.0  # ours: how long the exit of the process waits for the queue to drain
+
+
 # ours: a touch waits this long for others to join its write — one transaction for a burst
 # of room opens, and none of its work in the middle of them
 GATHER_S = 0.05
@@ -151,3 +169,97 @@ class Toucher:
                     )
                     return
                 time.sleep(RETRY_PAUSE_S * number)
+
+
+def promise_touch(url: str | None, rows: Mapping[str, Sequence[int]], when: datetime) -> None:
+    """Promise `last_recalled = when, recall_count += 1` for these rows, by persona: a row is
+    named by its id and its persona. The background flush applies it (`flush_touches` waits)."""
+    url = url or settings_mod.current().database_url
+    stamp = _touch_stamp(when)
+    named = tuple((p, tuple(sorted(ids))) for p, ids in sorted(rows.items()) if ids)
+    TOUCHES.promise(Touch(url, named, stamp, _unix_day(stamp)))
+
+
+def _touch_stamp(when: datetime) -> str:
+    return when.astimezone(UTC).replace(microsecond=0).isoformat()
+
+
+def _unix_day(stamp: str) -> float:
+    """The Unix day a touch stamps, as a refetch would read it back."""
+    return datetime.fromisoformat(stamp).timestamp() / 86400.0
+
+
+def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None:
+    """One write transaction for every queued touch of one database, in order, each row named
+    by id and persona (one deleted meanwhile is skipped); then the read cache takes the
+    touches too, with each persona's version (before, after) read inside it.
+
+    Once: the versions before and after the write are noted in `attempt` before the commit. A
+    retry finds that commit went through when the change log holds a persona's version
+    `after` with its stamp (random per write: no other write has it), and writes nothing
+    again; only the cache is left to take the touches.
+
+    It waits out a busy writer for the store's usual timeout: nobody is waiting on it.
+    """
+    personas = sorted({p for t in touches for p in t.personas})
+    merged = _merged(touches)
+    OPENS.wait_idle()  # a room open in flight first
+    with store.engine(url).connect() as conn:
+        if store.is_sqlite(conn):
+            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # the write lock first: no upgrade race
+        with conn.begin():
+            if not store.is_sqlite(conn):
+                conn.execute(text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'"))
+            now = read_path.versions(conn, personas, lock=True)
+            if not _committed(conn, attempt.wrote):
+                for p, batches in merged.items():
+                    for ids, _day, stamp, times in batches:
+                        read_path.touch(conn, p, ids.tolist(), stamp, times)
+                attempt.wrote = (now, read_path.versions(conn, personas))
+                cache_loader.READ_CACHE.expect(url, now.store, _moves(merged, *attempt.wrote))
+    before, after = attempt.wrote
+    cache_loader.READ_CACHE.touched(url, after.store, _moves(merged, before, after))
+
+
+def _merged(touches: Sequence[Touch]) -> dict[str, Batches]:
+    """Each persona's touched rows, the touches of a burst folded together in order: a row
+    takes the stamp of the last touch that named it, and its recall count one for each; the
+    rows that end alike are one batch (one write), and no row is in two."""
+    last: dict[str, dict[int, tuple[str, float, int]]] = {}
+    for t in touches:
+        for p, ids in t.rows:
+            rows = last.setdefault(p, {})
+            for i in ids:
+                rows[i] = (t.stamp, t.day, rows.get(i, ("", 0.0, 0))[2] + 1)
+    out: dict[str, Batches] = {}
+    for p, rows in last.items():
+        alike: dict[tuple[str, float, int], list[int]] = {}
+        for i, end in rows.items():
+            alike.setdefault(end, []).append(i)
+        out[p] = [
+            (np.array(sorted(ids), dtype=np.int64), day, stamp, times)
+            for (stamp, day, times), ids in alike.items()
+        ]
+    return out
+
+
+def _moves(
+    merged: Mapping[str, Batches], before: Versions, after: Versions
+) -> dict[str, tuple[Version, Version, Batches]]:
+    """Each persona's version before and after these touches, and the rows they touched."""
+    return {p: (before[p], after[p], batches) for p, batches in merged.items()}
+
+
+def _committed(conn: Connection, wrote: tuple[Versions, Versions] | None) -> bool:
+    """Whether the write an earlier attempt noted (versions before and after it) is in the
+    store: the change log holds some persona's version `after`, stamp and all (however many
+    rows the batch touched). A write that moved no persona touched no row: there is nothing
+    to apply twice."""
+    if wrote is None:
+        return False
+    before, after = wrote
+    moved = [p for p in after.of if after[p] != before[p]]
+    return not moved or any(read_path.logged(conn, p, after[p]) for p in moved)
+
+
+TOUCHES = Toucher(_apply_touches)

@@ -28,7 +28,7 @@ from memory_worker.core.read_cache import (
 )
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
-from memory_worker.reader import Block, build_block, read_columns
+from memory_worker.reader import Block, build_block, cache_loader, fill, threads
 from memory_worker.storage import store
 
 NOW = "2026-12-01T12:00:00+00:00"
@@ -39,10 +39,10 @@ pytestmark = pytest.mark.store
 
 
 def opened(persona: str, present: set[int], room: str, **kw: Any) -> Block:
-    """`build_block`, then its cold open's fill landed (cache_fill.py): this file watches
+    """`build_block`, then its cold open's fill landed (fill.py): this file watches
     what the cache holds between opens."""
     block = build_block(persona, present, room, **kw)
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     return block
 
 
@@ -75,7 +75,7 @@ def store_rows(db: Engine) -> np.random.Generator:
         ):
             rows += [new_row(rng, persona, subject, i) for i in range(n)]
         c.execute(insert(t.persona_memory), rows)
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     return rng
 
 
@@ -106,9 +106,9 @@ def texts() -> list[str]:
 
 
 def held(persona: str):  # type: ignore[no-untyped-def]
-    """The persona's entry once the cold opens' fills have landed (cache_fill.py)."""
-    assert read_columns.FILLS.wait(30)
-    return read_columns.READ_CACHE.held(settings_mod.current().database_url)[persona]
+    """The persona's entry once the cold opens' fills have landed (fill.py)."""
+    assert fill.FILLS.wait(30)
+    return cache_loader.READ_CACHE.held(settings_mod.current().database_url)[persona]
 
 
 def row_vectors(entry: PersonaRows) -> np.ndarray:
@@ -132,7 +132,7 @@ def row_cosines(entry: PersonaRows) -> dict[bytes, np.ndarray]:
 
 
 def cold() -> list[str]:
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     return texts()
 
 
@@ -143,7 +143,7 @@ def ways(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     if request.param != "a small persona":
         from memory_worker.core import ranking
 
-        monkeypatch.setattr(read_columns, "VIEWS_FROM_ROWS", 0)
+        monkeypatch.setattr(cache_loader, "VIEWS_FROM_ROWS", 0)
         monkeypatch.setattr(read_cache_mod, "VIEWS_FROM_ROWS", 0)
         monkeypatch.setattr(ranking, "SORT_ALL_UP_TO", 0)
     return str(request.param)
@@ -197,7 +197,7 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
     bound = 40_000  # about two personas' columns with vectors, not more
     want = cold()
     small = ReadCache(max_bytes=bound)
-    read_columns.READ_CACHE, saved = small, read_columns.READ_CACHE
+    cache_loader.READ_CACHE, saved = small, cache_loader.READ_CACHE
     try:
         for _ in range(3):
             assert texts() == want, "a small cache changes no block"
@@ -205,17 +205,17 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
             held = list(small._entries.values())
             assert small.bytes == sum(e.nbytes for e in held)
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
 
 
 def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generator) -> None:
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     dans = opened("warren", {DAN}, "topic", now=NOW, touch=False)
-    after_dan = read_columns.READ_CACHE.bytes
+    after_dan = cache_loader.READ_CACHE.bytes
     block = opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
-    keys = [k for k in read_columns.READ_CACHE._entries if k[2] == "warren"]
+    keys = [k for k in cache_loader.READ_CACHE._entries if k[2] == "warren"]
     assert len(keys) == 1, "one entry for Warren, whoever is in the room"
-    grown = read_columns.READ_CACHE.bytes - after_dan
+    grown = cache_loader.READ_CACHE.bytes - after_dan
     kept = held("warren").winners
     assert set(kept) == {*dans.row_ids, *block.row_ids}, "both blocks' rows, kept for next time"
     new = [kept[i] for i in set(block.row_ids) - set(dans.row_ids)]
@@ -228,7 +228,7 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
 ) -> None:
     bound = 13_000  # Warren's 220 rows of columns fit; the vectors of only about 100
     small = ReadCache(max_bytes=bound)
-    read_columns.READ_CACHE, saved = small, read_columns.READ_CACHE
+    cache_loader.READ_CACHE, saved = small, cache_loader.READ_CACHE
     try:
         got = opened("warren", {DAN}, "topic", now=NOW, touch=False).text
         entry = small.held(settings_mod.current().database_url)["warren"]
@@ -238,7 +238,7 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
         assert got == opened("warren", {DAN}, "topic", now=NOW, touch=False).text, "warm"
         oldest = entry.ids[cut - 1]
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
     # The same ranking as a store whose oldest rows have no embedding, with room to spare.
     with store.transaction() as c:
         pm = t.persona_memory.c
@@ -320,9 +320,9 @@ def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
     ways: str,
 ) -> None:
     other = create_engine(db.url.render_as_string(hide_password=False))  # not the reader's
-    warm, saved = ReadCache(max_bytes=bound), read_columns.READ_CACHE
+    warm, saved = ReadCache(max_bytes=bound), cache_loader.READ_CACHE
     try:
-        read_columns.READ_CACHE = warm
+        cache_loader.READ_CACHE = warm
         texts()  # every persona held, with the topics' vectors
         for n, op in enumerate(ops):
             if op[0] == "open":
@@ -333,10 +333,10 @@ def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
         after = texts()
         held = list(warm._entries.values())
         assert warm.bytes == sum(e.nbytes for e in held) <= warm.max_bytes, "the bound holds"
-        read_columns.READ_CACHE = ReadCache(max_bytes=bound)
+        cache_loader.READ_CACHE = ReadCache(max_bytes=bound)
         assert after == texts(), "the warm cache, brought up to date, ranks as a cold one"
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
         other.dispose()
 
 
@@ -402,19 +402,19 @@ def test_a_cold_open_reads_only_what_its_audience_can_see_and_renders_what_a_war
             [new_row(store_rows, "warren", f"u:{1000 + i % 100}", i) for i in range(300)],
         )
     read: list[int] = []
-    real = read_columns.read_path.visible_open_rows
+    real = cache_loader.read_path.visible_open_rows
 
     def counted(*a: Any, **k: Any) -> Any:
         got = real(*a, **k)
         read.append(len(got))
         return got
 
-    monkeypatch.setattr(read_columns.read_path, "visible_open_rows", counted)
-    read_columns.READ_CACHE.clear()
+    monkeypatch.setattr(cache_loader.read_path, "visible_open_rows", counted)
+    cache_loader.READ_CACHE.clear()
     cold = build_block("warren", {who}, room, now=NOW, touch=False).text
     visible = 40 + (120 if who == DAN else 60)  # the world's and the present human's
     assert read == [visible], "a cold open reads its audience's rows, no one else's"
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     assert len(held("warren")) == 120 + 60 + 40 + 300, "the fill holds every open row"
     warm = build_block("warren", {who}, room, now=NOW, touch=False).text
     assert read == [visible], "a warm open reads no columns"
@@ -473,8 +473,8 @@ class MainThreadReads:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[str, int]] = []
         for name in ("visible_open_rows", "open_rows", "embeddings"):
-            real = getattr(read_columns.read_path, name)
-            monkeypatch.setattr(read_columns.read_path, name, self._counted(name, real))
+            real = getattr(cache_loader.read_path, name)
+            monkeypatch.setattr(cache_loader.read_path, name, self._counted(name, real))
 
     def _counted(self, name: str, real: Any) -> Any:
         def counted(*a: Any, **k: Any) -> Any:
@@ -522,7 +522,7 @@ def test_a_process_that_does_not_hold_a_persona_ranks_on_its_pack_and_the_rows_c
         assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
     other_process_writes(db, store_rows, who)
     reads = MainThreadReads(monkeypatch)
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     got = build_block("warren", {who}, room, now=NOW, touch=False).text
     assert ("visible_open_rows", 120 + 60 + 40) not in reads.calls
     assert [c for c in reads.calls if c[0] != "embeddings"] == [("open_rows", 2)], (
@@ -533,7 +533,7 @@ def test_a_process_that_does_not_hold_a_persona_ranks_on_its_pack_and_the_rows_c
         assert [c for c in reads.calls if c[0] == "embeddings"] == [("embeddings", visible)], (
             "the pack's cosines to this topic for every row not written since"
         )
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     with store.transaction() as c:
         c.execute(delete(t.persona_read_packs))
     assert got == cold()[[r for r, _ in ROOMS].index(room) * 2], "the block without a pack"
@@ -566,17 +566,17 @@ def test_a_pack_is_written_only_at_the_personas_version_now(
     ever holds a row a delete has removed since."""
     opened("warren", {DAN}, "dm", now=NOW, touch=False)
     url = settings_mod.current().database_url
-    entry = read_columns.READ_CACHE.held(url)["warren"]
+    entry = cache_loader.READ_CACHE.held(url)["warren"]
     with store.transaction() as c:
         c.execute(delete(t.persona_read_packs))
         row = new_row(store_rows, "warren", "u:42", 500)
         c.execute(insert(t.persona_memory).values(**row))
-    key = next(k for k in read_columns.READ_CACHE._entries if k[2] == "warren")
-    read_columns._keep_pack(url, key, entry)  # behind the store by one write
+    key = next(k for k in cache_loader.READ_CACHE._entries if k[2] == "warren")
+    fill.keep_pack(url, key, entry)  # behind the store by one write
     with db.connect() as c:
         assert c.execute(select(t.persona_read_packs.c.persona)).all() == []
     opened("warren", {DAN}, "dm", now=NOW, touch=False)  # caught up: now it is the store's
-    read_columns._keep_pack(url, key, read_columns.READ_CACHE.held(url)["warren"])
+    fill.keep_pack(url, key, cache_loader.READ_CACHE.held(url)["warren"])
     with db.connect() as c:
         assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
 
@@ -585,25 +585,25 @@ def test_the_fill_starts_when_the_open_returns_and_waits_while_another_is_in_fli
     store_rows: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 29: the fill never slows the open it follows."""
-    from memory_worker.reader import cache_fill
+    from memory_worker.reader import threads
 
     asked: list[int] = []
-    real = read_columns.FILLS.request
+    real = fill.FILLS.request
 
     def request(*a: Any, **k: Any) -> None:
-        asked.append(read_columns.OPENS._count)
+        asked.append(threads.OPENS._count)
         real(*a, **k)
 
-    monkeypatch.setattr(read_columns.FILLS, "request", request)
-    monkeypatch.setattr(cache_fill, "YIELD_MAX_S", 3600.0)
-    read_columns.READ_CACHE.clear()
-    with read_columns.OPENS.opening():  # another room open, still in flight
+    monkeypatch.setattr(fill.FILLS, "request", request)
+    monkeypatch.setattr(threads, "YIELD_MAX_S", 3600.0)
+    cache_loader.READ_CACHE.clear()
+    with threads.OPENS.opening():  # another room open, still in flight
         build_block("warren", {DAN}, "topic", now=NOW, touch=False)
         assert asked == [1], "asked for as the open returned: only the other one in flight"
-        assert not read_columns.FILLS.wait(1.0), "the fill waits for the open in flight"
-        assert not read_columns.READ_CACHE.held(settings_mod.current().database_url)
-    assert read_columns.FILLS.wait(30), "and runs once none is"
-    assert "warren" in read_columns.READ_CACHE.held(settings_mod.current().database_url)
+        assert not fill.FILLS.wait(1.0), "the fill waits for the open in flight"
+        assert not cache_loader.READ_CACHE.held(settings_mod.current().database_url)
+    assert fill.FILLS.wait(30), "and runs once none is"
+    assert "warren" in cache_loader.READ_CACHE.held(settings_mod.current().database_url)
 
 
 def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
@@ -615,7 +615,7 @@ def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
     read by id: the same block."""
     opened("warren", {DAN}, "topic", now=NOW, touch=False)
     url = settings_mod.current().database_url
-    before = read_columns.READ_CACHE.held(url)["warren"]
+    before = cache_loader.READ_CACHE.held(url)["warren"]
     assert before.vectors is not None
     spare = before.vectors.capacity - before.vectors.used
     other = create_engine(db.url.render_as_string(hide_password=False))
@@ -624,11 +624,11 @@ def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
         c.execute(insert(t.persona_memory), rows)
     other.dispose()
     got = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
-    entry = read_columns.READ_CACHE.held(url)["warren"]
+    entry = cache_loader.READ_CACHE.held(url)["warren"]
     assert entry.vectors is before.vectors and entry.vectors.capacity == before.vectors.capacity
-    assert read_columns.READ_CACHE.pending(entry), "the new rows wait for the fill thread"
-    assert read_columns.FILLS.wait(30)
-    assert not read_columns.READ_CACHE.pending(read_columns.READ_CACHE.held(url)["warren"])
+    assert cache_loader.READ_CACHE.pending(entry), "the new rows wait for the fill thread"
+    assert fill.FILLS.wait(30)
+    assert not cache_loader.READ_CACHE.pending(cache_loader.READ_CACHE.held(url)["warren"])
     assert got.text == cold()[4]
 
 
@@ -664,16 +664,16 @@ def test_a_topics_cosines_outlive_a_pack_written_without_them(
             insert(t.persona_memory),
             [new_row(store_rows, "warren", "u:42", 4000 + i) for i in range(20)],
         )
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     opened("warren", {DAN}, "dm", now=NOW, touch=False)  # packs again, no vector held
     with db.connect() as c:
         pv, tv = t.persona_read_packs.c.version, t.persona_read_topics.c.version
         assert c.execute(select(pv)).scalar_one() == c.execute(select(tv)).scalar_one() + 20
     reads = MainThreadReads(monkeypatch)
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     got = build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
     assert [c for c in reads.calls if c[0] == "embeddings"] == [("embeddings", 20)]
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     with store.transaction() as c:
         c.execute(delete(t.persona_read_packs))
         c.execute(delete(t.persona_read_topics))
@@ -733,8 +733,8 @@ def test_a_cold_open_on_the_pack_keeps_the_entry_at_once(
 ) -> None:
     """The next open is warm without waiting for the fill: the pack gave every row."""
     opened("warren", {DAN}, "dm", now=NOW, touch=False)  # the pack written
-    read_columns.READ_CACHE.clear()
-    with read_columns.OPENS.opening():  # the fill waits: another open in flight
+    cache_loader.READ_CACHE.clear()
+    with threads.OPENS.opening():  # the fill waits: another open in flight
         first = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
         reads: list[str] = []
 

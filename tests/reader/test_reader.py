@@ -28,7 +28,7 @@ from memory_worker.core.constants import KINDS
 from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache
 from memory_worker.core.rows import Room, Row, human_id, id_json
 from memory_worker.core.vectors import quantise
-from memory_worker.reader import blocks_for_room, build_block, format_block, read_columns
+from memory_worker.reader import blocks_for_room, build_block, cache_loader, fill, format_block
 from memory_worker.reader import touch as touch_mod
 from memory_worker.storage import read_path, store
 
@@ -149,7 +149,7 @@ def recall(ids: list[int]) -> dict[int, tuple[str | None, int]]:
 
 def block_text_cold(persona: str, present: set[int], room: str) -> str:
     """The block as a process that never opened a room would build it."""
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     return build_block(persona, present, room, now=NOW, touch=False).text
 
 
@@ -157,7 +157,7 @@ def test_a_second_open_reads_no_ranking_columns_and_renders_the_same_bytes(
     cast: dict[str, int], db: Engine
 ) -> None:
     first = build_block("warren", {DAN}, "dm", now=NOW).text
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     assert reader.flush_touches(timeout=10)  # the touch is in the store and in the cache
     selects = count_memory_selects(db)
     again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
@@ -170,7 +170,7 @@ def test_a_third_open_reads_no_memory_row_at_all_and_renders_the_same_bytes(
     cast: dict[str, int], db: Engine
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     second = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
     selects = count_memory_selects(db)
     third = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
@@ -182,10 +182,10 @@ def test_the_winners_rows_an_entry_keeps_follow_its_own_touch(
     cast: dict[str, int], db: Engine
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     block = build_block("warren", {DAN}, "dm", now=NOW)  # keeps the rows, then touches them
     assert reader.flush_touches(timeout=10)
-    kept = read_columns.READ_CACHE.held(str(db.url))["warren"].winners
+    kept = cache_loader.READ_CACHE.held(str(db.url))["warren"].winners
     assert block.row_ids and set(block.row_ids) <= set(kept)
     assert {i: (kept[i].last_recalled, kept[i].recall_count) for i in block.row_ids} == recall(
         list(block.row_ids)
@@ -199,7 +199,7 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_open(
     cast: dict[str, int], db: Engine, change: str
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # the winners' rows kept too
     pm = t.persona_memory.c
     with store.transaction() as c:  # as another process would: not through the reader
@@ -256,7 +256,7 @@ def test_a_process_behind_by_a_few_writes_re_reads_only_the_rows_they_changed(
         with store.transaction() as c:
             add_row(c, "warren", "u:42", f"u:42 mentioned thing {i}.")
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     pm = t.persona_memory.c
     with store.transaction() as c:  # another process: a new row, a closed one, a deleted one
         add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
@@ -276,7 +276,7 @@ def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
     cast: dict[str, int], db: Engine
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     with store.transaction() as c:
         add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
         c.execute(delete(t.persona_memory_changes))  # as if pruned past this process's version
@@ -286,7 +286,7 @@ def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
     assert not any("persona_memory.id IN" in sql for sql in columns), "not a patch"
     own = [sql for sql in columns if "persona_memory.subject IN" in sql]
     assert len(own) == 1, "the open read only what this audience can see"
-    assert read_columns.FILLS.wait(30)  # ...and the whole entry again, off the caller's path
+    assert fill.FILLS.wait(30)  # ...and the whole entry again, off the caller's path
     assert any("subject IN" not in sql for sql, _ in reads if "length(" in sql)
     assert warm == block_text_cold("warren", {DAN}, "dm")
     assert "adopted a dog" in warm
@@ -302,7 +302,7 @@ def test_a_store_made_anew_at_the_same_url_is_never_ranked_on_what_the_old_one_h
         with store.transaction() as c:
             add_row(c, "warren", "u:42", f"u:42 mentioned old thing {i}.", importance=9)
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # held at the old counter
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     with store.transaction() as c:  # the same URL, a new store: rows and counters from zero
         for table in (t.persona_memory, t.persona_memory_versions, t.persona_memory_changes):
             c.execute(delete(table))
@@ -318,21 +318,21 @@ def test_a_store_made_anew_at_the_same_url_is_never_ranked_on_what_the_old_one_h
 
 def cold_elsewhere() -> str:
     """Warren's block in the dm as a process with an empty cache builds it; this one's kept."""
-    saved, read_columns.READ_CACHE = read_columns.READ_CACHE, ReadCache()
+    saved, cache_loader.READ_CACHE = cache_loader.READ_CACHE, ReadCache()
     try:
         return build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
 
 
 def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
     cast: dict[str, int], db: Engine
 ) -> None:
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     selects = count_memory_selects(db)
     for day in range(2, 7):
         build_block("warren", {DAN}, "dm", now=f"2026-12-0{day}T09:00:00+00:00")  # touches
-        assert read_columns.FILLS.wait(30) and reader.flush_touches(timeout=10)
+        assert fill.FILLS.wait(30) and reader.flush_touches(timeout=10)
         later = f"2026-12-0{day}T21:00:00+00:00"
         before = len(selects)
         warm = build_block("warren", {DAN}, "dm", now=later, touch=False).text
@@ -340,7 +340,7 @@ def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
         assert all("NULL AS embedding" in q for q in read), (
             "the touch updated the cache: still a hit, at most the winners' rows read"
         )
-        read_columns.READ_CACHE.clear()
+        cache_loader.READ_CACHE.clear()
         assert warm == build_block("warren", {DAN}, "dm", now=later, touch=False).text
 
 
@@ -364,7 +364,7 @@ def test_blocks_for_room_builds_every_persona_member_from_one_query_over_their_r
     with store.transaction() as c:
         app_side.add_persona(c, "cleo", "Cleo")
         app_side.add_room(c, "trio", "private", ["u:42", "warren", "nolan", "cleo"])
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     selects = count_memory_selects(db)
     blocks = blocks_for_room("trio", {DAN}, now=NOW)
     assert sorted(blocks) == ["cleo", "nolan", "warren"]
@@ -575,11 +575,11 @@ def test_a_failing_touch_never_fails_the_read_and_is_given_up_by_count(
 
     monkeypatch.setattr(read_path, "touch", broken)
     monkeypatch.setattr(touch_mod, "RETRY_PAUSE_S", 0.01)
-    dropped = read_columns.TOUCHES.dropped
+    dropped = touch_mod.TOUCHES.dropped
     block = build_block("warren", {DAN}, "dm", now=NOW)
     assert len(block.row_ids) == 5
     assert reader.flush_touches(timeout=10)
-    assert read_columns.TOUCHES.dropped == dropped + 1
+    assert touch_mod.TOUCHES.dropped == dropped + 1
     assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
 
 
@@ -731,8 +731,8 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
 def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
     """The rows the reader's audience index selects from the persona's cached columns."""
     with store.engine(url).connect() as c:
-        rows = read_columns._columns(read_path.open_rows(c, [scope.persona]), NEVER_WRITTEN)
-    return set(rows.ids[read_columns.visible_index(rows, scope)].tolist())
+        rows = cache_loader.columns_of(read_path.open_rows(c, [scope.persona]), NEVER_WRITTEN)
+    return set(rows.ids[cache_loader.visible_index(rows, scope)].tolist())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -824,8 +824,8 @@ def test_ids_past_32_bits_rank_and_render_as_any_other(db: Engine) -> None:
             )
         )
     cold = build_block("warren", {big}, "dm-bea", now=NOW, touch=False)
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     warm = build_block("warren", {big}, "dm-bea", now=NOW, touch=False)
     assert "sells honey" in cold.text and "keeps bees" in cold.text and warm.text == cold.text
-    held = read_columns.READ_CACHE.held(str(db.url))["warren"]
+    held = cache_loader.READ_CACHE.held(str(db.url))["warren"]
     assert held.ids.dtype == held.groups.dtype == np.int64

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, event, insert, select
 from memory_worker import app_side, controls, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.reader import read_columns
+from memory_worker.reader import cache_loader
 from memory_worker.reader import touch as touch_mod
 from memory_worker.reader.touch import Attempt, Touch, Toucher
 from memory_worker.storage import read_path
@@ -163,18 +163,18 @@ def gated(two_personas: dict[str, list[int]]) -> Iterator[tuple[threading.Event,
 
     def apply(url: str, touches: Sequence[Touch], *rest: Any) -> None:
         gate.wait(30)
-        read_columns._apply_touches(url, touches, *rest)
+        touch_mod._apply_touches(url, touches, *rest)
         if failures:
             failures.pop()
             raise OSError("the answer to the commit was lost")
 
-    saved, read_columns.TOUCHES = read_columns.TOUCHES, Toucher(apply)
+    saved, touch_mod.TOUCHES = touch_mod.TOUCHES, Toucher(apply)
     try:
         yield gate, failures
     finally:
         gate.set()
-        read_columns.TOUCHES.flush(30)
-        read_columns.TOUCHES = saved
+        touch_mod.TOUCHES.flush(30)
+        touch_mod.TOUCHES = saved
 
 
 def recall_counts(eng: Engine) -> dict[int, int]:
@@ -201,7 +201,7 @@ def test_a_row_deleted_before_its_touch_lands_is_skipped_and_no_other_row_is_tou
     assert reader.flush_touches(timeout=30)
 
     assert "touch dropped" not in caplog.text
-    assert read_columns.TOUCHES.dropped == 0
+    assert touch_mod.TOUCHES.dropped == 0
     counts = recall_counts(db)
     assert nolans not in counts
     assert {i: counts[i] for i in two_personas["warren"]} == dict.fromkeys(
@@ -225,7 +225,7 @@ def test_a_touch_whose_commit_went_through_is_not_applied_again_by_the_retry(
     assert not failures, "the first attempt failed after its commit"
     counts = recall_counts(db)
     assert {i: counts[i] for i in block.row_ids} == dict.fromkeys(block.row_ids, 1)
-    entry = read_columns.READ_CACHE.held(settings_mod.current().database_url)["warren"]
+    entry = cache_loader.READ_CACHE.held(settings_mod.current().database_url)["warren"]
     with db.connect() as c:
         assert entry.version == read_path.versions(c, ["warren"])["warren"], "the cache took it"
 
@@ -240,7 +240,7 @@ def test_a_touch_names_its_rows_by_id_and_persona_so_it_never_lands_on_another_p
     stamp = "2026-12-01T12:00:00+00:00"
     warrens = two_personas["warren"][0]
     as_nolans = Touch(url, (("nolan", (warrens,)),), stamp, 20_423.5)
-    read_columns._apply_touches(url, [as_nolans], Attempt())
+    touch_mod._apply_touches(url, [as_nolans], Attempt())
     assert recall_counts(db)[warrens] == 0
 
 
@@ -265,7 +265,7 @@ def test_a_burst_of_touches_writes_each_row_once_and_ends_as_one_by_one_would(
 
     event.listen(db, "before_cursor_execute", note)
     try:
-        read_columns._apply_touches(url, burst, Attempt())
+        touch_mod._apply_touches(url, burst, Attempt())
     finally:
         event.remove(db, "before_cursor_execute", note)
     pm = t.persona_memory.c

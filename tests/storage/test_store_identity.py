@@ -18,7 +18,7 @@ from memory_worker import app_side, reader
 from memory_worker.core import tables as t
 from memory_worker.core.block import Block
 from memory_worker.core.tables import metadata
-from memory_worker.reader import build_block, read_columns
+from memory_worker.reader import build_block, cache_loader, fill
 from memory_worker.storage import store
 
 pytestmark = pytest.mark.store
@@ -97,7 +97,7 @@ def restore(eng: Engine, backup: Dump) -> None:
 def warrens_block() -> Block:
     """Warren's block in the group, its cold open's fill landed (what the process holds)."""
     block = build_block("warren", {DAN, CARA}, "g", now=NOW, touch=False, proven_scope=False)
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     return block
 
 
@@ -132,7 +132,7 @@ def assert_told_right(eng: Engine, block: Block) -> None:
     assert not misfiled(eng, block), "a row about someone else under a human's header"
     if "Dan (u:42)" in block.text:
         assert CARAS not in dans_section(block), "Cara's news under Dan's header"
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     assert block.text == warrens_block().text, "the block a fresh process builds"
 
 
@@ -190,7 +190,7 @@ def test_a_store_dropped_and_migrated_again_in_place_is_another_store(db: Engine
     write(db, row(ROW_ID, f"u:{CARA}", CARAS), world)  # the same counters as before
 
     reader.catch_up()
-    assert not read_columns.READ_CACHE.held(url), "the sweep let go of all it held of the old store"
+    assert not cache_loader.READ_CACHE.held(url), "the sweep let go of all it held of the old store"
     assert_told_right(db, warrens_block())
 
 
@@ -307,7 +307,7 @@ def test_a_store_file_replaced_by_an_older_copy_of_itself_never_shows_what_the_c
     warm = build_block("warren", {DAN, CARA}, "g", now=NOW, touch=False, proven_scope=False)
     assert gone not in warm.text, "a warm open shows what the restore removed"
     assert later in warm.text
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     assert warm.text == warrens_block().text, "a warm open is what a cold open shows"
     reader.close(timeout=30)
     store.dispose_all()

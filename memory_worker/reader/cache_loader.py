@@ -1,37 +1,32 @@
-"""The ranking columns a room open ranks on: what the reader reads, holds and writes back.
+"""The cache loader: a room open's ranking columns, from the read cache, a pack or the store.
 
 A persona's open rows become columns (`read_cache.PersonaRows`) held in this process's read
-cache; `load_candidates` picks the ones a scope may see (`visible_index`) and measures their
-relevance. A cold open (a persona not held) ranks the rows its audience can see, and the fill
-thread (cache_fill.py) reads the whole entry afterwards; the sweep (cache_sweep.py) catches
-what is held up with the store; the touch flush (touch.py) writes `last_recalled` back.
-
-The block (reader.py) and on-demand recall (recall.py) both read through here, so neither
-imports the other's module: the reader re-exports recall, and nothing imports the reader.
+cache; `load_candidates` picks the ones a scope may see (`visible_view`) and measures their
+relevance. A held entry behind the store is brought up to it from the change log; a persona
+not held is ranked on its pack and the rows changed since, or failing that on the rows its
+audience can see, and the fill thread (fill.py) reads the whole entry afterwards. The block
+(room_open.py) and on-demand recall (recall.py) both read through here.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Scope
 from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
 from memory_worker.core.read_cache import (
-    NEVER_WRITTEN,
     NO_REQUIREMENT,
     VIEWS_FROM_ROWS,
     VIEWS_KEPT,
-    Batches,
     Key,
     LoadVectors,
     PersonaRows,
@@ -42,20 +37,21 @@ from memory_worker.core.read_cache import (
     View,
     narrow,
     narrow_ints,
-    packed,
     unpacked,
 )
 from memory_worker.core.rows import Row, human_id, human_ref, id_list
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
-from memory_worker.reader.cache_fill import Filler, InFlight, Winners
-from memory_worker.reader.cache_sweep import Sweeper
-from memory_worker.reader.touch import Attempt, Touch, Toucher
+from memory_worker.reader.threads import OPENS
 from memory_worker.storage import read_packs, read_path, store
 
 log = logging.getLogger(__name__)
 
+
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+
 NO_ONE = -2  # the group of a row no audience sees: a subject the rule does not know
+
 
 READ_CACHE = ReadCache()  # this process's ranking columns, checked against the store each open
 
@@ -105,6 +101,8 @@ def _view(rows: PersonaRows, scope: Scope) -> View:
 
 
 _NO_ORDER, _NO_RUNS = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+
+
 _NO_VIEW = View(_EMPTY, _NO_ORDER, np.zeros(1, dtype=np.int64))
 
 
@@ -116,24 +114,6 @@ class Fills:
 
     asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
     winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
-
-
-OPENS = InFlight()  # this process's room opens in flight: the fill and the sweep step aside
-PACK_BEHIND_MAX = 256  # ours: versions a kept pack may lag before it is written again...
-PACK_BEHIND_MIN = 16  # ours: ...or fewer for a small persona, whose pack costs little to write
-
-
-@contextmanager
-def opening(url: str) -> Iterator[Fills]:
-    """A room open (or a recall) in flight: background work steps aside while it runs, and
-    the fills it asks for are requested as it ends, never while it still works."""
-    asked = Fills()
-    with OPENS.opening():
-        yield asked
-    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
-    for personas, topic in asked.asked:
-        winners = {p: asked.winners[p] for p in personas if p in asked.winners}
-        FILLS.request(url, personas, topic, winners)
 
 
 class NotHeld(Exception):
@@ -162,9 +142,9 @@ def load_candidates(
     and stamp), or an older one the change log brings up to it. A persona it does not hold
     is ranked on its pack and the rows changed since (read_packs.py), failing that on the
     rows its audience can see; its whole entry is then read off the caller's path, asked for
-    in `fills` (see `opening`; without it, at once). Relevance comes from the held vectors,
-    else from the pack's cosines to this topic, else from the embeddings of the visible rows,
-    read by id.
+    in `fills` (see `room_open.opening`; without it, not at all). Relevance comes from the
+    held vectors, else from the pack's cosines to this topic, else from the embeddings of the
+    visible rows, read by id.
 
     `versions` are the store's id and the personas' versions if the caller has read them (a
     room open reads them with its context); `keep_cosines=False` for a vector seen once (a
@@ -177,8 +157,6 @@ def load_candidates(
     if conn is None:
         assert versions is not None
         return _from_cache(scopes, seen, now_day, vector, url, versions, keep_cosines)
-    if fills is None:
-        SWEEP.start()  # what this process holds is caught up even if never opened again
     if versions is None:
         versions = read_path.versions(conn, seen)
     READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
@@ -187,7 +165,7 @@ def load_candidates(
     asked: list[tuple[list[str], bytes | None]] = []
     rows: dict[str, PersonaRows] = {}
     for p in seen:
-        got = _held(conn, (url, sid, p), versions[p])
+        got = held_entry(conn, (url, sid, p), versions[p])
         if got is not None:
             rows[p] = got
             if READ_CACHE.pending(got):
@@ -198,7 +176,7 @@ def load_candidates(
     partial: set[str] = set()
     if cold:
         for p, pack in read_packs.packs(conn, cold, topic).items():
-            caught = _patched(conn, p, unpacked(pack.columns, pack.version), versions[p])
+            caught = patched_entry(conn, p, unpacked(pack.columns, pack.version), versions[p])
             if caught is not None:
                 rows[p] = caught[0]  # every open row: the entry, kept now (its vectors later)
                 READ_CACHE.put((url, sid, p), rows[p])
@@ -212,9 +190,6 @@ def load_candidates(
         asked.append((cold, topic))
     if fills is not None:
         fills.asked.extend(asked)
-    else:
-        for personas, t in asked:
-            FILLS.request(url, personas, t)
     out = {}
     for p, scope in scopes.items():
         r = rows.get(p)
@@ -224,10 +199,10 @@ def load_candidates(
         if r is not None and vector is not None and idx.size:
             key = (url, sid, p)
             if p in held and r.vectors is not None and r.vectors.dims == len(vector):
-                load = _loader(conn, p, len(r))
+                load = vector_loader(conn, p, len(r))
                 rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=keep_cosines)
             elif p in held and not keep_cosines:  # a message: the vectors, loaded once here
-                load = _loader(conn, p, len(r))
+                load = vector_loader(conn, p, len(r))
                 rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=False)
             else:
                 rel = _measured(conn, key, r, idx, vector, packed_at.get(p), p not in partial)
@@ -306,18 +281,18 @@ def winner_rows(
     return out
 
 
-def _held(conn: Connection, key: Key, version: Version) -> PersonaRows | None:
+def held_entry(conn: Connection, key: Key, version: Version) -> PersonaRows | None:
     """The entry held for `key` at `version`, or an older one brought up to it from the
     change log and kept (its new rows' vectors only into spare room: `ReadCache.fill`)."""
     got = READ_CACHE.get(key, version)
     if got is not None:
         return got
     old = READ_CACHE.previous(key)
-    caught = None if old is None else _patched(conn, key[2], old, version)
+    caught = None if old is None else patched_entry(conn, key[2], old, version)
     if caught is None:
         return None
     rows = caught[0]
-    return READ_CACHE.fill(key, rows, _loader(conn, key[2], len(rows)), spare_only=True)
+    return READ_CACHE.fill(key, rows, vector_loader(conn, key[2], len(rows)), spare_only=True)
 
 
 @dataclass(frozen=True)
@@ -406,105 +381,7 @@ def _by_id(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np
     return int8_cosines(block, vector, int8_norms(block))
 
 
-def _fill(url: str, personas: list[str], topics: list[bytes], winners: Winners) -> None:
-    """The fill thread's work (cache_fill.py): every open row of these personas into the read
-    cache, with their vectors and cosines to the topics their cold opens ranked against and
-    the winners' rows those opens read, and their packs kept up to date. Before each step it
-    waits while a room open is in flight."""
-    for p in personas:
-        OPENS.wait_idle()
-        with store.engine(url).connect() as conn:
-            versions = read_path.versions(conn, [p])
-            READ_CACHE.enter(url, versions.store)
-            key = (url, versions.store, p)
-            rows = _held(conn, key, versions[p]) or _whole(conn, p, versions[p])
-            load = _loader(conn, p, len(rows), between=OPENS.wait_idle)
-            rows = READ_CACHE.fill(key, rows, load)
-            if p in winners:
-                READ_CACHE.remember(key, *winners[p])
-            for topic in topics:
-                OPENS.wait_idle()
-                every = np.arange(len(rows), dtype=np.int64)
-                READ_CACHE.relevance(key, rows, topic, load, every, keep=True)
-                rows = READ_CACHE.previous(key) or rows
-        _keep_pack(url, key, rows)
-    # A write that landed while this read (the open's own touch, say) found no entry to update:
-    # catching up now, after the entry is in, cannot miss it.
-    _catch_up_store(url, personas)
-
-
-FILLS = Filler(_fill)
-
-
-def _whole(conn: Connection, persona: str, version: Version) -> PersonaRows:
-    """Every open row of `persona` at `version`: from its pack and the rows changed since, or
-    read row by row (in parts, stepping aside for room opens between them)."""
-    pack = read_packs.packs(conn, [persona], None).get(persona)
-    if pack is not None:
-        caught = _patched(conn, persona, unpacked(pack.columns, pack.version), version)
-        if caught is not None:
-            return caught[0]
-    return _columns(read_path.open_rows(conn, [persona], between=OPENS.wait_idle), version)
-
-
-NO_PACK: read_packs.Kept = (None, {})  # `read_packs.kept` of a persona with nothing kept
-
-
-def _keep_pack(url: str, key: Key, rows: PersonaRows, kept: read_packs.Kept | None = None) -> None:
-    """Write the persona's pack from its entry when the one kept (`kept`, read here if not
-    given) is missing or lags past its slack, and each topic's cosines the entry holds
-    exactly when those kept are missing or lag; only at the persona's version now, so
-    nothing kept ever describes a row a delete has already removed."""
-    persona = key[2]
-    if rows.version == NEVER_WRITTEN:
-        return
-    if kept is None:
-        with store.engine(url).connect() as conn:
-            kept = read_packs.kept(conn, [persona]).get(persona, NO_PACK)
-    slack = _pack_slack(len(rows))
-
-    def lagging(version: Version | None) -> bool:
-        return version is None or not 0 <= rows.version.counter - version.counter < slack
-
-    pack_due = lagging(kept[0])
-    topics_due = {
-        topic: cos
-        for topic, cos in _exact_cosines(rows).items()
-        if lagging(kept[1].get(read_packs.topic_key(topic)))
-    }
-    if not (pack_due or topics_due):
-        return
-    OPENS.wait_idle()
-    blob = packed(rows) if pack_due else b""
-    ids = np.ascontiguousarray(rows.ids, dtype="<i8").tobytes() if topics_due else b""
-    with store.transaction(url) as conn:
-        now = read_path.versions(conn, [persona])
-        if now.store != key[1] or now[persona] != rows.version:
-            return
-        if pack_due:
-            read_packs.write_pack(conn, persona, rows.version, len(rows), blob)
-        if topics_due:
-            read_packs.write_cosines(conn, persona, rows.version, ids, topics_due)
-
-
-def _pack_slack(rows: int) -> int:
-    """How many versions a pack of this many rows may lag: re-reading that many changed
-    rows costs a cold open less than the floor's fraction it is allowed."""
-    return max(PACK_BEHIND_MIN, min(PACK_BEHIND_MAX, rows // 64))
-
-
-def _exact_cosines(rows: PersonaRows) -> dict[bytes, bytes]:
-    """Each topic's cosine of every row, in the entry's order, when every row holds its
-    vector (an entry past the byte bound ranks some on none: not the store's to keep)."""
-    if rows.vectors is None or rows.slots is None or bool(np.any(rows.slots < 0)):
-        return {}
-    return {
-        topic: np.ascontiguousarray(cos[rows.slots], dtype="<f8").tobytes()
-        for topic, cos in rows.vectors.cosines.items()
-    }
-
-
-def _loader(
+def vector_loader(
     conn: Connection, persona: str, of_all: int, between: Callable[[], object] | None = None
 ) -> LoadVectors:
     return lambda ids: read_path.embeddings(conn, persona, ids, of_all, between=between)
@@ -515,14 +392,14 @@ def _split(
 ) -> dict[str, PersonaRows]:
     """Fetched rows of several personas (`read_path.open_rows`' tuples) as each one's columns."""
     if len(personas) == 1:
-        return {personas[0]: _columns(found, versions[personas[0]])}
+        return {personas[0]: columns_of(found, versions[personas[0]])}
     by_persona: dict[str, list[Any]] = {p: [] for p in personas}
     for r in found:
         by_persona[r[1]].append(r)
-    return {p: _columns(rows, versions[p]) for p, rows in by_persona.items()}
+    return {p: columns_of(rows, versions[p]) for p, rows in by_persona.items()}
 
 
-def _patched(
+def patched_entry(
     conn: Connection, persona: str, old: PersonaRows, version: Version
 ) -> tuple[PersonaRows, frozenset[int]] | None:
     """`old` brought to `version` by re-reading only the rows its change log names since, with
@@ -533,41 +410,11 @@ def _patched(
     changed = read_path.changed_rows(conn, persona, old.version, version)
     if changed is None:
         return None
-    fresh = _columns(read_path.open_rows(conn, [persona], sorted(changed)), version)
+    fresh = columns_of(read_path.open_rows(conn, [persona], sorted(changed)), version)
     return old.patched(changed, fresh), frozenset(changed)
 
 
-def catch_up(url: str | None = None) -> int:
-    """Bring every persona this process holds (for `url`, or for every store) up to the
-    store's version, as its next open would: the rows its change log names are read again, a
-    deleted or closed one leaves the columns and its vector slot is zeroed. An entry the log
-    no longer reaches (or whose history it is not: a restored store) is dropped, not read
-    again, and so is everything held of a url whose store has another id now. The LRU order
-    stays. Returns how many personas moved. The sweep thread runs it every
-    `read_cache_sweep_s`."""
-    urls = [url] if url is not None else READ_CACHE.urls()
-    moved = 0
-    for u in urls:
-        moved += _catch_up_store(u)
-        _refresh_packs(u)
-    return moved
-
-
-def _refresh_packs(url: str) -> None:
-    """Write the pack of each persona held for `url` whose kept pack lags past its slack, so
-    a process that does not hold it (every process after a deploy) ranks on one near its
-    version. One read of the packs' versions; a write only for those that lag."""
-    held, sid = READ_CACHE.held(url), READ_CACHE.store_of(url)
-    if not held or sid is None:
-        return
-    OPENS.wait_idle()
-    with store.engine(url).connect() as conn:
-        kept = read_packs.kept(conn, list(held))
-    for p, rows in held.items():
-        _keep_pack(url, (url, sid, p), rows, kept.get(p, NO_PACK))
-
-
-def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
+def catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
     held = READ_CACHE.held(url)
     if personas is not None:
         held = {p: rows for p, rows in held.items() if p in personas}
@@ -582,16 +429,13 @@ def _catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
             key = (url, now.store, p)
             if READ_CACHE.forwarded(key, now[p]):
                 continue  # behind only by this process's own touch: brought forward by it
-            caught = _patched(conn, p, old, now[p])
+            caught = patched_entry(conn, p, old, now[p])
             if caught is None:
                 READ_CACHE.drop(key, old)
             else:
                 rows = caught[0]
-                READ_CACHE.fill(key, rows, _loader(conn, p, len(rows)), recent=False)
+                READ_CACHE.fill(key, rows, vector_loader(conn, p, len(rows)), recent=False)
     return len(moved)
-
-
-SWEEP = Sweeper(catch_up, lambda: settings_mod.current().read_cache_sweep_s)
 
 
 def _group(ref: str | None) -> int:
@@ -600,7 +444,7 @@ def _group(ref: str | None) -> int:
     return uid if uid is not None and human_ref(uid) == ref else NO_ONE
 
 
-def _columns(rows: Sequence[Any], version: Version) -> PersonaRows:
+def columns_of(rows: Sequence[Any], version: Version) -> PersonaRows:
     """PersonaRows, sorted by id, from fetched (id, persona, is_world, ref, kind, importance,
     recalled, chars, named, private_to)."""
     if not rows:
@@ -680,103 +524,6 @@ def _candidates(
         by_kind=view.by_kind if view.runs.size else None,
         runs=view.runs if view.runs.size else None,
     )
-
-
-# --- touch ----------------------------------------------------------------------------------
-
-
-def promise_touch(url: str | None, rows: Mapping[str, Sequence[int]], when: datetime) -> None:
-    """Promise `last_recalled = when, recall_count += 1` for these rows, by persona: a row is
-    named by its id and its persona. The background flush applies it (`flush_touches` waits)."""
-    url = url or settings_mod.current().database_url
-    stamp = _touch_stamp(when)
-    named = tuple((p, tuple(sorted(ids))) for p, ids in sorted(rows.items()) if ids)
-    TOUCHES.promise(Touch(url, named, stamp, _unix_day(stamp)))
-
-
-def _touch_stamp(when: datetime) -> str:
-    return when.astimezone(UTC).replace(microsecond=0).isoformat()
-
-
-def _unix_day(stamp: str) -> float:
-    """The Unix day a touch stamps, as a refetch would read it back."""
-    return datetime.fromisoformat(stamp).timestamp() / 86400.0
-
-
-def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None:
-    """One write transaction for every queued touch of one database, in order, each row named
-    by id and persona (one deleted meanwhile is skipped); then the read cache takes the
-    touches too, with each persona's version (before, after) read inside it.
-
-    Once: the versions before and after the write are noted in `attempt` before the commit. A
-    retry finds that commit went through when the change log holds a persona's version
-    `after` with its stamp (random per write: no other write has it), and writes nothing
-    again; only the cache is left to take the touches.
-
-    It waits out a busy writer for the store's usual timeout: nobody is waiting on it.
-    """
-    personas = sorted({p for t in touches for p in t.personas})
-    merged = _merged(touches)
-    OPENS.wait_idle()  # a room open in flight first
-    with store.engine(url).connect() as conn:
-        if store.is_sqlite(conn):
-            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # the write lock first: no upgrade race
-        with conn.begin():
-            if not store.is_sqlite(conn):
-                conn.execute(text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'"))
-            now = read_path.versions(conn, personas, lock=True)
-            if not _committed(conn, attempt.wrote):
-                for p, batches in merged.items():
-                    for ids, _day, stamp, times in batches:
-                        read_path.touch(conn, p, ids.tolist(), stamp, times)
-                attempt.wrote = (now, read_path.versions(conn, personas))
-                READ_CACHE.expect(url, now.store, _moves(merged, *attempt.wrote))
-    before, after = attempt.wrote
-    READ_CACHE.touched(url, after.store, _moves(merged, before, after))
-
-
-def _merged(touches: Sequence[Touch]) -> dict[str, Batches]:
-    """Each persona's touched rows, the touches of a burst folded together in order: a row
-    takes the stamp of the last touch that named it, and its recall count one for each; the
-    rows that end alike are one batch (one write), and no row is in two."""
-    last: dict[str, dict[int, tuple[str, float, int]]] = {}
-    for t in touches:
-        for p, ids in t.rows:
-            rows = last.setdefault(p, {})
-            for i in ids:
-                rows[i] = (t.stamp, t.day, rows.get(i, ("", 0.0, 0))[2] + 1)
-    out: dict[str, Batches] = {}
-    for p, rows in last.items():
-        alike: dict[tuple[str, float, int], list[int]] = {}
-        for i, end in rows.items():
-            alike.setdefault(end, []).append(i)
-        out[p] = [
-            (np.array(sorted(ids), dtype=np.int64), day, stamp, times)
-            for (stamp, day, times), ids in alike.items()
-        ]
-    return out
-
-
-def _moves(
-    merged: Mapping[str, Batches], before: Versions, after: Versions
-) -> dict[str, tuple[Version, Version, Batches]]:
-    """Each persona's version before and after these touches, and the rows they touched."""
-    return {p: (before[p], after[p], batches) for p, batches in merged.items()}
-
-
-def _committed(conn: Connection, wrote: tuple[Versions, Versions] | None) -> bool:
-    """Whether the write an earlier attempt noted (versions before and after it) is in the
-    store: the change log holds some persona's version `after`, stamp and all (however many
-    rows the batch touched). A write that moved no persona touched no row: there is nothing
-    to apply twice."""
-    if wrote is None:
-        return False
-    before, after = wrote
-    moved = [p for p in after.of if after[p] != before[p]]
-    return not moved or any(read_path.logged(conn, p, after[p]) for p in moved)
-
-
-TOUCHES = Toucher(_apply_touches)
 
 
 def as_datetime(now: datetime | str | None) -> datetime:
