@@ -3,7 +3,8 @@
 At each size (1k / 10k / 100k rows the persona may see in a private chat with Dan), the store
 also holds noise: the same persona's rows about a hundred other humans, closed rows, and nine
 other personas with rows of their own. In one run, interleaved so the machine's noise lands
-on every case alike, we time:
+on every case alike (in an order shuffled each round: a case right after the floor's big
+SELECT pays for it), we time:
 
 - floor        — stdlib sqlite3: SELECT * of exactly the visible rows through the same index;
 - warm         — `build_block` with the cache warm, touch on and touch off;
@@ -33,8 +34,10 @@ Figures only, no assertions. Temp SQLite files, built by the real migrations.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -162,9 +165,17 @@ def seed(url: str, size: int, rng: np.random.Generator) -> None:
 
 
 def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000.0
+    """Milliseconds `fn` takes, with the garbage collector off meanwhile, as `timeit` times:
+    a collection the floor's SELECT set off would otherwise land in whichever case came next."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1000.0
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def p95(ms: list[float]) -> float:
@@ -322,10 +333,10 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     cache_loader.READ_CACHE.clear()
     rewarm()
     rewarm()
-    order = list(warm)
+    order, shuffled = list(warm), random.Random(size)
     try:
         for n in range(reps):
-            order = order[1:] + order[:1]  # each case first as often: no place is cheaper
+            shuffled.shuffle(order)  # each case after any other as often: no place is cheaper
             for name in order:
                 ms[name].append(timed(warm[name]))
             other.write()  # not timed: another process moves the persona's version

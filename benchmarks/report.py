@@ -270,7 +270,7 @@ READ_PROSE = (
     "One persona holding *N* rows visible in a private chat with one human, plus noise: its "
     "rows about a hundred other humans (N/4), closed rows, and nine other personas (N/10 "
     "each). The floor is stdlib sqlite3 selecting exactly the visible rows, whole, through "
-    "the same index; every case is timed interleaved with it, in an order that rotates each "
+    "the same index; every case is timed interleaved with it, in an order shuffled each "
     "round, and is given as its median over the floor's median in the same run. A warm open "
     "reads one statement (the room's context, with the store's id and the personas' "
     "versions) on a pooled driver connection and answers from the read cache: the persona's "

@@ -129,7 +129,7 @@ def diversify(ranked: Sequence[int], kinds: Sequence[int] | np.ndarray, per_kind
     return first + rest
 
 
-SORT_ALL_UP_TO = 8_192  # ours: below this many rows one sort beats a pass per (group, kind)
+SORT_ALL_UP_TO = 4_096  # ours: below this many rows one sort beats a pass per (group, kind)
 
 
 def _top_per_group_kind(c: RankColumns, score: np.ndarray, per_kind_top: int) -> np.ndarray:
@@ -146,8 +146,11 @@ def _top_per_group_kind(c: RankColumns, score: np.ndarray, per_kind_top: int) ->
     if n <= SORT_ALL_UP_TO:
         order = np.lexsort((c.ids, -score, codes))
         sorted_codes = codes[order]
-        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-        rank = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+        first = np.empty(n, dtype=bool)  # where each (group, kind) begins in `order`
+        first[:1] = True
+        np.not_equal(sorted_codes[1:], sorted_codes[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        rank = np.arange(n) - starts[np.cumsum(first) - 1]  # place within its (group, kind)
         kept: np.ndarray = order[rank < per_kind_top]
         return kept
     if c.by_kind is not None and c.runs is not None:

@@ -52,8 +52,8 @@ SPARE_MIN = 16  # ours: and at least this many (the growth copies on the fill th
 NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
 WINNERS_KEPT = 256  # ours: full rows of recent winners an entry keeps, at most (then afresh)
-VIEWS_KEPT = 2  # ours: audiences an entry keeps its visible rows for (`View`), the latest ones
-VIEWS_FROM_ROWS = 8_192  # ours: fewer rows are ranked as fast without (ranking.SORT_ALL_UP_TO)
+VIEWS_KEPT = 3  # ours: audiences an entry keeps its visible rows for (`View`), the latest ones
+VIEWS_FROM_ROWS = 4_096  # ours: fewer rows are ranked as fast without (ranking.SORT_ALL_UP_TO)
 ROW_OVERHEAD_BYTES = 640  # ours: a Row object and its fields, besides its text
 
 
@@ -233,8 +233,7 @@ class PersonaRows:
     winners: Mapping[int, Row] = field(default_factory=dict)
     # The latest audiences' visible rows (`View`), by scope, for a persona of more rows than a
     # take sorts at once: shared by every generation with the same rows (a touch, the winners
-    # kept), made again after a patch. Their bytes are reserved in `base_bytes`: VIEWS_KEPT
-    # pairs of int32s a row.
+    # kept), made again after a patch; kept through `ReadCache.keep_view`, which counts them.
     views: dict[Any, View] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -245,14 +244,14 @@ class PersonaRows:
         cols = (self.ids, self.groups, self.kinds, self.importance, self.recalled_day, self.chars)
         slots = 4 * len(self)  # int32 a row, whether made yet or not: the bound counts them
         required = sum(ENTRY_OVERHEAD_BYTES // 4 + a.nbytes for a in self.required.values())
-        views = VIEWS_KEPT * 8 * len(self) if len(self) > VIEWS_FROM_ROWS else 0
-        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required + views
+        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required
 
     @property
     def nbytes(self) -> int:
         vectors = self.vectors.nbytes if self.vectors is not None else 0
         winners = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in self.winners.values())
-        return self.base_bytes + vectors + winners
+        views = sum(v.idx.nbytes + v.by_kind.nbytes + v.runs.nbytes for v in self.views.values())
+        return self.base_bytes + vectors + winners + views
 
     def touched(self, batches: Batches, version: Version) -> PersonaRows:
         """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
@@ -605,6 +604,26 @@ class ReadCache:
                 del kept[next(iter(kept))]
             self._entries[key] = fresh = replace(rows, winners=kept)
             size = fresh.nbytes
+            self.bytes += size - self._sizes[key]
+            self._sizes[key] = size
+            self._trim()
+
+    def keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
+        """Keep this audience's view with the entry, if it still holds these rows (the same
+        views: a touch or the winners kept made another generation of the same rows); the
+        latest VIEWS_KEPT audiences stay."""
+        with self._lock:
+            held = self._entries.get(key)
+            if held is None or held.views is not rows.views:
+                return
+            held.views.pop(scope, None)
+            held.views[scope] = view
+            while len(held.views) > VIEWS_KEPT:
+                del held.views[next(iter(held.views))]
+            size = held.nbytes
+            if size > self.max_bytes:
+                del held.views[scope]  # past the whole bound: made again each time
+                size = held.nbytes
             self.bytes += size - self._sizes[key]
             self._sizes[key] = size
             self._trim()

@@ -26,7 +26,6 @@ from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_
 from memory_worker.core.read_cache import (
     NO_REQUIREMENT,
     VIEWS_FROM_ROWS,
-    VIEWS_KEPT,
     Key,
     LoadVectors,
     PersonaRows,
@@ -73,9 +72,9 @@ def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
-def visible_view(rows: PersonaRows, scope: Scope) -> View:
+def visible_view(rows: PersonaRows, scope: Scope, key: Key | None = None) -> View:
     """`visible_index` in (group, kind) order with its runs, kept with a big entry for the
-    next open of the same audience (the latest VIEWS_KEPT audiences)."""
+    next open of the same audience (the latest VIEWS_KEPT audiences, `ReadCache.keep_view`)."""
     if len(rows) <= VIEWS_FROM_ROWS:  # a take sorts these at once: nothing to keep
         return View(visible_index(rows, scope), _NO_ORDER, _NO_RUNS)
     try:
@@ -84,9 +83,8 @@ def visible_view(rows: PersonaRows, scope: Scope) -> View:
         return _view(rows, scope)
     if got is None:
         got = _view(rows, scope)
-        if len(rows.views) >= VIEWS_KEPT:
-            rows.views.pop(next(iter(rows.views)), None)
-        rows.views[scope] = got
+        if key is not None:
+            READ_CACHE.keep_view(key, rows, scope, got)
     return got
 
 
@@ -193,7 +191,7 @@ def load_candidates(
     out = {}
     for p, scope in scopes.items():
         r = rows.get(p)
-        view = visible_view(r, scope) if r is not None else _NO_VIEW
+        view = visible_view(r, scope, (url, sid, p)) if r is not None else _NO_VIEW
         idx = view.idx
         rel = None
         if r is not None and vector is not None and idx.size:
@@ -234,7 +232,7 @@ def _from_cache(
         rows = READ_CACHE.get(key, versions[p])
         if rows is None:
             raise NotHeld
-        view = visible_view(rows, scope)
+        view = visible_view(rows, scope, key)
         rel = None
         if vector is not None and view.idx.size:
             if rows.vectors is None or rows.vectors.dims != len(vector):

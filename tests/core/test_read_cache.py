@@ -748,3 +748,35 @@ def test_a_cold_open_on_the_pack_keeps_the_entry_at_once(
         finally:
             event.remove(db, "before_cursor_execute", note)
         assert reads == [] and again == first
+
+
+def test_an_entry_keeps_the_views_of_three_audiences_taking_turns(
+    store_rows: np.random.Generator, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warren opened by turns with Dan, with Cara and in a group (world facts only): each
+    audience's view is made once, not every time another pushed it out (with two kept, a
+    warm open at 10k rows paid the rule and the sort each time); and counted in the bytes."""
+    monkeypatch.setattr(cache_loader, "VIEWS_FROM_ROWS", 0)
+    with store.transaction() as c:
+        app_side.add_room(c, "g", "group", [f"u:{DAN}", f"u:{CARA}", "warren"])
+    made: list[object] = []
+    real = cache_loader._view
+
+    def counted(rows: PersonaRows, scope: Any) -> Any:
+        made.append(scope)
+        return real(rows, scope)
+
+    monkeypatch.setattr(cache_loader, "_view", counted)
+    rooms = [("dm", {DAN}), ("dm-cara", {CARA}), ("g", {DAN, CARA})]
+    for room, who in rooms + rooms:  # the first is cold: its view is made with the entry held
+        opened("warren", who, room, now=NOW, touch=False)
+    made.clear()
+    for _ in range(3):
+        for room, who in rooms:
+            opened("warren", who, room, now=NOW, touch=False)
+    assert made == [], "every audience's view kept"
+    entry = held("warren")
+    assert len(entry.views) == 3
+    assert cache_loader.READ_CACHE.bytes == sum(
+        e.nbytes for e in cache_loader.READ_CACHE._entries.values()
+    )
