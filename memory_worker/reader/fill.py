@@ -16,13 +16,11 @@ written when the one kept lags (`keep_pack`).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 
 import numpy as np
 from sqlalchemy import Connection
 
-from memory_worker.core.per_process import PerProcess
 from memory_worker.core.read_cache import (
     NEVER_WRITTEN,
     Key,
@@ -40,7 +38,7 @@ from memory_worker.reader.cache_loader import (
     patched_entry,
     vector_loader,
 )
-from memory_worker.reader.threads import OPENS
+from memory_worker.reader.threads import OPENS, Worker
 from memory_worker.storage import read_packs, read_path, store
 
 log = logging.getLogger(__name__)
@@ -56,31 +54,26 @@ Winners = Mapping[str, tuple[Version, Mapping[int, Row]]]
 Fill = Callable[[str, list[str], list[bytes], Winners], object]
 
 
-class Filler:
-    """Runs `fill(url, personas, topics)` on a daemon thread for what was requested."""
+class Filler(Worker):
+    """Runs `fill(url, personas, topics, winners)` on a daemon thread for what was requested."""
+
+    name = "memory-read-fill"
 
     def __init__(self, fill: Fill):
+        super().__init__()
         self._fill = fill
-        self._state = PerProcess(self._begin)
         self.failures = 0  # fills that raised (logged by type; the next open reads again)
 
-    def _begin(self) -> None:
-        self._cv = threading.Condition()
+    def _setup(self) -> None:
         self._pending: dict[tuple[str, str], set[bytes]] = {}
         self._winners: dict[tuple[str, str], tuple[Version, dict[int, Row]]] = {}
-        self._busy = False
-        threading.Thread(target=self._run, name="memory-read-fill", daemon=True).start()
-
-    def start(self) -> None:
-        """Start the thread in this process if it is not running (first use, or a fork)."""
-        self._state.ensure()
 
     def request(
         self, url: str, personas: list[str], topic: bytes | None, winners: Winners | None = None
     ) -> None:
         """Fill these personas' entries (and their cosines to `topic`) soon, keeping with
         them the `winners` rows an open read (the rows of its blocks)."""
-        self._state.ensure()
+        self.start()
         with self._cv:
             for p in personas:
                 topics = self._pending.setdefault((url, p), set())
@@ -95,10 +88,7 @@ class Filler:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until everything requested so far is filled (or given up). True if idle."""
-        if not self._state.here:
-            return True
-        with self._cv:
-            return self._cv.wait_for(lambda: not (self._pending or self._busy), timeout)
+        return self._idle(lambda: self._pending, timeout)
 
     def _run(self) -> None:
         while True:

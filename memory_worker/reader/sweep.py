@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.per_process import PerProcess
 from memory_worker.reader import cache_loader
 from memory_worker.reader.cache_loader import catch_up_store
 from memory_worker.reader.fill import NO_PACK, keep_pack
-from memory_worker.reader.threads import OPENS
+from memory_worker.reader.threads import OPENS, Worker
 from memory_worker.storage import read_packs, store
 
 log = logging.getLogger(__name__)
@@ -37,29 +36,25 @@ log = logging.getLogger(__name__)
 TICK_S = 1.0  # ours: the longest the thread sleeps before it reads the interval again
 
 
-class Sweeper:
+class Sweeper(Worker):
     """Runs `sweep()` every `every()` seconds on a daemon thread of its own."""
 
+    name = "memory-read-sweep"
+
     def __init__(self, sweep: Callable[[], object], every: Callable[[], float]):
+        super().__init__()
         self._sweep = sweep
         self._every = every
-        self._state = PerProcess(self._begin)  # nothing started yet
         self.failures = 0  # sweeps that raised (logged by type)
 
-    def start(self) -> None:
-        """Start the thread in this process if it is not running (first use, or a fork)."""
-        self._state.ensure()
-
-    def _begin(self) -> None:
-        self._cv = threading.Condition()
+    def _setup(self) -> None:
         self._passing = threading.Lock()  # held while a sweep runs
         self._started = self._finished = 0
-        threading.Thread(target=self._run, name="memory-read-sweep", daemon=True).start()
 
     def wait_for_pass(self, timeout: float) -> bool:
         """Wait until a whole sweep that began after this call has finished. False on timeout
         or when no thread runs in this process."""
-        if not self._state.here:
+        if not self.here:
             return False
         with self._cv:
             begun = self._started
@@ -68,7 +63,7 @@ class Sweeper:
     @contextmanager
     def paused(self) -> Iterator[None]:
         """No sweep runs inside this block (one under way is waited out first)."""
-        if not self._state.here:
+        if not self.here:
             yield
             return
         with self._passing:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,14 +29,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.per_process import PerProcess
 from memory_worker.core.read_cache import Batches, Version, Versions
 from memory_worker.reader import cache_loader
-from memory_worker.reader.threads import OPENS
-from memory_worker.storage import read_path, store
+from memory_worker.reader.threads import OPENS, Worker
+from memory_worker.storage import read_path
 
 log = logging.getLogger(__name__)
 
@@ -89,31 +87,24 @@ class Attempt:
 Apply = Callable[[str, Sequence[Touch], Attempt], None]  # one database's touches, in order
 
 
-class Toucher:
+class Toucher(Worker):
     """The queue of promised touches and the thread that applies them."""
 
+    name = "memory-touch"
+
     def __init__(self, apply: Apply, max_pending: int = MAX_PENDING):
+        super().__init__()
         self._apply = apply
         self._max = max_pending
-        self._state = PerProcess(self._begin)  # nothing started yet: importing starts nothing
         self.dropped = 0  # touches given up on (logged by count)
 
-    def _begin(self) -> None:
-        """Fresh state in a new process (first use, or a forked child), started lazily."""
-        self._cv = threading.Condition()
+    def _setup(self) -> None:
         self._pending: list[Touch] = []
-        self._busy = False
-        self._thread = threading.Thread(target=self._run, name="memory-touch", daemon=True)
-        self._thread.start()
         atexit.register(self.flush, EXIT_FLUSH_S)
-
-    def start(self) -> None:
-        """Start the thread in this process if it is not running (first use, or a fork)."""
-        self._state.ensure()
 
     def promise(self, touch: Touch) -> None:
         """Queue a touch; waits only while MAX_PENDING touches are already waiting."""
-        self._state.ensure()
+        self.start()
         with self._cv:
             while len(self._pending) >= self._max:
                 self._cv.wait()
@@ -123,10 +114,7 @@ class Toucher:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every touch promised so far is applied (or given up). True if drained."""
-        if not self._state.here:
-            return True  # nothing promised in this process
-        with self._cv:
-            return self._cv.wait_for(lambda: not (self._pending or self._busy), timeout)
+        return self._idle(lambda: self._pending, timeout)
 
     def _run(self) -> None:
         while True:
@@ -204,19 +192,14 @@ def _apply_touches(url: str, touches: Sequence[Touch], attempt: Attempt) -> None
     personas = sorted({p for t in touches for p in t.personas})
     merged = _merged(touches)
     OPENS.wait_idle()  # a room open in flight first
-    with store.engine(url).connect() as conn:
-        if store.is_sqlite(conn):
-            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"  # the write lock first: no upgrade race
-        with conn.begin():
-            if not store.is_sqlite(conn):
-                conn.execute(text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'"))
-            now = read_path.versions(conn, personas, lock=True)
-            if not _committed(conn, attempt.wrote):
-                for p, batches in merged.items():
-                    for ids, _day, stamp, times in batches:
-                        read_path.touch(conn, p, ids.tolist(), stamp, times)
-                attempt.wrote = (now, read_path.versions(conn, personas))
-                cache_loader.READ_CACHE.expect(url, now.store, _moves(merged, *attempt.wrote))
+    with read_path.touching(url) as conn:
+        now = read_path.versions(conn, personas, lock=True)
+        if not _committed(conn, attempt.wrote):
+            for p, batches in merged.items():
+                for ids, _day, stamp, times in batches:
+                    read_path.touch(conn, p, ids.tolist(), stamp, times)
+            attempt.wrote = (now, read_path.versions(conn, personas))
+            cache_loader.READ_CACHE.expect(url, now.store, _moves(merged, *attempt.wrote))
     before, after = attempt.wrote
     cache_loader.READ_CACHE.touched(url, after.store, _moves(merged, before, after))
 

@@ -12,7 +12,8 @@ cache-key walk, and a fresh process compiles two small statements, not nine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    text,
     union_all,
     update,
 )
@@ -467,6 +469,20 @@ def versions(conn: Connection, personas: Sequence[str], *, lock: bool = False) -
     for row in VERSIONS.execute(conn, {}, personas=sorted(personas)):
         sid = store_or_version(row, found) or sid
     return Versions(sid, {p: found.get(p, NEVER_WRITTEN) for p in personas})
+
+
+# PostgreSQL: a touch waits for row locks as long as a SQLite writer waits for the file's.
+LOCK_TIMEOUT = text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'")
+
+
+@contextmanager
+def touching(url: str) -> Iterator[Connection]:
+    """The touch's write transaction: on SQLite the write lock first (BEGIN IMMEDIATE: no
+    upgrade race), on PostgreSQL a bounded wait for the rows' locks."""
+    with store.transaction(url) as conn:
+        if not store.is_sqlite(conn):
+            conn.execute(LOCK_TIMEOUT)
+        yield conn
 
 
 def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str, times: int = 1) -> None:
