@@ -408,7 +408,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="fewer repetitions (same sizes)")
     p.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
     p.add_argument(
-        "--only", choices=("read", "write", "faults"), help="re-run one, reuse the others' JSON"
+        "--only",
+        choices=("read", "write", "faults", "page"),
+        help="re-run one, reuse the others' JSON (page: re-run none, only write the page)",
     )
     a = p.parse_args()
     command = (
@@ -416,6 +418,8 @@ def main() -> None:
         if not (a.quick or a.only)
         else " ".join(["python -m benchmarks.report", *sys.argv[1:]])
     )
+    if a.only == "page":
+        command += " (the figures: the runs' JSON in docs/perf/, each with its own load)"
     meta = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "host": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
