@@ -91,26 +91,40 @@ def kind_code(kind: str) -> int:
 
 def minmax(x: np.ndarray) -> np.ndarray:
     """Scale to [0, 1] over the candidates; a column with no spread says nothing: all 0."""
+    scaled = _spread(x)
+    return np.zeros(x.shape, dtype=np.float64) if scaled is None else scaled
+
+
+def _spread(x: np.ndarray) -> np.ndarray | None:
+    """`minmax`, or None for a column with no spread (all 0, which adds nothing)."""
     if x.size == 0:
-        return x.astype(np.float64)
+        return None
     lo, hi = float(x.min()), float(x.max())
     if hi <= lo:
-        return np.zeros(x.shape, dtype=np.float64)
-    return (x - lo) / (hi - lo)
+        return None
+    scaled: np.ndarray = x - lo
+    scaled /= hi - lo
+    return scaled
 
 
 def scores(c: RankColumns, rule: Rule = RULE) -> np.ndarray:
     """The rule's weighted sum of recency, importance and relevance, each min-max normalised.
 
     Without a topic every relevance is 0, a column with no spread, so recency and importance
-    alone decide.
+    alone decide. A column with no spread adds nothing: it is skipped (adding 0 changes no
+    score), as a warm open's few hundred rows pay per numpy call, not per row.
     """
     recency = rule.decay_per_day ** np.maximum(c.age_days, 0.0)
-    total: np.ndarray = (
-        rule.recency * minmax(recency)
-        + rule.importance * minmax(c.importance / 10.0)
-        + rule.relevance * minmax(c.relevance)
-    )
+    total = np.zeros(len(c))
+    for weight, column in (
+        (rule.recency, recency),
+        (rule.importance, c.importance / 10.0),
+        (rule.relevance, c.relevance),
+    ):
+        scaled = _spread(column)
+        if scaled is not None:
+            scaled *= weight
+            total += scaled
     return total
 
 
@@ -208,17 +222,16 @@ def take(
     order = kept[np.lexsort((c.ids[kept], -score[kept]))]  # best first, ties to the lower id
     ids, groups = c.ids[order].tolist(), c.groups[order].tolist()
     kinds, chars = c.kinds[order].tolist(), c.chars[order].tolist()
-    ranked: dict[int, list[int]] = {}  # group → positions in `order`, best first
+    riders: dict[int, list[int]] = {}  # group → positions in `order`, best first
+    others: dict[int, list[int]] = {}
     for j, g in enumerate(groups):
-        ranked.setdefault(g, []).append(j)
+        (riders if kinds[j] in ride else others).setdefault(g, []).append(j)
 
-    riders: dict[int, list[int]] = {}
     rest: dict[int, list[int]] = {}
-    in_order = group_order(ranked)
+    in_order = group_order(groups)
     for g in in_order:
-        riders[g] = [j for j in ranked[g] if kinds[j] in ride][:per_human]
-        others = [j for j in ranked[g] if kinds[j] not in ride]
-        rest[g] = diversify(others, kinds, per_kind)[: per_human - len(riders[g])]
+        riders[g] = riders.get(g, [])[:per_human]
+        rest[g] = diversify(others.get(g, []), kinds, per_kind)[: per_human - len(riders[g])]
 
     used = sum(chars[j] for g in in_order for j in riders[g])
     taken: dict[int, list[int]] = {g: [] for g in in_order}

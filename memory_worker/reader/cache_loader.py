@@ -510,13 +510,15 @@ def _candidates(
         z = np.zeros(0)
         return RankColumns(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
     idx = np.asarray(view.idx, dtype=np.intp)  # numpy gathers fastest on its own index type
-    ages = np.nan_to_num(now_day - rows.recalled_day[idx], nan=UNREADABLE_AGE_DAYS)
+    ages = now_day - rows.recalled_day[idx]
+    np.copyto(ages, UNREADABLE_AGE_DAYS, where=np.isnan(ages))  # np.nan_to_num, less its checks
+    np.maximum(ages, 0.0, out=ages)
     return RankColumns(
         ids=rows.ids[idx],
         groups=rows.groups[idx].astype(np.int64),  # ranking multiplies them
         kinds=rows.kinds[idx],
         importance=rows.importance[idx].astype(np.float64),
-        age_days=np.maximum(ages, 0.0),
+        age_days=ages,
         chars=rows.chars[idx],
         relevance=rel if rel is not None else np.zeros(idx.size),
         by_kind=view.by_kind if view.runs.size else None,
