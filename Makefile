@@ -98,7 +98,7 @@ exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests
 # the audience SQL, recall and the write guards, each mutant against the fast tests that reach it
 # ([tool.mutmut] in pyproject.toml). Slow (~30 min on two cores); resumes where it stopped.
 MUTANTS := 'memory_worker.core.audience.*' 'memory_worker.core.provenance.*' \
-	'memory_worker.core.names.*' 'memory_worker.reader.read_columns.x_visible_index*' \
+	'memory_worker.core.names.*' 'memory_worker.reader.cache_loader.x_visible_index*' \
 	'memory_worker.storage.read_path.x__context_statement*' 'memory_worker.storage.read_path.x_context*' \
 	'memory_worker.storage.read_path.x_room_or_member*' 'memory_worker.storage.read_path.x__open_rows_statement*' \
 	'memory_worker.storage.read_path.x_open_rows*' 'memory_worker.storage.read_path.x_visible_open_rows*' \

@@ -3,19 +3,28 @@
 At each size (1k / 10k / 100k rows the persona may see in a private chat with Dan), the store
 also holds noise: the same persona's rows about a hundred other humans, closed rows, and nine
 other personas with rows of their own. In one run, interleaved so the machine's noise lands
-on every case alike, we time:
+on every case alike (in an order shuffled each round: a case right after the floor's big
+SELECT pays for it), we time:
 
-- floor      — stdlib sqlite3: SELECT * of exactly the visible rows through the same index;
-- warm       — `build_block` with the cache warm, touch on and touch off;
-- topic      — the same in a room with a topic vector (relevance over every visible row);
-- miss       — the first open after another process wrote a row (the cache must refetch);
-- cold       — an open with the persona's entry dropped (its first open, or after the LRU let
-               it go): it answers from its audience's rows, the fill runs after (not timed);
-- fresh      — a fresh process's first open (absolute: imports excluded, engine included);
-- prepared   — the same after the app's start called `reader.prepare` (not timed).
+- floor        — stdlib sqlite3: SELECT * of exactly the visible rows through the same index;
+- warm         — `build_block` with the cache warm, touch on and touch off;
+- topic        — the same in a room with a topic vector (relevance over every visible row);
+- miss         — the first open after another process wrote a row (the cache catches up);
+- cold         — an open with the persona's entry dropped (its first open in this process, or
+                 after the LRU let it go), with and without a topic: it ranks on the
+                 persona's pack; the fill runs after it (not timed);
+- cold, no pack — the same with the pack gone too (the persona's first open in the store);
+- group        — a group room (three personas, Dan and two other present humans) under the
+                 proven scope (world facts only; the default) and the group scope
+                 (`proven_scope=False`: rows about the present humans too), warm and cold,
+                 each against the floor of the rows visible under its scope;
+- fresh        — a fresh process's first open (imports excluded, engine included), without
+                 and with `reader.prepare` at its start (prepare not timed);
+- deploy       — the first open after a deploy: a fresh process opens each of the ten
+                 personas' private chats with Dan once, each against its own floor (p50, p95).
 
 Each is printed as median, p95 and the ratio of its median to the floor's median in the same
-run, with the bytes the read cache holds after the warm opens.
+run, with the bytes the read cache holds after the warm opens and the machine's load.
 
     .venv/bin/python -m benchmarks.read_path [--sizes 1000 10000 100000] [--quick] [--json F]
 
@@ -25,8 +34,10 @@ Figures only, no assertions. Temp SQLite files, built by the real migrations.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -41,24 +52,35 @@ import numpy as np
 from memory_worker import app_side
 from memory_worker.core import tables as t
 from memory_worker.core.constants import KINDS
-from memory_worker.reader import read_columns
+from memory_worker.reader import cache_loader, fill
 from memory_worker.storage import store
 
 SIZES = (1_000, 10_000, 100_000)
 REPS = {1_000: 200, 10_000: 60, 100_000: 12}  # per case, interleaved
 QUICK = {1_000: 40, 10_000: 12, 100_000: 4}
-FRESH_REPS = {1_000: 3, 10_000: 3, 100_000: 2}
+FRESH_REPS = {1_000: 5, 10_000: 4, 100_000: 3}
 DIMS = 768
 NOW = "2026-12-01T12:00:00+00:00"
 DAN = 42
 PERSONA = "warren"
 NOISE_HUMANS = 100  # other humans the persona knows: rows about them never load here
 NOISE_PERSONAS = 9
+PERSONAS = [PERSONA, *(f"noise{p}" for p in range(NOISE_PERSONAS))]
+GROUP = [PERSONA, "noise0", "noise1"]  # the group room's personas
+GROUP_HUMANS = [DAN, 1000, 1001]  # present in it: Dan and two humans Warren knows a little
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR_SQL = (
     "SELECT * FROM persona_memory WHERE persona = ? AND valid_to IS NULL "
     "AND subject IN ('world', 'u:42', 'self') AND (subject != 'self' OR counterpart = 'u:42')"
 )
+_GROUP_IN = ", ".join(f"'{p}'" for p in GROUP)
+_REFS = ", ".join(f"'u:{u}'" for u in GROUP_HUMANS)
+GROUP_FLOOR_SQL = {  # the rows each scope lets a group open see, every persona of the room
+    "proven": f"SELECT * FROM persona_memory WHERE persona IN ({_GROUP_IN}) AND valid_to IS NULL "
+    "AND subject = 'world'",
+    "group": f"SELECT * FROM persona_memory WHERE persona IN ({_GROUP_IN}) AND valid_to IS NULL "
+    f"AND (subject IN ('world', {_REFS}) OR (subject = 'self' AND counterpart IN ({_REFS})))",
+}
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -125,6 +147,9 @@ def seed(url: str, size: int, rng: np.random.Generator) -> None:
             app_side.add_persona(conn, f"noise{p}", f"Noise {p}")
         app_side.add_room(conn, "dm", "private", [f"u:{DAN}", PERSONA])
         app_side.add_room(conn, "topic", "private", [f"u:{DAN}", PERSONA])
+        for p in PERSONAS[1:]:
+            app_side.add_room(conn, f"dm-{p}", "private", [f"u:{DAN}", p])
+        app_side.add_room(conn, "group", "group", [*(f"u:{u}" for u in GROUP_HUMANS), *GROUP])
         topic = rng.integers(-127, 128, DIMS, dtype=np.int8).tobytes()
         conn.execute(t.rooms.update().where(t.rooms.c.id == "topic").values(topic_embedding=topic))
     batches = [(PERSONA, size, _visible), (PERSONA, size // 4, _noise)]
@@ -140,9 +165,17 @@ def seed(url: str, size: int, rng: np.random.Generator) -> None:
 
 
 def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000.0
+    """Milliseconds `fn` takes, with the garbage collector off meanwhile, as `timeit` times:
+    a collection the floor's SELECT set off would otherwise land in whichever case came next."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1000.0
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def p95(ms: list[float]) -> float:
@@ -190,43 +223,54 @@ def writer_main(path: str) -> None:
 
 
 def fresh_main(url: str) -> None:
-    """A fresh process: imports first (not timed), then its first open (timed); with
-    --prepared, the app's start calls `reader.prepare` first (not timed either)."""
+    """A fresh process: imports first (timed apart), then its first open (timed); with
+    --prepared, the app's start calls `reader.prepare` first (timed apart). With --deploy,
+    each persona's private chat with Dan is opened once, each open timed."""
+    started = time.perf_counter()
     from memory_worker import reader
-    from memory_worker.reader import build_block
 
-    if "--prepared" in sys.argv:
-        reader.prepare(url)
-    ms = timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False))
-    print(json.dumps({"fresh_ms": ms}))
+    imported = (time.perf_counter() - started) * 1000.0
+    prepared = timed(lambda: reader.prepare(url)) if "--prepared" in sys.argv else 0.0
+    if "--deploy" in sys.argv:
+        opens = [
+            timed(lambda p=p: reader.build_block(p, {DAN}, _dm(p), now=NOW, url=url))
+            for p in PERSONAS
+        ]
+        print(json.dumps({"deploy_ms": opens}))
+        return
+    ms = timed(lambda: reader.build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False))
+    print(json.dumps({"fresh_ms": ms, "import_ms": imported, "prepare_ms": prepared}))
 
 
-def fresh_open(url: str, prepared: bool = False) -> float:
+def _dm(persona: str) -> str:
+    return "dm" if persona == PERSONA else f"dm-{persona}"
+
+
+def fresh(url: str, *flags: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.read_path", "--fresh", url]
-        + (["--prepared"] if prepared else []),
+        [sys.executable, "-m", "benchmarks.read_path", "--fresh", url, *flags],
         capture_output=True,
         text=True,
         cwd=ROOT,
         check=True,
     )
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["fresh_ms"])
-
-
-def cache_bytes() -> int:
-
-    return int(getattr(read_columns.READ_CACHE, "bytes", 0))
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def flush() -> None:
     from memory_worker import reader
 
-    getattr(reader, "flush_touches", lambda **_: None)()
+    reader.flush_touches()
+    fill.FILLS.wait(120)
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
 def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     from memory_worker import reader
-    from memory_worker.reader import build_block
+    from memory_worker.reader import blocks_for_room, build_block
 
     path = tmp / f"read_{size}.db"
     url = f"sqlite:///{path}"
@@ -234,76 +278,260 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     started = time.perf_counter()
     seed(url, size, np.random.default_rng(size))
     seeded_s = time.perf_counter() - started
+    loads = [load()]
     floor_conn = sqlite3.connect(path)
     visible = len(floor_conn.execute(FLOOR_SQL, (PERSONA,)).fetchall())
+    group_visible = {s: len(floor_conn.execute(q).fetchall()) for s, q in GROUP_FLOOR_SQL.items()}
 
-    def floor() -> None:
-        floor_conn.execute(FLOOR_SQL, (PERSONA,)).fetchall()
+    def floor(sql: str, *args: str) -> Callable[[], object]:
+        return lambda: floor_conn.execute(sql, args).fetchall()
 
+    def group(scope: str, **kw: object) -> Callable[[], object]:
+        proven = scope == "proven"
+        return lambda: blocks_for_room(
+            "group", GROUP_HUMANS, now=NOW, url=url, proven_scope=proven, **kw
+        )
+
+    def dm(**kw: object) -> Callable[[], object]:
+        return lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, **kw)
+
+    def topic(**kw: object) -> Callable[[], object]:
+        return lambda: build_block(PERSONA, {DAN}, "topic", now=NOW, url=url, **kw)
+
+    warm: dict[str, Callable[[], object]] = {
+        "floor": floor(FLOOR_SQL, PERSONA),
+        "floor_group_proven": floor(GROUP_FLOOR_SQL["proven"]),
+        "floor_group": floor(GROUP_FLOOR_SQL["group"]),
+        "warm_touch": dm(),
+        "warm": dm(touch=False),
+        "topic": topic(),
+        "group_proven_warm": group("proven"),
+        "group_warm": group("group"),
+    }
+    cold: dict[str, Callable[[], object]] = {  # each after its entries are dropped
+        "cold": dm(touch=False),
+        "cold_topic": topic(touch=False),
+        "group_proven_cold": group("proven", touch=False),
+        "group_cold": group("group", touch=False),
+    }
+    ms: dict[str, list[float]] = {name: [] for name in [*warm, "miss", *cold, "cold_no_pack"]}
     other = OtherProcess(str(path))
 
-    def miss() -> None:
-        other.write()  # not timed: another process moves the persona's version
-        ms["miss"].append(timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url)))
+    def rewarm() -> None:
+        for fn in warm.values():
+            fn()
+        flush()
 
-    def cold() -> None:
-        read_columns.READ_CACHE.clear()  # not timed: the entry is gone
-        ms["cold"].append(
-            timed(lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False))
-        )
-        fills = getattr(read_columns, "FILLS", None)
-        if fills is not None:
-            fills.wait(60)  # the fill lands off the caller's path, before the next case
+    def dropped(name: str, fn: Callable[[], object], *, packs: bool = False) -> None:
+        cache_loader.READ_CACHE.clear()  # not timed: the entries are gone...
+        if packs:  # ...and the packs too: the persona's first open in this store
+            with store.transaction(url) as conn:
+                conn.execute(t.persona_read_packs.delete())
+        ms[name].append(timed(fn))
+        rewarm()  # the fill lands off the caller's path, before the next case
 
-    cases: dict[str, Callable[[], object]] = {
-        "floor": floor,
-        "warm_touch": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url),
-        "warm": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False),
-        "topic": lambda: build_block(PERSONA, {DAN}, "topic", now=NOW, url=url),
-    }
-    ms: dict[str, list[float]] = {name: [] for name in [*cases, "miss", "cold"]}
-    read_columns.READ_CACHE.clear()
-    for fn in cases.values():
-        fn()  # warm the page cache, the pool and the read cache
-    flush()
+    cache_loader.READ_CACHE.clear()
+    rewarm()
+    rewarm()
+    order, shuffled = list(warm), random.Random(size)
     try:
-        for _ in range(reps):
-            for name, fn in cases.items():
-                ms[name].append(timed(fn))
-            miss()
-            for fn in cases.values():
-                fn()  # back to warm after the miss (untimed)
-            cold()
-            for fn in cases.values():
-                fn()  # back to warm after the cold open (untimed)
+        for n in range(reps):
+            shuffled.shuffle(order)  # each case after any other as often: no place is cheaper
+            for name in order:
+                ms[name].append(timed(warm[name]))
+            other.write()  # not timed: another process moves the persona's version
+            ms["miss"].append(timed(dm()))
+            rewarm()
+            for name, fn in cold.items():
+                dropped(name, fn)
+            if n % 4 == 0:
+                dropped("cold_no_pack", dm(touch=False), packs=True)
     finally:
         other.close()
     flush()
-    held = cache_bytes()
-    fresh = [fresh_open(url) for _ in range(fresh_reps)]
-    prepared = [fresh_open(url, prepared=True) for _ in range(fresh_reps)]
+    loads.append(load())
+    held = cache_loader.READ_CACHE.held(url)[PERSONA].nbytes  # Warren's entry, as before
+    floors = {p: statistics.median(timed(floor(FLOOR_SQL, p)) for _ in range(9)) for p in PERSONAS}
+    runs = {
+        "fresh": [fresh(url) for _ in range(fresh_reps)],
+        "prepared": [fresh(url, "--prepared") for _ in range(fresh_reps)],
+    }
+    deploy = [fresh(url, "--deploy") for _ in range(fresh_reps)]
+    loads.append(load())
     floor_conn.close()
     reader.close(timeout=60)  # its touches and fills land before the store goes
     store.dispose_all()
     f = statistics.median(ms["floor"])
+    floor_of = {
+        "group_proven": statistics.median(ms["floor_group_proven"]),
+        "group": statistics.median(ms["floor_group"]),
+    }
     out: dict = {
         "size": size,
         "visible": visible,
+        "group_visible": group_visible,
         "reps": reps,
         "seeded_s": round(seeded_s, 1),
+        "load": loads,
         "cache_bytes": held,
         "cache_bytes_per_row": round(held / visible, 1) if held else 0,
-        "fresh_ms": statistics.median(fresh),
-        "fresh_x": statistics.median(fresh) / f,
-        "prepared_ms": statistics.median(prepared),
-        "prepared_x": statistics.median(prepared) / f,
     }
     for name, got in ms.items():
+        base = f
+        if name.startswith(("group_proven", "floor_group_proven")):
+            base = floor_of["group_proven"]
+        elif name.startswith(("group_", "floor_group")):
+            base = floor_of["group"]
+        med = statistics.median(got)
+        out[name] = {"med": med, "p95": p95(got), "x": med / base}
+    for name, got in runs.items():
+        first = [r["fresh_ms"] for r in got]
         out[name] = {
-            "med": statistics.median(got),
-            "p95": p95(got),
-            "x": statistics.median(got) / f,
+            "med": statistics.median(first),
+            "p95": max(first),
+            "x": statistics.median(first) / f,
+            "import_ms": statistics.median(r["import_ms"] for r in got),
+            "prepare_ms": statistics.median(r["prepare_ms"] for r in got),
         }
+    opens = [m for r in deploy for m in r["deploy_ms"]]
+    ratios = [m / floors[p] for r in deploy for p, m in zip(PERSONAS, r["deploy_ms"], strict=True)]
+    out["deploy"] = {
+        "personas": len(PERSONAS),
+        "processes": len(deploy),
+        "p50_ms": float(np.percentile(opens, 50)),
+        "p95_ms": float(np.percentile(opens, 95)),
+        "p50_x": float(np.percentile(ratios, 50)),
+        "p95_x": float(np.percentile(ratios, 95)),
+    }
+    return out
+
+
+# --- where a warm open's time goes ------------------------------------------------------------
+
+STAGES = (  # (module, function, what it is): the reader's own steps, timed where it calls them
+    ("memory_worker.storage.read_path", "context_alone", "the context statement"),
+    ("memory_worker.storage.read_path", "context", "the context statement"),
+    ("memory_worker.reader.cache_loader", "load_candidates", "the audience's ranking columns"),
+    ("memory_worker.reader.room_open", "scores", "scores"),
+    ("memory_worker.reader.room_open", "take", "take (per human, kinds, char cap)"),
+    ("memory_worker.reader.cache_loader", "winner_rows", "the winners' full rows"),
+    ("memory_worker.storage.read_path", "winners", "the winners' full rows"),
+    ("memory_worker.reader.room_open", "visible_memories", "the audience rule on every winner"),
+    ("memory_worker.reader.room_open", "render", "render"),
+    ("memory_worker.reader.room_open", "promise_touch", "the touch promised"),
+)
+
+
+def profile(size: int, opens: int, tmp: Path) -> dict:
+    """Where a warm open's time goes, with the touch on (as an app opens rooms) and off:
+    each stage timed around the reader's own functions over `opens` opens one after another;
+    median microseconds a stage and what is left (the pool's checkout, the Python between
+    the stages, and whatever the reader's threads take from the open meanwhile)."""
+    url = f"sqlite:///{tmp / f'profile_{size}.db'}"
+    store.init_db(url)
+    seed(url, size, np.random.default_rng(size))
+    out = {"size": size, "opens": opens, "load": load()}
+    for touch in (True, False):
+        out["touch" if touch else "no_touch"] = _profile(url, opens, touch)
+    store.dispose_all()
+    return out
+
+
+def _profile(url: str, opens: int, touch: bool) -> dict:
+    import importlib
+
+    from memory_worker import reader
+
+    reader.prepare(url)
+
+    def one() -> object:
+        return reader.build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=touch)
+
+    for _ in range(50):
+        one()
+    flush()
+    spent: dict[str, float] = {}
+    per_stage: dict[str, list[float]] = {}
+    patched: list[tuple[object, str, object]] = []
+    for module, name, label in STAGES:
+        mod = importlib.import_module(module)
+        real = getattr(mod, name, None)
+        if real is None:
+            continue
+
+        def wrapper(*a: object, _real: Callable = real, _label: str = label, **k: object) -> object:
+            start = time.perf_counter()
+            try:
+                return _real(*a, **k)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + (time.perf_counter() - start) * 1e6
+
+        setattr(mod, name, wrapper)
+        patched.append((mod, name, real))
+    totals: list[float] = []
+    try:
+        for _ in range(opens):
+            spent.clear()
+            totals.append(timed(one) * 1000.0)
+            for label, us in spent.items():
+                per_stage.setdefault(label, []).append(us)
+    finally:
+        for mod, name, real in patched:
+            setattr(mod, name, real)
+    reader.close(timeout=60)
+    total = statistics.median(totals)
+    stages = [(label, statistics.median(us)) for label, us in per_stage.items()]
+    rest = total - sum(us for _, us in stages)
+    stages.append(("the rest: pool checkout, the code between", rest))
+    return {"total_us": total, "stages": stages}
+
+
+def print_profile(got: dict) -> None:
+    for mode in ("touch", "no_touch"):
+        run = got[mode]
+        print(
+            f"a warm open at {got['size']:,} rows, {mode.replace('_', ' ')}: "
+            f"median {run['total_us']:.0f} µs (load {got['load']})"
+        )
+        for label, us in run["stages"]:
+            print(f"  {us:8.0f} µs  {100 * us / run['total_us']:5.1f} %  {label}")
+
+
+# --- the targets (issue 29; the group cases: issue 28) ------------------------------------
+
+TARGETS: dict[str, dict[int, float]] = {  # case → visible rows → the most × the floor
+    "warm_touch": {1_000: 0.3, 10_000: 0.05, 100_000: 0.03},
+    "cold": {1_000: 1.0, 10_000: 0.5, 100_000: 0.5},
+    "cold_topic": {1_000: 1.5, 10_000: 0.5, 100_000: 0.5},
+    "fresh": {1_000: 3.0, 10_000: 1.0, 100_000: 0.5},
+    "prepared": {1_000: 3.0, 10_000: 1.0, 100_000: 0.5},
+    "group_cold": {1_000: 1.5},
+    "group_warm": {1_000: 0.3, 10_000: 0.1},
+}
+LABELS = {
+    "warm_touch": "warm, touch on",
+    "warm": "warm, touch off",
+    "topic": "warm, room with a topic",
+    "miss": "first open after another process wrote",
+    "cold": "cold: the persona's entry dropped (noisy store)",
+    "cold_topic": "cold, room with a topic",
+    "cold_no_pack": "cold, no pack kept (the persona's first open in the store)",
+    "fresh": "a fresh process's first open, no `prepare`",
+    "prepared": "a fresh process's first open after `reader.prepare`",
+    "group_proven_warm": "group room, proven scope: warm",
+    "group_proven_cold": "group room, proven scope: cold",
+    "group_warm": "group room, group scope (`proven_scope=False`): warm",
+    "group_cold": "group room, group scope: cold",
+}
+
+
+def verdicts(r: dict) -> list[tuple[str, float, float, bool]]:
+    """(case, × floor, target, met) for every target at this size."""
+    out = []
+    for case, by_size in TARGETS.items():
+        want = by_size.get(r["size"])
+        if want is not None and case in r:
+            out.append((case, r[case]["x"], want, r[case]["x"] <= want))
     return out
 
 
@@ -312,26 +540,34 @@ def print_table(results: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(
-        title="read path: a room open against the floor (ms · × floor = median / floor median)",
+        title="read path: a room open against the floor (× floor = median / floor median)",
         caption="floor: stdlib sqlite3 SELECT * of the visible rows · one run, interleaved",
     )
-    table.add_column("visible rows", justify="right")
-    table.add_column("floor med / p95", justify="right")
-    for label in ("warm touch", "warm", "topic", "miss", "cold"):
-        table.add_column(f"{label}\nmed / p95 / ×", justify="right")
-    table.add_column("fresh\nms / ×", justify="right")
-    table.add_column("prepared\nms / ×", justify="right")
-    table.add_column("cached MB\n(B/row)", justify="right")
+    table.add_column("case")
     for r in results:
-        cells = [f"{r['visible']:,}", f"{r['floor']['med']:.2f} / {r['floor']['p95']:.2f}"]
-        for key in ("warm_touch", "warm", "topic", "miss", "cold"):
-            c = r[key]
-            cells.append(f"{c['med']:.2f} / {c['p95']:.2f} / {c['x']:.2f}")
-        cells.append(f"{r['fresh_ms']:.1f} / {r['fresh_x']:.2f}")
-        cells.append(f"{r['prepared_ms']:.1f} / {r['prepared_x']:.2f}")
-        cells.append(f"{r['cache_bytes'] / 1e6:.1f} ({r['cache_bytes_per_row']:.0f})")
-        table.add_row(*cells)
-    Console(width=190).print(table)
+        table.add_column(f"{r['visible']:,} rows\nmed / p95 ms (×)", justify="right")
+    table.add_row("floor", *(f"{r['floor']['med']:.2f} / {r['floor']['p95']:.2f}" for r in results))
+    for key, label in LABELS.items():
+        cells = [
+            f"{r[key]['med']:.2f} / {r[key]['p95']:.2f} ({r[key]['x']:.3f}×)" if key in r else "—"
+            for r in results
+        ]
+        table.add_row(label, *cells)
+    table.add_row(
+        "first open after a deploy: p50 / p95 ms (×)",
+        *(
+            f"{r['deploy']['p50_ms']:.1f} / {r['deploy']['p95_ms']:.1f} "
+            f"({r['deploy']['p50_x']:.2f}× / {r['deploy']['p95_x']:.2f}×)"
+            for r in results
+        ),
+    )
+    table.add_row(
+        "load at start / after / end", *(" / ".join(map(str, r["load"])) for r in results)
+    )
+    Console(width=160).print(table)
+    for r in results:
+        for case, x, want, met in verdicts(r):
+            print(f"{r['size']:>7,}  {case:<18} {x:7.3f}×  ≤ {want}×  {'met' if met else 'MISSED'}")
 
 
 def main() -> None:
@@ -342,11 +578,22 @@ def main() -> None:
     parser.add_argument("--writer", help=argparse.SUPPRESS)
     parser.add_argument("--fresh", help=argparse.SUPPRESS)
     parser.add_argument("--prepared", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--deploy", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile", type=int, metavar="ROWS", help="only: where a warm open's time goes"
+    )
     args = parser.parse_args()
     if args.writer:
         return writer_main(args.writer)
     if args.fresh:
         return fresh_main(args.fresh)
+    if args.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            got = profile(args.profile, 300 if args.quick else 2000, Path(tmp))
+        print_profile(got)
+        if args.json:
+            args.json.write_text(json.dumps(got, indent=1))
+        return None
     reps = QUICK if args.quick else REPS
     results = []
     with tempfile.TemporaryDirectory() as tmp:

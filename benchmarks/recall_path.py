@@ -8,7 +8,10 @@ noise the audience rule keeps out). In one run, interleaved, we time:
 - recall         — `reader.recall(..., query_vector=v, block_ids=the block's)`, touch off: the
                    app holds the block and the message's vector;
 - recall+block   — the same without `block_ids`: recall works out the block's rows itself;
-- recall+touch   — the first, touching what it returns (the touch is flushed in the background).
+- recall+touch   — the first, touching what it returns (the touch is flushed in the background);
+- group recall   — the first in the group room (three personas, Dan and two other present
+                   humans) under the group scope (`proven_scope=False`, what the New "follow"
+                   setting passes), Warren's rows about all three present humans its pool.
 
 Then the query's embedding alone, per local embedder (no network on either): a message's
 recall costs `recall` plus the embedder's row. The aim (issue 9): ≤ 10 ms median at 10k rows.
@@ -32,6 +35,7 @@ Figures only, no assertions. Temp SQLite files, built by the real migrations.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sqlite3
@@ -51,7 +55,16 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from benchmarks import read_path  # noqa: E402
-from benchmarks.read_path import DAN, FLOOR_SQL, NOW, PERSONA, p95, seed, timed  # noqa: E402
+from benchmarks.read_path import (  # noqa: E402
+    DAN,
+    FLOOR_SQL,
+    GROUP_HUMANS,
+    NOW,
+    PERSONA,
+    p95,
+    seed,
+    timed,
+)
 from memory_worker import models, reader  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core.vectors import quantise  # noqa: E402
@@ -83,12 +96,29 @@ def measure(size: int, reps: int, tmp: Path) -> dict:
     query = rng.integers(-127, 128, read_path.DIMS, dtype=np.int8).tobytes()
     block = reader.build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False)
     recall = partial(reader.recall, PERSONA, {DAN}, "dm", "", now=NOW, url=url)
+    group = reader.build_block(
+        PERSONA, GROUP_HUMANS, "group", now=NOW, url=url, touch=False, proven_scope=False
+    )
+    group_recall = partial(
+        reader.recall,
+        PERSONA,
+        GROUP_HUMANS,
+        "group",
+        "",
+        query_vector=query,
+        block_ids=group.row_ids,
+        now=NOW,
+        url=url,
+        touch=False,
+        proven_scope=False,
+    )
     cases: dict[str, Callable[[], object]] = {
         "floor": partial(floor, str(path)),
         "block": partial(reader.build_block, PERSONA, {DAN}, "dm", now=NOW, url=url, touch=False),
         "recall": partial(recall, query_vector=query, block_ids=block.row_ids, touch=False),
         "recall+block": partial(recall, query_vector=query, touch=False),
         "recall+touch": partial(recall, query_vector=query, block_ids=block.row_ids),
+        "group recall": group_recall,
     }
     for fn in cases.values():
         fn()  # warm the page cache, the pool and the read cache
@@ -284,6 +314,7 @@ def main() -> None:
     )
     p.add_argument("--busy-writer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, default=None, help="--under-load: locomo10.json")
+    p.add_argument("--json", type=Path, help="also write the figures here (ms per case and size)")
     a = p.parse_args()
     from benchmarks import locomo_replay
 
@@ -320,6 +351,21 @@ def main() -> None:
             cells.append(f"{med:.2f} / {tail:.2f} / {med / f_med:.2f}")
         table.add_row(*cells)
     console.print(table)
+    if a.json:
+        figures = {
+            "load": os.getloadavg()[0],
+            "results": [
+                {
+                    "size": r["size"],
+                    **{
+                        name: {"med": statistics.median(ms), "p95": p95(ms)}
+                        for name, ms in r["ms"].items()
+                    },
+                }
+                for r in results
+            ],
+        }
+        a.json.write_text(json.dumps(figures, indent=1))
     embeds = embed_times(reps.get(10_000, 20))
     et = Table(title="one message's query embedding, in process, no network (ms)")
     for col in ("embedder", "median", "p95"):

@@ -63,7 +63,7 @@ class Break:
 
 
 AUDIENCE, READ_PATH = "memory_worker/core/audience.py", "memory_worker/storage/read_path.py"
-COLUMNS, RECALL = "memory_worker/reader/read_columns.py", "memory_worker/reader/recall.py"
+COLUMNS, RECALL = "memory_worker/reader/cache_loader.py", "memory_worker/reader/recall.py"
 
 # A scope that admits every row of the persona: recall's scope dropped.
 EVERYONE = (

@@ -74,8 +74,12 @@ class RankColumns:
     kinds: np.ndarray  # int64: index into KINDS, or UNKNOWN_KIND
     importance: np.ndarray  # float64, 1..10
     age_days: np.ndarray  # float64: days since last_recalled, else created
-    chars: np.ndarray  # int64: len(text), what the char cap counts
+    chars: np.ndarray  # int: len(text), what the char cap counts
     relevance: np.ndarray  # float64: cosine to the room's topic; all 0 without a topic
+    # Optionally, the rows' order by (group, kind) and where each run of one starts in it
+    # (then the length): the reader keeps them per audience (read_cache.View).
+    by_kind: np.ndarray | None = None
+    runs: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -87,30 +91,44 @@ def kind_code(kind: str) -> int:
 
 def minmax(x: np.ndarray) -> np.ndarray:
     """Scale to [0, 1] over the candidates; a column with no spread says nothing: all 0."""
+    scaled = _spread(x)
+    return np.zeros(x.shape, dtype=np.float64) if scaled is None else scaled
+
+
+def _spread(x: np.ndarray) -> np.ndarray | None:
+    """`minmax`, or None for a column with no spread (all 0, which adds nothing)."""
     if x.size == 0:
-        return x.astype(np.float64)
+        return None
     lo, hi = float(x.min()), float(x.max())
     if hi <= lo:
-        return np.zeros(x.shape, dtype=np.float64)
-    return (x - lo) / (hi - lo)
+        return None
+    scaled: np.ndarray = x - lo
+    scaled /= hi - lo
+    return scaled
 
 
 def scores(c: RankColumns, rule: Rule = RULE) -> np.ndarray:
     """The rule's weighted sum of recency, importance and relevance, each min-max normalised.
 
     Without a topic every relevance is 0, a column with no spread, so recency and importance
-    alone decide.
+    alone decide. A column with no spread adds nothing: it is skipped (adding 0 changes no
+    score), as a warm open's few hundred rows pay per numpy call, not per row.
     """
     recency = rule.decay_per_day ** np.maximum(c.age_days, 0.0)
-    total: np.ndarray = (
-        rule.recency * minmax(recency)
-        + rule.importance * minmax(c.importance / 10.0)
-        + rule.relevance * minmax(c.relevance)
-    )
+    total = np.zeros(len(c))
+    for weight, column in (
+        (rule.recency, recency),
+        (rule.importance, c.importance / 10.0),
+        (rule.relevance, c.relevance),
+    ):
+        scaled = _spread(column)
+        if scaled is not None:
+            scaled *= weight
+            total += scaled
     return total
 
 
-def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[int]:
+def diversify(ranked: Sequence[int], kinds: Sequence[int] | np.ndarray, per_kind: int) -> list[int]:
     """At most `per_kind` of each kind first (in rank order), then the rest (in rank order)."""
     seen: dict[int, int] = {}
     first: list[int] = []
@@ -125,20 +143,42 @@ def diversify(ranked: Sequence[int], kinds: np.ndarray, per_kind: int) -> list[i
     return first + rest
 
 
+SORT_ALL_UP_TO = 4_096  # ours: below this many rows one sort beats a pass per (group, kind)
+
+
 def _top_per_group_kind(c: RankColumns, score: np.ndarray, per_kind_top: int) -> np.ndarray:
     """Indexes of the best `per_kind_top` rows of each (group, kind); nothing else can win.
 
     A group takes at most `per_human` rows, and the diversity pass never reaches past a kind's
     first `per_human` rows before the group is full, so this cut changes no block; it keeps
-    the Python loop below small however many rows a persona holds. One linear pass per
-    (group, kind) — a handful — instead of sorting every row.
+    the Python loop below small however many rows a persona holds. A few thousand rows are
+    sorted once by (group and kind, score, id); more take one linear pass per (group, kind) —
+    a handful — instead of sorting every row.
     """
     codes = c.groups * (UNKNOWN_KIND + 1) + c.kinds
-    kept = [
-        _best(np.flatnonzero(codes == code), score, c.ids, per_kind_top)
-        for code in np.unique(codes)
-    ]
-    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    n = len(c)
+    if n <= SORT_ALL_UP_TO:
+        order = np.lexsort((c.ids, -score, codes))
+        sorted_codes = codes[order]
+        first = np.empty(n, dtype=bool)  # where each (group, kind) begins in `order`
+        first[:1] = True
+        np.not_equal(sorted_codes[1:], sorted_codes[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        rank = np.arange(n) - starts[np.cumsum(first) - 1]  # place within its (group, kind)
+        kept: np.ndarray = order[rank < per_kind_top]
+        return kept
+    if c.by_kind is not None and c.runs is not None:
+        bounds = c.runs.tolist()
+        parts = [
+            _best(c.by_kind[a:b].astype(np.int64), score, c.ids, per_kind_top)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+    else:
+        parts = [
+            _best(np.flatnonzero(codes == code), score, c.ids, per_kind_top)
+            for code in np.unique(codes)
+        ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _best(idx: np.ndarray, score: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
@@ -179,32 +219,33 @@ def take(
         return {}
     ride = {kind_code(k) for k in ride_kinds}
     kept = _top_per_group_kind(c, score, per_human)
-    by_group: dict[int, list[int]] = {}
-    for i in kept.tolist():
-        by_group.setdefault(int(c.groups[i]), []).append(i)
+    order = kept[np.lexsort((c.ids[kept], -score[kept]))]  # best first, ties to the lower id
+    ids, groups = c.ids[order].tolist(), c.groups[order].tolist()
+    kinds, chars = c.kinds[order].tolist(), c.chars[order].tolist()
+    riders: dict[int, list[int]] = {}  # group → positions in `order`, best first
+    others: dict[int, list[int]] = {}
+    for j, g in enumerate(groups):
+        (riders if kinds[j] in ride else others).setdefault(g, []).append(j)
 
-    riders: dict[int, list[int]] = {}
     rest: dict[int, list[int]] = {}
-    groups = group_order(by_group)
-    for g in groups:
-        ranked = sorted(by_group[g], key=lambda i: (-score[i], c.ids[i]))
-        riders[g] = [i for i in ranked if c.kinds[i] in ride][:per_human]
-        others = [i for i in ranked if c.kinds[i] not in ride]
-        rest[g] = diversify(others, c.kinds, per_kind)[: per_human - len(riders[g])]
+    in_order = group_order(groups)
+    for g in in_order:
+        riders[g] = riders.get(g, [])[:per_human]
+        rest[g] = diversify(others.get(g, []), kinds, per_kind)[: per_human - len(riders[g])]
 
-    used = sum(int(c.chars[i]) for g in groups for i in riders[g])
-    taken: dict[int, list[int]] = {g: [] for g in groups}
+    used = sum(chars[j] for g in in_order for j in riders[g])
+    taken: dict[int, list[int]] = {g: [] for g in in_order}
     for turn in range(per_human):
-        for g in groups:
+        for g in in_order:
             if turn < len(rest[g]):
-                i = rest[g][turn]
-                if used + int(c.chars[i]) <= chars_limit:
-                    used += int(c.chars[i])
-                    taken[g].append(i)
+                j = rest[g][turn]
+                if used + chars[j] <= chars_limit:
+                    used += chars[j]
+                    taken[g].append(j)
 
     out: dict[int, list[int]] = {}
-    for g in groups:
-        ids = [int(c.ids[i]) for i in riders[g] + taken[g]]
-        if ids:
-            out[g] = ids
+    for g in in_order:
+        got = [ids[j] for j in riders[g] + taken[g]]
+        if got:
+            out[g] = got
     return out

@@ -32,22 +32,29 @@ and passes each through `visible_memories` again.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.rows import Row
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
 
 TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room topic
 ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
-GROWTH = 1.125  # ours: spare slots a vector store takes as it grows, so an append rarely copies
+GROWTH = 1.0625  # ours: spare slots a vector store takes as it grows, so an append rarely copies
+SPARE_MIN = 16  # ours: and at least this many (the growth copies on the fill thread, not an open)
 NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
+WINNERS_KEPT = 256  # ours: full rows of recent winners an entry keeps, at most (then afresh)
+VIEWS_KEPT = 3  # ours: audiences an entry keeps its visible rows for (`View`), the latest ones
+VIEWS_FROM_ROWS = 4_096  # ours: fewer rows are ranked as fast without (ranking.SORT_ALL_UP_TO)
+ROW_OVERHEAD_BYTES = 640  # ours: a Row object and its fields, besides its text
 
 
 class Version(NamedTuple):
@@ -77,7 +84,9 @@ class Versions:
 
 
 Key = tuple[str, str, str]  # (database url, store id, persona)
-Batches = Sequence[tuple[np.ndarray, float]]  # a touch: these row ids, last recalled that day
+# Touches: these row ids were last recalled at this Unix day (this stamp, as the store has
+# it), and recalled this many times more.
+Batches = Sequence[tuple[np.ndarray, float, str, int]]
 # Beyond whom a row concerns: the humans it names, and for a world row still private to its
 # sources, those sources (None: public). Few rows carry one: kept as requirement → row ids.
 Requirement = tuple[tuple[int, ...], tuple[int, ...] | None]
@@ -121,7 +130,7 @@ class Vectors:
         with self._lock:
             start, end = self.used, self.used + len(blobs)
             if end > self.capacity:
-                self._grow(max(end, min(room, int(self.capacity * GROWTH) + 64)))
+                self._grow(max(end, min(room, int(self.capacity * GROWTH) + SPARE_MIN)))
             self.matrix[start:end] = block
             self.norms[start:end] = norms
             for topic, cos in self.cosines.items():
@@ -181,9 +190,22 @@ class Vectors:
                 moved[: live.size] = cos[live]
                 out.cosines[topic] = moved
             out.used = int(live.size)
-        renumbered = np.full(slots.shape[0], NO_SLOT, dtype=np.int64)
-        renumbered[held] = np.arange(live.size, dtype=np.int64)
+        renumbered = np.full(slots.shape[0], NO_SLOT, dtype=np.int32)
+        renumbered[held] = np.arange(live.size, dtype=np.int32)
         return out, renumbered
+
+
+@dataclass(frozen=True)
+class View:
+    """The rows of an entry one audience may see: their positions in the entry (`idx`,
+    ascending), those positions' order by (group, kind) (`by_kind`, into `idx`), and where
+    each run of one (group, kind) starts in it (`runs`, then the end). Made once per audience
+    and entry (`reader.cache_loader.visible_view`): neither the rule nor the sort by (group,
+    kind) is paid again by every open."""
+
+    idx: np.ndarray  # int32 positions into the entry (int64 when gathered: numpy's index)
+    by_kind: np.ndarray  # int32 positions into `idx`
+    runs: np.ndarray  # int64
 
 
 @dataclass
@@ -195,17 +217,24 @@ class PersonaRows:
     """
 
     version: Version
-    ids: np.ndarray  # int64, ascending
-    groups: np.ndarray  # int64: WORLD_GROUP, a human id, or NO_ONE (no audience sees it)
-    kinds: np.ndarray  # int64
-    importance: np.ndarray  # float64
+    ids: np.ndarray  # int32 or int64 (`narrow_ints`), ascending
+    groups: np.ndarray  # the same: WORLD_GROUP, a human id, or NO_ONE (no audience sees it)
+    kinds: np.ndarray  # int8
+    importance: np.ndarray  # int16 (the store's 1..10), else float64: `narrow`
     recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
-    chars: np.ndarray  # int64
-    slots: np.ndarray | None = None  # int64
+    chars: np.ndarray  # int32
+    slots: np.ndarray | None = None  # int32
     vectors: Vectors | None = None
     # Rows with a requirement beyond `groups` (named humans, a private world row): their ids,
     # ascending, by requirement. The audience rule checks each requirement once per open.
     required: Mapping[Requirement, np.ndarray] = field(default_factory=dict)
+    # The full rows (no embedding) of recent winners, as of `version`: a warm open renders them
+    # without reading them again (`ReadCache.remember`), each through the audience rule anew.
+    winners: Mapping[int, Row] = field(default_factory=dict)
+    # The latest audiences' visible rows (`View`), by scope, for a persona of more rows than a
+    # take sorts at once: shared by every generation with the same rows (a touch, the winners
+    # kept), made again after a patch; kept through `ReadCache.keep_view`, which counts them.
+    views: dict[Any, View] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -213,13 +242,16 @@ class PersonaRows:
     @property
     def base_bytes(self) -> int:
         cols = (self.ids, self.groups, self.kinds, self.importance, self.recalled_day, self.chars)
-        slots = self.slots.nbytes if self.slots is not None else self.ids.nbytes
+        slots = 4 * len(self)  # int32 a row, whether made yet or not: the bound counts them
         required = sum(ENTRY_OVERHEAD_BYTES // 4 + a.nbytes for a in self.required.values())
         return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required
 
     @property
     def nbytes(self) -> int:
-        return self.base_bytes + (self.vectors.nbytes if self.vectors is not None else 0)
+        vectors = self.vectors.nbytes if self.vectors is not None else 0
+        winners = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in self.winners.values())
+        views = sum(v.idx.nbytes + v.by_kind.nbytes + v.runs.nbytes for v in self.views.values())
+        return self.base_bytes + vectors + winners + views
 
     def touched(self, batches: Batches, version: Version) -> PersonaRows:
         """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
@@ -228,12 +260,19 @@ class PersonaRows:
         A copy: another thread may be ranking on this entry right now.
         """
         recalled = self.recalled_day.copy()
-        for ids, day in batches:
+        winners = dict(self.winners)
+        for ids, day, stamp, times in batches:
             at = np.searchsorted(self.ids, ids)
             inside = at < len(self.ids)
             at, ids = at[inside], ids[inside]
-            recalled[at[self.ids[at] == ids]] = day
-        return replace(self, recalled_day=recalled, version=version)
+            hit = self.ids[at] == ids
+            recalled[at[hit]] = day
+            for i in ids[hit].tolist():
+                if (row := winners.get(i)) is not None:
+                    winners[i] = replace(
+                        row, last_recalled=stamp, recall_count=row.recall_count + times
+                    )
+        return replace(self, recalled_day=recalled, version=version, winners=winners)
 
     def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
         """The columns after re-reading the `changed` rows: those of them still open are
@@ -246,14 +285,40 @@ class PersonaRows:
         if self.slots is not None and self.vectors is not None:
             gone = self.slots[~keep]
             self.vectors.forget(gone[gone >= 0])
-            none = np.full(len(fresh), NO_SLOT, dtype=np.int64)
+            none = np.full(len(fresh), NO_SLOT, dtype=np.int32)
             cols["slots"] = np.concatenate([self.slots[keep], none])
         ids = cols["ids"]
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # not a pure append
             order = np.argsort(ids, kind="stable")
             cols = {n: c[order] for n, c in cols.items()}
         required = merged_requirements(self.required, changed, fresh.required)
-        return PersonaRows(version=fresh.version, vectors=self.vectors, required=required, **cols)
+        winners = {i: r for i, r in self.winners.items() if i not in changed}
+        return PersonaRows(
+            version=fresh.version,
+            ids=cols["ids"],
+            groups=cols["groups"],
+            kinds=cols["kinds"],
+            importance=cols["importance"],
+            recalled_day=cols["recalled_day"],
+            chars=cols["chars"],
+            slots=cols.get("slots"),
+            vectors=self.vectors,
+            required=required,
+            winners=winners,
+        )
+
+
+def _kept_with(rows: PersonaRows, held: PersonaRows) -> PersonaRows:
+    """`rows` taking what the entry held at the same version kept meanwhile (winners' rows
+    remembered and views made while `rows` was being read: a fill's, say), so a put never
+    throws away what an open kept since."""
+    winners = {**rows.winners, **held.winners}
+    for _ in range(len(winners) - WINNERS_KEPT):
+        del winners[next(iter(winners))]
+    views = {**held.views, **rows.views}
+    while len(views) > VIEWS_KEPT:
+        del views[next(iter(views))]
+    return replace(rows, winners=winners, views=views)
 
 
 def merged_requirements(
@@ -278,6 +343,83 @@ def merged_requirements(
 _NO_IDS = np.zeros(0, dtype=np.int64)
 
 
+# A pack (`packed`): the columns of one persona's rows in one blob, for the store to keep
+# (schema/versions/0015). Each column at a width that holds its values exactly.
+PACKED_COLUMNS = (
+    ("ids", "<i8", np.int64),
+    ("groups", "<i8", np.int64),
+    ("kinds", "<i2", np.int8),
+    ("importance", "<f8", np.float64),  # held as `narrow` makes it
+    ("recalled_day", "<f8", np.float64),
+    ("chars", "<i4", np.int32),
+)
+
+
+def narrow_ints(values: np.ndarray) -> np.ndarray:
+    """Ids (of rows, of humans) as an entry holds them: int32 while every one fits, else
+    int64. Whoever multiplies them widens them first."""
+    fits = not values.size or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31)
+    return values.astype(np.int32 if fits else np.int64)
+
+
+def narrow(importance: np.ndarray) -> np.ndarray:
+    """A persona's importance column as an entry holds it: int16 when every value is one
+    exactly (the store's 1..10), else as read (float64): ranking reads it as float64 either
+    way, the same numbers."""
+    small = importance.astype(np.int16)
+    return small if np.array_equal(small, importance) else importance.astype(np.float64)
+
+
+def packed(rows: PersonaRows) -> bytes:
+    """The columns of `rows` (not their vectors) as one blob: a header (the row count and the
+    requirements, JSON) and each column's values. `unpacked` reads back the same arrays."""
+    head = json.dumps(
+        {
+            "n": len(rows),
+            "required": [
+                [list(named), None if private is None else list(private), ids.tolist()]
+                for (named, private), ids in rows.required.items()
+            ],
+        }
+    ).encode()
+    parts = [len(head).to_bytes(4, "little"), head]
+    for name, width, _ in PACKED_COLUMNS:
+        values = getattr(rows, name)
+        stored = values.astype(width)
+        if not np.array_equal(stored, values, equal_nan=values.dtype.kind == "f"):
+            raise ValueError(f"a pack's {name} column does not fit {width}")
+        parts.append(stored.tobytes())
+    return b"".join(parts)
+
+
+def unpacked(blob: bytes, version: Version) -> PersonaRows:
+    """The columns `packed` wrote, as of `version` (the version the pack was written at)."""
+    size = int.from_bytes(blob[:4], "little")
+    head = json.loads(blob[4 : 4 + size])
+    n, at = int(head["n"]), 4 + size
+    cols: dict[str, np.ndarray] = {}
+    for name, width, dtype in PACKED_COLUMNS:
+        values = np.frombuffer(blob, dtype=width, count=n, offset=at)
+        at += values.nbytes
+        cols[name] = values if values.dtype == dtype else values.astype(dtype)
+    cols["importance"] = narrow(cols["importance"])
+    cols["ids"], cols["groups"] = narrow_ints(cols["ids"]), narrow_ints(cols["groups"])
+    required: dict[Requirement, np.ndarray] = {
+        (tuple(named), None if private is None else tuple(private)): np.array(ids, dtype=np.int64)
+        for named, private, ids in head["required"]
+    }
+    return PersonaRows(
+        version=version,
+        ids=cols["ids"],
+        groups=cols["groups"],
+        kinds=cols["kinds"],
+        importance=cols["importance"],
+        recalled_day=cols["recalled_day"],
+        chars=cols["chars"],
+        required=required,
+    )
+
+
 class ReadCache:
     """An LRU of `PersonaRows` bounded in bytes, safe to share between the app's threads."""
 
@@ -298,13 +440,27 @@ class ReadCache:
         return self._max
 
     def get(self, key: Key, version: Version) -> PersonaRows | None:
-        """The entry if it is as fresh as `version`, else None."""
+        """The entry if it is as fresh as `version`, else None. An entry behind only by this
+        process's own touches (committed, or about to be: `expect`) is brought forward."""
         with self._lock:
-            got = self._entries.get(key)
-            if got is None or got.version != version:
-                return None
-            self._entries.move_to_end(key)
+            got = self._at(key, version)
+            if got is not None:
+                self._entries.move_to_end(key)
             return got
+
+    def forwarded(self, key: Key, version: Version) -> bool:
+        """Whether the entry is at `version`, or was brought forward to it by this process's
+        own touches (`get` without its use: the LRU order stays)."""
+        with self._lock:
+            return self._at(key, version) is not None
+
+    def _at(self, key: Key, version: Version) -> PersonaRows | None:
+        got = self._entries.get(key)
+        if got is not None and got.version != version:
+            got = self._forward(key, got, version)
+            if got is not None:
+                self._entries[key] = got  # same size
+        return got
 
     def previous(self, key: Key) -> PersonaRows | None:
         """Whatever entry is held, fresh or not (a refetch starts from it)."""
@@ -320,6 +476,11 @@ class ReadCache:
         """Every persona held for this database, with its entry (the sweep's list)."""
         with self._lock:
             return {k[2]: rows for k, rows in self._entries.items() if k[0] == url}
+
+    def store_of(self, url: str) -> str | None:
+        """The id of the store whose entries are held for `url` (`enter`)."""
+        with self._lock:
+            return self._stores.get(url)
 
     def enter(self, url: str, store: str) -> None:
         """The database at `url` is now the store `store` (its `store_identity`, read with the
@@ -365,6 +526,8 @@ class ReadCache:
             if forward is None:
                 return  # one store's counter only grows: what is held is newer
             rows = forward
+        if held and self._entries[key].version == rows.version:
+            rows = _kept_with(rows, self._entries[key])
         if held:
             self.bytes -= self._sizes.pop(key)
         size = rows.nbytes
@@ -378,6 +541,25 @@ class ReadCache:
         self._sizes[key] = size
         self.bytes += size
         self._trim()
+
+    def _forward_rows(
+        self, key: Key, version: Version, found: Mapping[int, Row], to: Version
+    ) -> dict[int, Row] | None:
+        """Full rows read at `version`, with this process's own touches since applied, if
+        they lead exactly to `to`; None when some other write lies between."""
+        out = dict(found)
+        for before, after, batches in self._touches.get(key, ()):
+            if version == to:
+                break
+            if version == before:
+                for ids, _day, stamp, times in batches:
+                    for i in ids.tolist():
+                        if (row := out.get(i)) is not None:
+                            out[i] = replace(
+                                row, last_recalled=stamp, recall_count=row.recall_count + times
+                            )
+                version = after
+        return out if version == to else None
 
     def _forward(self, key: Key, rows: PersonaRows, to: Version) -> PersonaRows | None:
         """`rows` with this process's own touches since its version applied, if they lead
@@ -407,6 +589,45 @@ class ReadCache:
                 self._sizes[key] = size
                 self._trim()
 
+    def remember(self, key: Key, version: Version, found: Mapping[int, Row]) -> None:
+        """Keep the full rows of these winners, read at `version`, with the entry if it is at
+        that version, or beyond it only by this process's own touches (then the rows take
+        them too); else they are not kept."""
+        with self._lock:
+            rows = self._entries.get(key)
+            if rows is None:
+                return
+            if rows.version != version:
+                found = self._forward_rows(key, version, found, rows.version) or {}
+            kept = {**rows.winners, **found}
+            for _ in range(len(kept) - WINNERS_KEPT):  # the oldest kept go first
+                del kept[next(iter(kept))]
+            self._entries[key] = fresh = replace(rows, winners=kept)
+            size = fresh.nbytes
+            self.bytes += size - self._sizes[key]
+            self._sizes[key] = size
+            self._trim()
+
+    def keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
+        """Keep this audience's view with the entry, if it still holds these rows (the same
+        views: a touch or the winners kept made another generation of the same rows); the
+        latest VIEWS_KEPT audiences stay."""
+        with self._lock:
+            held = self._entries.get(key)
+            if held is None or held.views is not rows.views:
+                return
+            held.views.pop(scope, None)
+            held.views[scope] = view
+            while len(held.views) > VIEWS_KEPT:
+                del held.views[next(iter(held.views))]
+            size = held.nbytes
+            if size > self.max_bytes:
+                del held.views[scope]  # past the whole bound: made again each time
+                size = held.nbytes
+            self.bytes += size - self._sizes[key]
+            self._sizes[key] = size
+            self._trim()
+
     def fits_whole(self, rows: int, dims: int) -> bool:
         """Whether a persona of `rows` open rows keeps every row's vector of `dims` bytes
         under the bound, with room to spare: then its relevance is the same whether its
@@ -432,7 +653,8 @@ class ReadCache:
         keep: bool = True,
     ) -> np.ndarray:
         """The cosine to `topic` of the rows at positions `at` (0 for rows whose vectors the
-        bound left out); the cosines are kept for the next open unless `keep` is False."""
+        bound left out); the cosines are kept for the next open unless `keep` is False. A row
+        still waiting for its vector (`pending`) is measured on its vector read by id."""
         if rows.vectors is None or rows.slots is None or rows.vectors.dims != len(topic):
             fit = min(len(rows), self.slots_allowed(rows, len(topic)))
             empty = Vectors(len(topic), fit)
@@ -449,29 +671,65 @@ class ReadCache:
         else:  # a vector seen once (a message): only the rows asked about
             some = wanted[held]
             out[held] = int8_cosines(vectors.matrix[some], topic, vectors.norms[some])
+        waiting = ~held & (at >= self._first_slotted(rows, vectors.dims))
+        if waiting.any():
+            ids = rows.ids[at[waiting]]
+            found = load(ids.tolist())
+            out[waiting] = int8_cosines(
+                stack_int8([found.get(int(i)) for i in ids], vectors.dims), topic
+            )
         return out
 
+    def _first_slotted(self, rows: PersonaRows, dims: int) -> int:
+        """The position of the oldest row the bound lets hold a vector (rows sort by id)."""
+        return len(rows) - min(len(rows), self.slots_allowed(rows, dims))
+
+    def pending(self, rows: PersonaRows) -> bool:
+        """Whether some row the bound lets hold a vector has none yet: a fill on the caller's
+        path left it for the fill thread (`fill(..., spare_only=True)`)."""
+        if rows.vectors is None or rows.slots is None:
+            return False
+        start = self._first_slotted(rows, rows.vectors.dims)
+        return bool(np.any(rows.slots[start:] < 0))
+
     def fill(
-        self, key: Key, rows: PersonaRows, load: LoadVectors, *, recent: bool = True
+        self,
+        key: Key,
+        rows: PersonaRows,
+        load: LoadVectors,
+        *,
+        recent: bool = True,
+        spare_only: bool = False,
     ) -> PersonaRows:
         """`rows` with a vector for each of its newest rows that fit the bound — the slots it
         has kept, the rest loaded into its store (or a compacted copy) — kept in the cache
-        (`put`'s `recent`). Rows that never needed vectors are kept as they are."""
+        (`put`'s `recent`). Rows that never needed vectors are kept as they are.
+
+        `spare_only` (a room open's own catch-up): vectors go only into the store's spare
+        slots; if they do not fit there, or the store is due for compaction, they are left
+        for the fill thread (`pending`) — growing or compacting copies every vector the
+        persona holds, which is no work for an open to wait on."""
         vectors = rows.vectors
         if vectors is None:
             self.put(key, rows, recent=recent)
             return rows
         allowed = self.slots_allowed(rows, vectors.dims)
         start = len(rows) - min(len(rows), allowed)
-        slots = rows.slots.copy() if rows.slots is not None else np.full(len(rows), NO_SLOT)
+        if rows.slots is not None:
+            slots = rows.slots.copy()
+        else:
+            slots = np.full(len(rows), NO_SLOT, dtype=np.int32)
         slots[:start] = NO_SLOT  # older than the newest that fit: relevance 0, cold or warm
         need = start + np.flatnonzero(slots[start:] == NO_SLOT)
         live = int(np.count_nonzero(slots >= 0))
         dead = vectors.used - live
-        if vectors.used + need.size > allowed or dead > (live + need.size) // 4 + 64:
-            # past the bound, or a quarter dead (rows written elsewhere took new slots)
+        compact = vectors.used + need.size > allowed or dead > (live + need.size) // 4 + 64
+        if spare_only and (compact or vectors.used + need.size > vectors.capacity):
+            need = need[:0]  # left pending for the fill thread
+        elif compact:  # past the bound, or a quarter dead (rows written elsewhere took new slots)
             wanted = live + need.size
-            vectors, slots = vectors.compacted(slots, min(allowed, int(wanted * GROWTH) + 64))
+            room = min(allowed, int(wanted * GROWTH) + SPARE_MIN)
+            vectors, slots = vectors.compacted(slots, room)
         if need.size:
             found = load(rows.ids[need].tolist())
             blobs = [found.get(int(i)) for i in rows.ids[need]]
@@ -488,14 +746,32 @@ class ReadCache:
         missed someone else's write: it stays as it is, stale, and the next open brings it up
         to date from the change log."""
         with self._lock:
+            self._note(url, store, moves)
             for persona, (before, after, batches) in moves.items():
                 key = (url, store, persona)
                 rows = self._entries.get(key)
-                if rows is not None:
-                    kept = self._touches.setdefault(key, deque(maxlen=OWN_TOUCHES_KEPT))
-                    kept.append((before, after, batches))
                 if rows is not None and rows.version == before:
                     self._entries[key] = rows.touched(batches, after)  # same size
+
+    def expect(
+        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
+    ) -> None:
+        """This process's own touches, written and about to commit: an open that reads the
+        store after the commit and before `touched` brings the entry forward by them (`get`)
+        instead of reading the touched rows again. Kept only as a way forward: if the commit
+        fails, no version ever matches `after` (its stamp is the write's own)."""
+        with self._lock:
+            self._note(url, store, moves)
+
+    def _note(
+        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
+    ) -> None:
+        for persona, move in moves.items():
+            key = (url, store, persona)
+            if key in self._entries:
+                kept = self._touches.setdefault(key, deque(maxlen=OWN_TOUCHES_KEPT))
+                if not kept or kept[-1][1] != move[1]:  # the same touch, noted once
+                    kept.append(move)
 
     def clear(self) -> None:
         with self._lock:

@@ -258,7 +258,7 @@ class Settings(BaseSettings):
     read_cache_bytes: int = Field(
         256 * 2**20, ge=0, validation_alias=AliasChoices("MW_READ_CACHE_BYTES", "read_cache_bytes")
     )
-    # How long a row deleted elsewhere may stay in an app process's read cache (cache_sweep.py).
+    # How long a row deleted elsewhere may stay in an app process's read cache (reader/sweep.py).
     read_cache_sweep_s: float = Field(
         5.0,
         gt=0,

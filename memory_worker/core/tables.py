@@ -202,6 +202,35 @@ store_identity = Table(
     Column("store_id", Text, nullable=False),
 )
 
+# --- the reader's packs (schema/versions/0015) ---------------------------------------------
+
+persona_read_packs = Table(
+    "persona_read_packs",
+    metadata,
+    # One persona's ranking columns (no text, no embedding) as of one version, in one blob: a
+    # process that does not hold the persona reads this and the rows changed since, not every
+    # row (memory_worker.storage.read_packs). Written by the reader's background threads.
+    Column("persona", Text, primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("stamp", BigInteger, nullable=True),
+    Column("rows", Integer, nullable=False),
+    Column("columns", LargeBinary, nullable=False),
+)
+
+persona_read_topics = Table(
+    "persona_read_topics",
+    metadata,
+    # The cosine of every open row of a persona to one room topic (sha256 of its vector), as
+    # of one version: the rows' ids (int64) and their cosines (float64), in the same order.
+    Column("persona", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("stamp", BigInteger, nullable=True),
+    Column("ids", LargeBinary, nullable=False),
+    Column("cosines", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("persona", "topic"),
+)
+
 persona_memory_mute = Table(
     "persona_memory_mute",
     metadata,

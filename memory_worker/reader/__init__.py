@@ -4,37 +4,27 @@ filter → rank → take → render → touch, straight from the store: SQLite (
 the same Core code) and numpy. It imports no Celery, Redis or model SDK, and calls no model:
 the room's topic vector was computed off the floor.
 
-A room open is two statements (storage/read_path.py): one for the room, its members, the
-present humans' switches and mutes and the personas' versions; one for the winners' rows.
-Ranking runs on columns the read cache keeps per persona (read_cache.py), refetched only when
-the persona's version moved; the audience rule picks the rows of those columns this room may
-see (`visible_index`), and before rendering every winner passes `visible_memories` itself:
-the cache narrows, the seed's predicate decides, and nothing after it adds a row. The touch is
-promised, then applied by a background flush (touch.py): the caller never waits on a writer.
-What another process deleted leaves this process's cache within `read_cache_sweep_s` even if
-no room opens here again (cache_sweep.py, `catch_up`).
+The reader as a story, a module each: the room open (room_open.py) reads its context and
+ranks on what the cache loader gives it (cache_loader.py: the read cache, a persona's pack,
+the change log); the fill (fill.py) reads a cold persona's whole entry after the open
+returns, the sweep (sweep.py) catches what is held up with the store every
+`read_cache_sweep_s`, and the touch (touch.py) writes `last_recalled` back, each on a daemon
+thread that steps aside while a room open is in flight (threads.py). Recall per message:
+recall.py. This module holds the public names and a process's start and end.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
-from datetime import datetime
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.audience import Consent, Members, Scope, scope_for, visible_memories
-from memory_worker.core.block import Block, Human, Section, render
-from memory_worker.core.constants import V1_PROVEN_SCOPE
-from memory_worker.core.ranking import WORLD_GROUP, scores, take
-from memory_worker.core.rows import Room, Row
-from memory_worker.reader import read_columns as columns
-from memory_worker.reader.read_columns import catch_up
+from memory_worker.core.block import Block
+from memory_worker.reader import cache_loader, fill, sweep, touch
 from memory_worker.reader.recall import recall
-from memory_worker.storage import read_path, store
+from memory_worker.reader.room_open import blocks_for_room, build_block
+from memory_worker.reader.sweep import catch_up
+from memory_worker.storage import read_packs, read_path, store
 from memory_worker.storage.rooms import UnknownRoom
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "Block",
@@ -50,70 +40,43 @@ __all__ = [
 ]
 
 
-def build_block(
-    persona: str,
-    present: Iterable[int],
-    room_id: str,
-    *,
-    now: datetime | str | None = None,
-    url: str | None = None,
-    touch: bool = True,
-    proven_scope: bool = V1_PROVEN_SCOPE,
-) -> Block:
-    """The memory block `persona` gets in `room_id` with these humans present.
-
-    `now` (default: the store's clock) is the moment recency counts from and `last_recalled`
-    is set to. `touch=False` builds without reinforcing (previews, the CLI, tests); with it,
-    the touch is promised (`block.touched`) and applied in the background (`flush_touches`).
-    Raises `UnknownRoom` for a room the store has never seen.
-    """
-    return _build(
-        room_id, present, [persona], now=now, url=url, touch=touch, proven_scope=proven_scope
-    )[persona]
-
-
-def blocks_for_room(
-    room_id: str,
-    present: Iterable[int],
-    *,
-    now: datetime | str | None = None,
-    url: str | None = None,
-    touch: bool = True,
-    proven_scope: bool = V1_PROVEN_SCOPE,
-) -> dict[str, Block]:
-    """The block of every persona member of the room, from one query over all their rows."""
-    return _build(room_id, present, None, now=now, url=url, touch=touch, proven_scope=proven_scope)
+# A process's first room open builds no SQL: its statements are compiled for SQLite (the
+# default store) as the reader is imported; `prepare` compiles them for the store's dialect.
+read_path.compile_for(sqlite_dialect())
+read_packs.compile_for(sqlite_dialect())
 
 
 def prepare(url: str | None = None) -> None:
-    """At an app process's start (optional): connect to the store, compile a room open's
-    statements for its shapes of one and two present humans, and start the reader's threads,
-    so a process's first room open pays for none of it. Reads nothing but empty results."""
+    """At an app process's start (the README's app calls it): connect to the store, compile a
+    room open's statements for its dialect in the shapes opens use, and start the reader's
+    threads, so a process's first room open pays for none of it. Reads nothing but empty
+    results. (Importing the reader already compiles them for SQLite.)"""
     url = url or settings_mod.current().database_url
-    with store.engine(url).connect() as conn:
-        for present in ([0], [0, -3]):
-            read_path.context(conn, "", present, [])
-        for refs in (["u:0"], ["u:0", "u:-3"]):
-            read_path.visible_open_rows(conn, [""], refs)
-        read_path.versions(conn, [""])
-        for size in (1, 8, 16):
-            read_path.winners(conn, [0] * size)
-    columns.SWEEP.start()
-    columns.FILLS.start()
+    eng = store.engine(url)
+    read_path.compile_for(eng.dialect)
+    read_packs.compile_for(eng.dialect)
+    with eng.connect() as conn:
+        read_path.context(conn, "", [0], [])
+        read_packs.packs(conn, [""], None)
+    raw = eng.raw_connection()  # the pool's connection for a warm open, made now
+    raw.close()
+    sweep.SWEEP.start()
+    fill.FILLS.start()
+    touch.TOUCHES.start()
 
 
 def flush_touches(timeout: float | None = None) -> bool:
     """Wait until every touch promised so far is in the store. True when drained."""
-    return columns.TOUCHES.flush(timeout)
+    return touch.TOUCHES.flush(timeout)
 
 
 def close(timeout: float | None = None) -> bool:
     """Before a store goes away (a test's, the leak exam's): wait for the promised touches,
     wait out a sweep under way, and forget everything cached. True when the touches drained."""
     drained = flush_touches(timeout)
-    columns.FILLS.wait(timeout)
-    with columns.SWEEP.paused():
-        columns.READ_CACHE.clear()
+    fill.FILLS.wait(timeout)
+    with sweep.SWEEP.paused():
+        cache_loader.READ_CACHE.clear()
     return drained
 
 
@@ -125,103 +88,3 @@ def format_block(block: Block) -> str:
         f"{n} row{'s' if n != 1 else ''}{' · touched' if block.touched else ''} ──"
     )
     return f"{rule}\n{block.text or '(empty: nothing this persona may recall here)'}"
-
-
-# --- the pipeline ---------------------------------------------------------------------------
-
-
-def _build(
-    room_id: str,
-    present: Iterable[int],
-    personas: Sequence[str] | None,
-    *,
-    now: datetime | str | None,
-    url: str | None,
-    touch: bool,
-    proven_scope: bool,
-) -> dict[str, Block]:
-    when = columns.as_datetime(now)
-    present = frozenset(int(u) for u in present)
-    url = url or settings_mod.current().database_url
-    with store.engine(url).connect() as conn:  # SQLite: one snapshot for every read below
-        ctx = read_path.context(conn, room_id, present, personas or [])
-        if ctx is None:
-            raise UnknownRoom(room_id)
-        slugs = list(personas) if personas is not None else ctx.personas
-        members = Members(ctx.members, frozenset(ctx.personas))
-        if present - ctx.members:
-            log.error(
-                "room %s: %d present human(s) are not members: nothing about them loads and "
-                "the room is not private",
-                room_id,
-                len(present - ctx.members),
-            )
-        if ctx.room.incognito:
-            return {p: Block.empty(p) for p in slugs}
-        strangers = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
-        slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
-        if not slugs:
-            return strangers
-        mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
-        consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
-        scopes = {
-            p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
-            for p in slugs
-        }
-        candidates = columns.load_candidates(
-            conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
-        )
-        picks = {p: take(c, scores(c)) for p, c in candidates.items()}
-        wanted = sorted({i for got in picks.values() for ids in got.values() for i in ids})
-        rows = read_path.winners(conn, wanted)
-
-    blocks = {
-        p: _render(
-            p,
-            ctx.names[p],
-            picks[p],
-            rows,
-            scopes[p],
-            ctx.humans,
-            present,
-            ctx.room,
-            consent,
-            members,
-            proven_scope,
-        )
-        for p in slugs
-    }
-    blocks.update(strangers)
-    if touch and any(b.row_ids for b in blocks.values()):
-        columns.promise_touch(url, {p: b.row_ids for p, b in blocks.items() if b.row_ids}, when)
-        blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
-    return blocks
-
-
-def _render(
-    persona: str,
-    persona_name: str,
-    picked: Mapping[int, list[int]],
-    rows: Mapping[int, Row],
-    scope: Scope,
-    humans: Mapping[int, Human],
-    present: frozenset[int],
-    room: Room,
-    consent: Consent,
-    members: Members,
-    proven_scope: bool,
-) -> Block:
-    """The gate, then the block: every picked row passes the seed's predicate once more."""
-    picked_rows = [rows[i] for ids in picked.values() for i in ids if i in rows]
-    gate = visible_memories(
-        persona, present, room, picked_rows, consent, members=members, proven_scope=proven_scope
-    )
-    allowed = {r.id: r for r in gate}
-    sections = [
-        Section(humans[u], [allowed[i] for i in picked.get(u, []) if i in allowed])
-        for u in sorted(scope.humans)
-        if u in humans
-    ]
-    world = [allowed[i] for i in picked.get(WORLD_GROUP, []) if i in allowed]
-    sections.append(Section(None, world))
-    return render(persona, persona_name, sections)

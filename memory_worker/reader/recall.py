@@ -26,7 +26,9 @@ from memory_worker.core.constants import V1_PROVEN_SCOPE
 from memory_worker.core.ranking import RankColumns, scores, take
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
-from memory_worker.reader import read_columns as columns
+from memory_worker.reader import cache_loader
+from memory_worker.reader.room_open import opening
+from memory_worker.reader.touch import promise_touch
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, read_path, store
 from memory_worker.storage.rooms import UnknownRoom
@@ -58,9 +60,9 @@ def recall(
     returned again. Raises `UnknownRoom` for a room the store has never seen.
     """
     present = frozenset(int(u) for u in present)
-    when = columns.as_datetime(now)
+    when = cache_loader.as_datetime(now)
     url = url or settings_mod.current().database_url
-    with store.engine(url).connect() as conn:
+    with opening(url) as fills, store.engine(url).connect() as conn:
         ctx = read_path.context(conn, room_id, present, [persona])  # the block's own statement
         if ctx is None:
             raise UnknownRoom(room_id)
@@ -75,12 +77,18 @@ def recall(
         scopes = {persona: scope}
         vector = query_vector if query_vector is not None else embed_query(query, url)
         if block_ids is None:
-            opened = columns.load_candidates(
-                conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
+            opened = cache_loader.load_candidates(
+                conn,
+                scopes,
+                when,
+                ctx.room.topic_embedding,
+                url,
+                versions=ctx.versions,
+                fills=fills,
             )
             block_ids = block_of(opened[persona])
-        c = columns.load_candidates(
-            conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False
+        c = cache_loader.load_candidates(
+            conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False, fills=fills
         )[persona]
         wanted = top(c, scores(c), exclude=block_ids, k=k)
         rows = memories.rows_by_id(conn, wanted)
@@ -89,7 +97,7 @@ def recall(
         persona, present, ctx.room, found, consent, members=members, proven_scope=proven_scope
     )
     if touch and got:
-        columns.promise_touch(url, {persona: [r.id for r in got]}, when)
+        promise_touch(url, {persona: [r.id for r in got]}, when)
     return got
 
 

@@ -26,6 +26,7 @@ from sqlalchemy import (
     literal_column,
     null,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
 
 Column = ColumnElement[Any]
@@ -59,18 +60,41 @@ class Prepared:
     def execute(
         self, conn: Connection, params: dict[str, Any], **lists: Sequence[Any]
     ) -> CursorResult[Any]:
+        sql, args = self._bound(conn.dialect, params, lists)
+        return conn.exec_driver_sql(sql, args)
+
+    def fetch_raw(
+        self, raw: Any, dialect: Dialect, params: dict[str, Any], **lists: Sequence[Any]
+    ) -> list[Any]:
+        """Every row, run on a pooled DBAPI connection (`Engine.raw_connection`): no
+        SQLAlchemy Connection and no transaction begun, for a read that is one statement."""
+        sql, args = self._bound(dialect, params, lists)
+        cursor = raw.cursor()
+        try:
+            cursor.execute(sql, args)
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
+
+    def compile_for(self, dialect: Dialect, **sizes: int) -> None:
+        """Compile for this dialect and these IN-list lengths now (a process's start)."""
+        self._compile(dialect, tuple(_bucket(sizes.get(n, 1)) for n in self._lists))
+
+    def _bound(
+        self, dialect: Dialect, params: dict[str, Any], lists: dict[str, Sequence[Any]]
+    ) -> tuple[str, Any]:
         sizes = tuple(_bucket(len(lists[n])) for n in self._lists)
-        sql, order, constants = self._compile(conn, sizes)
+        sql, order, constants = self._compile(dialect, sizes)
         values = {**constants, **params}
         for name, size in zip(self._lists, sizes, strict=True):
             items = list(lists[name]) or [self._nothing[name]]
             items += items[-1:] * (size - len(items))
             values.update({f"{name}_{i}": v for i, v in enumerate(items)})
         args = tuple(values[k] for k in order) if order is not None else values
-        return conn.exec_driver_sql(sql, args)
+        return sql, args
 
-    def _compile(self, conn: Connection, sizes: tuple[int, ...]) -> tuple[str, Any, dict[str, Any]]:
-        key = (conn.dialect.name, conn.dialect.paramstyle, sizes)
+    def _compile(self, dialect: Dialect, sizes: tuple[int, ...]) -> tuple[str, Any, dict[str, Any]]:
+        key = (dialect.name, dialect.paramstyle, sizes)
         got = self._compiled.get(key)
         if got is None:
             with self._lock:
@@ -78,7 +102,7 @@ class Prepared:
                     name: [bindparam(f"{name}_{i}") for i in range(size)]
                     for name, size in zip(self._lists, sizes, strict=True)
                 }
-                compiled: Any = self._build(**binds).compile(dialect=conn.dialect)  # SQLCompiler
+                compiled: Any = self._build(**binds).compile(dialect=dialect)  # SQLCompiler
                 order = tuple(compiled.positiontup or ()) if compiled.positional else None
                 # The statement's own literals (CASE values, constants) are bound too.
                 got = self._compiled[key] = (str(compiled), order, dict(compiled.params))

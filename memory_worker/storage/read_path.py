@@ -12,7 +12,8 @@ cache-key walk, and a fresh process compiles two small statements, not nine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +33,11 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    text,
     union_all,
     update,
 )
+from sqlalchemy.engine import Dialect
 
 from memory_worker.core import tables as t
 from memory_worker.core.block import Human
@@ -165,6 +168,21 @@ def context(
     found = CONTEXT.execute(
         conn, {"room": room_id}, present=sorted(present), personas=sorted(personas)
     ).all()
+    return _context_of(found, personas)
+
+
+def context_alone(
+    raw: Any, dialect: Dialect, room_id: str, present: Iterable[int], personas: Sequence[str]
+) -> Context | None:
+    """`context`, as one statement on a pooled DBAPI connection with no transaction around it:
+    a warm open that needs nothing else from the store (`Prepared.fetch_raw`)."""
+    found = CONTEXT.fetch_raw(
+        raw, dialect, {"room": room_id}, present=sorted(present), personas=sorted(personas)
+    )
+    return _context_of(found, personas)
+
+
+def _context_of(found: Sequence[Any], personas: Sequence[str]) -> Context | None:
     room: Room | None = None
     members: list[str] = []
     member_humans: list[int] = []
@@ -298,11 +316,16 @@ def visible_open_rows(
 
 
 def open_rows(
-    conn: Connection, personas: Sequence[str], ids: Sequence[int] | None = None
+    conn: Connection,
+    personas: Sequence[str],
+    ids: Sequence[int] | None = None,
+    *,
+    between: Callable[[], object] | None = None,
 ) -> Sequence[Any]:
     """Every open row of these personas (of those with these `ids`, if given) as (id, persona,
     is_world, ref, kind code, importance, recalled, chars, named, private_to), in no order;
-    `recalled` is Unix days on SQLite, else a stamp; `named` and `private_to` as stored."""
+    `recalled` is Unix days on SQLite, else a stamp; `named` and `private_to` as stored.
+    `between` (a background reader) is called between parts of the read."""
     sqlite = store.is_sqlite(conn)
     if ids is None:
         query = OPEN_ROWS_SQLITE if sqlite else OPEN_ROWS_OTHER
@@ -311,9 +334,25 @@ def open_rows(
         query = OPEN_ROWS_BY_ID_SQLITE if sqlite else OPEN_ROWS_BY_ID_OTHER
         result = query.execute(conn, {}, personas=list(personas), ids=list(ids))
     try:  # the driver's own tuples: 100k SQLAlchemy Row objects would cost a tenth of the read
-        return result.cursor.fetchall()
+        return _fetched(result.cursor, between)
     finally:
         result.close()
+
+
+PART_ROWS = 5_000  # ours: rows a background read takes before it calls `between` again
+
+
+def _fetched(cursor: Any, between: Callable[[], object] | None) -> list[Any]:
+    """Every row of `cursor`; with `between`, in parts, calling it before each."""
+    if between is None:
+        return list(cursor.fetchall())
+    out: list[Any] = []
+    while True:
+        between()
+        part = cursor.fetchmany(PART_ROWS)
+        if not part:
+            return out
+        out.extend(part)
 
 
 _ch = t.persona_memory_changes.c
@@ -360,14 +399,23 @@ EMBEDDINGS_OF_PERSONA = select(_pm.id, _pm.embedding).where(
 
 
 def embeddings(
-    conn: Connection, persona: str, ids: Sequence[int], of_all: int
+    conn: Connection,
+    persona: str,
+    ids: Sequence[int],
+    of_all: int,
+    *,
+    between: Callable[[], object] | None = None,
 ) -> dict[int, bytes | None]:
     """id → int8 embedding for `ids` (rows of `persona`): by id when they are few against
-    the persona's `of_all` open rows, else one scan of the persona's open rows."""
+    the persona's `of_all` open rows, else one scan of the persona's open rows (in parts,
+    calling `between` before each, for a background reader)."""
     if len(ids) * 4 > of_all or len(ids) > IDS_PER_STATEMENT:
         wanted = set(ids)
         found = conn.execute(EMBEDDINGS_OF_PERSONA, {"persona": persona})
-        return {i: e for i, e in found if i in wanted}
+        try:
+            return {i: e for i, e in _fetched(found.cursor, between) if i in wanted}
+        finally:
+            found.close()
     return {i: e for i, e in conn.execute(EMBEDDINGS_BY_ID, {"ids": list(ids)})}
 
 
@@ -395,7 +443,7 @@ def winners(conn: Connection, ids: Sequence[int]) -> dict[int, Row]:
 TOUCH = (
     update(t.persona_memory)
     .where(_pm.persona == bindparam("of"), _pm.id.in_(bindparam("ids", expanding=True)))
-    .values(last_recalled=bindparam("stamp"), recall_count=_pm.recall_count + 1)
+    .values(last_recalled=bindparam("stamp"), recall_count=_pm.recall_count + bindparam("n"))
 )
 VERSIONS = Prepared(
     lambda personas: union_all(*_store_and_versions(_v.persona.in_(personas))), personas=""
@@ -423,9 +471,46 @@ def versions(conn: Connection, personas: Sequence[str], *, lock: bool = False) -
     return Versions(sid, {p: found.get(p, NEVER_WRITTEN) for p in personas})
 
 
-def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str) -> None:
-    """`last_recalled = stamp, recall_count += 1` for these rows of `persona`; an id that is
-    not (any longer) one of its rows touches nothing."""
+# PostgreSQL: a touch waits for row locks as long as a SQLite writer waits for the file's.
+LOCK_TIMEOUT = text(f"SET LOCAL lock_timeout = '{store.SQLITE_BUSY_TIMEOUT_MS}ms'")
+
+
+@contextmanager
+def touching(url: str) -> Iterator[Connection]:
+    """The touch's write transaction: on SQLite the write lock first (BEGIN IMMEDIATE: no
+    upgrade race), on PostgreSQL a bounded wait for the rows' locks."""
+    with store.transaction(url) as conn:
+        if not store.is_sqlite(conn):
+            conn.execute(LOCK_TIMEOUT)
+        yield conn
+
+
+def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str, times: int = 1) -> None:
+    """`last_recalled = stamp, recall_count += times` for these rows of `persona` (`times`
+    touches folded into one write); an id that is not (any longer) one of its rows touches
+    nothing."""
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = list(ids[start : start + IDS_PER_STATEMENT])
-        conn.execute(TOUCH, {"of": persona, "ids": part, "stamp": stamp})
+        conn.execute(TOUCH, {"of": persona, "ids": part, "stamp": stamp, "n": times})
+
+
+def compile_for(dialect: Dialect) -> None:
+    """Compile the statements of a room open for this dialect in the shapes opens use (one to
+    four present humans and packs, up to 64 winners, up to 256 rows changed since a pack),
+    so a process's first opens build no SQL: at the reader's import for SQLite, and again
+    for the store's own dialect in `reader.prepare`."""
+    sqlite = dialect.name == "sqlite"
+    for n in (1, 2, 4):
+        CONTEXT.compile_for(dialect, present=n, personas=1)
+        VERSIONS.compile_for(dialect, personas=n)
+        (VISIBLE_ROWS_SQLITE if sqlite else VISIBLE_ROWS_OTHER).compile_for(
+            dialect, personas=1, refs=n
+        )
+    CHANGES.compile_for(dialect)
+    OPEN_COUNTS.compile_for(dialect, personas=1)
+    (OPEN_ROWS_SQLITE if sqlite else OPEN_ROWS_OTHER).compile_for(dialect, personas=1)
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        WINNERS.compile_for(dialect, ids=n)
+    by_id = OPEN_ROWS_BY_ID_SQLITE if sqlite else OPEN_ROWS_BY_ID_OTHER
+    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        by_id.compile_for(dialect, personas=1, ids=n)

@@ -8,11 +8,16 @@ A SQLite connection reads the file it opened, even after another file was moved 
 path (a restore, a store made anew): it would go on serving the old store until the engine is
 disposed. So each connection notes its file's (device, inode) at connect, and a checkout
 compares them with the path's now (one stat): a different file invalidates the connection and
-the pool opens the new one (SQLAlchemy's pessimistic disconnect handling).
+the pool opens the new one (SQLAlchemy's pessimistic disconnect handling). The old file's
+write-ahead log stays behind at the path (SQLite keeps a moved file's log where it is), and a
+connection to the new file would read it as its own — the replaced store's rows over the
+restored one's. So before a connection is made on a new file, the log the old file left is
+removed (`_FileWatch`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import zlib
@@ -58,16 +63,69 @@ def _file_id(path: str) -> FileId:
     return (st.st_dev, st.st_ino)
 
 
+LOG_SUFFIXES = ("-wal", "-shm")  # SQLite's write-ahead log and its index, beside the file
+
+
+class _FileWatch:
+    """The store file a SQLite engine's connections were made on, and the log beside it.
+
+    A file moved in at the path under open connections (a restore by `os.replace`) leaves the
+    old file's `-wal` and `-shm` at the path, still held by the pool's connections to the old
+    file: SQLite neither checkpoints nor deletes a log whose file has moved. A connection to
+    the new file would take that log for its own and read the replaced store's pages over the
+    restored one's. So when the path holds another file than the one noted, the log files
+    still at the path that are the very ones noted beside the old file (same device and
+    inode; a connection to the old file still open keeps those numbers from being reused) are
+    removed before the new file is opened.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file: FileId = None  # the file the last connection was made on
+        self._logs: dict[str, FileId] = {}  # its log files, as they were then
+        self._lock = threading.Lock()
+
+    def connected(self, record: Any) -> None:
+        """A connection was made (its pragmas run, so the log is open): note its file."""
+        with self._lock:
+            self._file = record.info["file"] = _file_id(self.path)
+            self._logs = {s: _file_id(self.path + s) for s in LOG_SUFFIXES}
+
+    def replaced(self, record: Any) -> bool:
+        """Whether this connection's file is no longer the one at the path."""
+        return bool(record.info.get("file") != _file_id(self.path))
+
+    def drop_old_log(self) -> None:
+        """Before a connection is made: if the path holds another file than the one noted,
+        remove the log the old file left there."""
+        with self._lock:
+            now = _file_id(self.path)
+            if self._file is None or now == self._file:
+                return
+            for suffix, noted in self._logs.items():
+                if noted is not None and _file_id(self.path + suffix) == noted:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.path + suffix)
+            self._file, self._logs = now, {}
+
+
 def _watch_file(eng: Engine, path: str) -> None:
-    """Invalidate a pooled connection whose file is no longer the one at `path`."""
+    """Invalidate a pooled connection whose file is no longer the one at `path`, and open
+    none on a new file before the old file's log is gone (`_FileWatch`)."""
+    watch = _FileWatch(path)
+
+    @event.listens_for(eng, "do_connect")
+    def _before_connect(*_args: Any) -> None:
+        watch.drop_old_log()
 
     @event.listens_for(eng, "connect")
     def _note_file(_dbapi_conn: Any, record: Any) -> None:
-        record.info["file"] = _file_id(path)
+        watch.connected(record)
 
     @event.listens_for(eng, "checkout")
     def _same_file(_dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-        if record.info.get("file") != _file_id(path):
+        if watch.replaced(record):
+            watch.drop_old_log()  # while this connection still holds the old log open
             raise exc.DisconnectionError("the store file at this path was replaced")
 
 

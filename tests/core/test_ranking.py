@@ -453,13 +453,21 @@ def test_nothing_to_recall_renders_no_text_at_all() -> None:
         max_size=80,
     ),
     st.integers(1, 12),
+    st.sampled_from(["one sort", "a pass per (group, kind)", "runs given"]),
 )
-def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:  # type: ignore[no-untyped-def]
-    """The fast cut against the obvious one: sort every row by (group, kind, -score, id)."""
+def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k, way) -> None:  # type: ignore[no-untyped-def]
+    """The fast cut against the obvious one: sort every row by (group, kind, -score, id);
+    each of its ways: one sort of a few thousand rows, a pass per (group, kind), or the runs
+    of rows that come sorted by (group, kind) (the reader's views)."""
+    from memory_worker.core import ranking
     from memory_worker.core.ranking import _top_per_group_kind
 
     n = len(rows)
     ids = np.arange(100, 100 + n, dtype=np.int64)[::-1].copy()  # ids not in row order
+    by_kind = sorted(range(n), key=lambda i: (rows[i][0], rows[i][1]))
+    codes = [(rows[i][0], rows[i][1]) for i in by_kind]
+    runs = [i for i in range(n) if i == 0 or codes[i] != codes[i - 1]] + [n]
+    given = way == "runs given"
     c = RankColumns(
         ids=ids,
         groups=np.array([g for g, _, _ in rows], dtype=np.int64),
@@ -468,6 +476,8 @@ def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:
         age_days=np.zeros(n),
         chars=np.zeros(n, dtype=np.int64),
         relevance=np.zeros(n),
+        by_kind=np.array(by_kind, dtype=np.int32) if given else None,
+        runs=np.array(runs, dtype=np.int64) if given else None,
     )
     score = np.array([s / 4 for _, _, s in rows], dtype=np.float64)  # many exact ties
     expected: set[int] = set()
@@ -477,7 +487,11 @@ def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k) -> None:
         if seen.get(key, 0) < k:
             expected.add(i)
             seen[key] = seen.get(key, 0) + 1
-    assert set(_top_per_group_kind(c, score, k).tolist()) == expected
+    saved, ranking.SORT_ALL_UP_TO = ranking.SORT_ALL_UP_TO, (10**9 if way == "one sort" else 0)
+    try:
+        assert set(_top_per_group_kind(c, score, k).tolist()) == expected
+    finally:
+        ranking.SORT_ALL_UP_TO = saved
 
 
 # --- the columns above are the reader's columns -----------------------------------------------

@@ -5,6 +5,7 @@ persona share one entry; a persona bigger than the bound ranks on the vectors th
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -12,14 +13,22 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, create_engine, delete, insert, select, update
+from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
 
 from memory_worker import app_side
+from memory_worker.core import read_cache as read_cache_mod
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.core.read_cache import PersonaRows, ReadCache, Vectors, Version
+from memory_worker.core.read_cache import (
+    ROW_OVERHEAD_BYTES,
+    PersonaRows,
+    ReadCache,
+    Vectors,
+    Version,
+)
+from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
-from memory_worker.reader import Block, build_block, read_columns
+from memory_worker.reader import Block, build_block, cache_loader, fill, threads
 from memory_worker.storage import store
 
 NOW = "2026-12-01T12:00:00+00:00"
@@ -30,10 +39,10 @@ pytestmark = pytest.mark.store
 
 
 def opened(persona: str, present: set[int], room: str, **kw: Any) -> Block:
-    """`build_block`, then its cold open's fill landed (cache_fill.py): this file watches
+    """`build_block`, then its cold open's fill landed (fill.py): this file watches
     what the cache holds between opens."""
     block = build_block(persona, present, room, **kw)
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     return block
 
 
@@ -66,7 +75,7 @@ def store_rows(db: Engine) -> np.random.Generator:
         ):
             rows += [new_row(rng, persona, subject, i) for i in range(n)]
         c.execute(insert(t.persona_memory), rows)
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     return rng
 
 
@@ -97,9 +106,9 @@ def texts() -> list[str]:
 
 
 def held(persona: str):  # type: ignore[no-untyped-def]
-    """The persona's entry once the cold opens' fills have landed (cache_fill.py)."""
-    assert read_columns.FILLS.wait(30)
-    return read_columns.READ_CACHE.held(settings_mod.current().database_url)[persona]
+    """The persona's entry once the cold opens' fills have landed (fill.py)."""
+    assert fill.FILLS.wait(30)
+    return cache_loader.READ_CACHE.held(settings_mod.current().database_url)[persona]
 
 
 def row_vectors(entry: PersonaRows) -> np.ndarray:
@@ -123,15 +132,28 @@ def row_cosines(entry: PersonaRows) -> dict[bytes, np.ndarray]:
 
 
 def cold() -> list[str]:
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     return texts()
+
+
+@pytest.fixture(params=["a small persona", "a big persona's ways"])
+def ways(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Rank as a persona of a few hundred rows is ranked, and as one of many thousands is:
+    the views kept per audience and the per-(group, kind) passes of the take."""
+    if request.param != "a small persona":
+        from memory_worker.core import ranking
+
+        monkeypatch.setattr(cache_loader, "VIEWS_FROM_ROWS", 0)
+        monkeypatch.setattr(read_cache_mod, "VIEWS_FROM_ROWS", 0)
+        monkeypatch.setattr(ranking, "SORT_ALL_UP_TO", 0)
+    return str(request.param)
 
 
 @pytest.mark.parametrize(
     "change", ["a new row", "a closed row", "a deleted row", "a touch", "nothing"]
 )
 def test_the_block_is_the_same_cold_warm_and_after_another_process_wrote(
-    store_rows: np.random.Generator, db: Engine, change: str
+    store_rows: np.random.Generator, db: Engine, change: str, ways: str
 ) -> None:
     first = cold()
     assert first == texts(), "warm"
@@ -175,7 +197,7 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
     bound = 40_000  # about two personas' columns with vectors, not more
     want = cold()
     small = ReadCache(max_bytes=bound)
-    read_columns.READ_CACHE, saved = small, read_columns.READ_CACHE
+    cache_loader.READ_CACHE, saved = small, cache_loader.READ_CACHE
     try:
         for _ in range(3):
             assert texts() == want, "a small cache changes no block"
@@ -183,26 +205,30 @@ def test_the_cache_stays_under_its_byte_bound(store_rows: np.random.Generator) -
             held = list(small._entries.values())
             assert small.bytes == sum(e.nbytes for e in held)
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
 
 
 def test_audiences_of_one_persona_share_one_entry(store_rows: np.random.Generator) -> None:
-    read_columns.READ_CACHE.clear()
-    opened("warren", {DAN}, "topic", now=NOW, touch=False)
-    after_dan = read_columns.READ_CACHE.bytes
-    opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
-    keys = [k for k in read_columns.READ_CACHE._entries if k[2] == "warren"]
+    cache_loader.READ_CACHE.clear()
+    dans = opened("warren", {DAN}, "topic", now=NOW, touch=False)
+    after_dan = cache_loader.READ_CACHE.bytes
+    block = opened("warren", {CARA}, "topic-cara", now=NOW, touch=False)
+    keys = [k for k in cache_loader.READ_CACHE._entries if k[2] == "warren"]
     assert len(keys) == 1, "one entry for Warren, whoever is in the room"
-    grown = read_columns.READ_CACHE.bytes - after_dan
-    assert grown == (180 + 40) * 8, "Cara's room added one topic's cosines, no rows"
+    grown = cache_loader.READ_CACHE.bytes - after_dan
+    kept = held("warren").winners
+    assert set(kept) == {*dans.row_ids, *block.row_ids}, "both blocks' rows, kept for next time"
+    new = [kept[i] for i in set(block.row_ids) - set(dans.row_ids)]
+    rows = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in new)
+    assert grown == (180 + 40) * 8 + rows, "Cara's room added one topic's cosines, no columns"
 
 
 def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
     store_rows: np.random.Generator, db: Engine
 ) -> None:
-    bound = 19_700  # Warren's 220 rows of columns fit; the vectors of only about 100
+    bound = 13_000  # Warren's 220 rows of columns fit; the vectors of only about 100
     small = ReadCache(max_bytes=bound)
-    read_columns.READ_CACHE, saved = small, read_columns.READ_CACHE
+    cache_loader.READ_CACHE, saved = small, cache_loader.READ_CACHE
     try:
         got = opened("warren", {DAN}, "topic", now=NOW, touch=False).text
         entry = small.held(settings_mod.current().database_url)["warren"]
@@ -212,7 +238,7 @@ def test_a_persona_past_the_bound_ranks_its_oldest_rows_without_relevance(
         assert got == opened("warren", {DAN}, "topic", now=NOW, touch=False).text, "warm"
         oldest = entry.ids[cut - 1]
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
     # The same ranking as a store whose oldest rows have no embedding, with room to spare.
     with store.transaction() as c:
         pm = t.persona_memory.c
@@ -285,17 +311,18 @@ def write_elsewhere(other: Engine, op: tuple[Any, ...], rng: np.random.Generator
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(ops=writes, bound=st.sampled_from([None, 19_700]))
+@given(ops=writes, bound=st.sampled_from([None, 13_000]))
 def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
     store_rows: np.random.Generator,
     db: Engine,
     ops: list[tuple[object, ...]],
     bound: int | None,
+    ways: str,
 ) -> None:
     other = create_engine(db.url.render_as_string(hide_password=False))  # not the reader's
-    warm, saved = ReadCache(max_bytes=bound), read_columns.READ_CACHE
+    warm, saved = ReadCache(max_bytes=bound), cache_loader.READ_CACHE
     try:
-        read_columns.READ_CACHE = warm
+        cache_loader.READ_CACHE = warm
         texts()  # every persona held, with the topics' vectors
         for n, op in enumerate(ops):
             if op[0] == "open":
@@ -306,10 +333,10 @@ def test_after_any_writes_elsewhere_a_warm_open_renders_what_a_cold_one_does(
         after = texts()
         held = list(warm._entries.values())
         assert warm.bytes == sum(e.nbytes for e in held) <= warm.max_bytes, "the bound holds"
-        read_columns.READ_CACHE = ReadCache(max_bytes=bound)
+        cache_loader.READ_CACHE = ReadCache(max_bytes=bound)
         assert after == texts(), "the warm cache, brought up to date, ranks as a cold one"
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
         other.dispose()
 
 
@@ -375,19 +402,19 @@ def test_a_cold_open_reads_only_what_its_audience_can_see_and_renders_what_a_war
             [new_row(store_rows, "warren", f"u:{1000 + i % 100}", i) for i in range(300)],
         )
     read: list[int] = []
-    real = read_columns.read_path.visible_open_rows
+    real = cache_loader.read_path.visible_open_rows
 
     def counted(*a: Any, **k: Any) -> Any:
         got = real(*a, **k)
         read.append(len(got))
         return got
 
-    monkeypatch.setattr(read_columns.read_path, "visible_open_rows", counted)
-    read_columns.READ_CACHE.clear()
+    monkeypatch.setattr(cache_loader.read_path, "visible_open_rows", counted)
+    cache_loader.READ_CACHE.clear()
     cold = build_block("warren", {who}, room, now=NOW, touch=False).text
     visible = 40 + (120 if who == DAN else 60)  # the world's and the present human's
     assert read == [visible], "a cold open reads its audience's rows, no one else's"
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     assert len(held("warren")) == 120 + 60 + 40 + 300, "the fill holds every open row"
     warm = build_block("warren", {who}, room, now=NOW, touch=False).text
     assert read == [visible], "a warm open reads no columns"
@@ -418,7 +445,8 @@ def test_a_read_begun_before_this_processs_own_touch_is_brought_forward_not_put_
     cache.put(key, _columns(10, 111, [1, 2, 3]))
     read = cache.get(key, v1)
     assert read is not None
-    cache.touched(key[0], key[1], {"warren": (v1, v2, [(np.array([2]), 20_000.0)])})
+    touch = (np.array([2]), 20_000.0, "2024-10-04T00:00:00+00:00", 1)
+    cache.touched(key[0], key[1], {"warren": (v1, v2, [touch])})
     assert cache.get(key, v2) is not None
     loaded = cache.fill(key, replace(read, slots=None, vectors=Vectors(DIMS, 3)), lambda ids: {})
     held = cache.get(key, v2)
@@ -434,3 +462,321 @@ def test_a_read_that_missed_another_write_never_puts_the_entry_back_behind_it() 
     cache.put(key, _columns(10, 111, [1, 2, 3]))  # a read that began at v10 lands late
     assert cache.get(key, Version(12, 222)) is not None
     assert cache.get(key, Version(10, 111)) is None
+
+
+# --- a persona this process does not hold: its pack (storage/read_packs.py) -----------------
+
+
+class MainThreadReads:
+    """What the opening thread itself reads (the fill's own reads, on its thread, aside)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, int]] = []
+        for name in ("visible_open_rows", "open_rows", "embeddings"):
+            real = getattr(cache_loader.read_path, name)
+            monkeypatch.setattr(cache_loader.read_path, name, self._counted(name, real))
+
+    def _counted(self, name: str, real: Any) -> Any:
+        def counted(*a: Any, **k: Any) -> Any:
+            got = real(*a, **k)
+            if threading.current_thread() is threading.main_thread():
+                self.calls.append((name, len(got)))
+            return got
+
+        return counted
+
+
+def other_process_writes(db: Engine, rng: np.random.Generator, who: int) -> None:
+    """A new row about Dan, a touch and a close of rows about `who`, as another process
+    writes them."""
+    other = create_engine(db.url.render_as_string(hide_password=False))
+    pm = t.persona_memory.c
+    with other.begin() as c:
+        row = new_row(rng, "warren", "u:42", 999)
+        row.update(text="u:42 just moved to Lisbon.", importance=10)
+        c.execute(insert(t.persona_memory).values(**row))
+        about = (pm.persona == "warren") & (pm.subject == f"u:{who}")
+        ids = [i for (i,) in c.execute(select(pm.id).where(about).order_by(pm.id).limit(2))]
+        c.execute(
+            update(t.persona_memory)
+            .where(pm.id == ids[0])
+            .values(last_recalled="2026-11-30T09:00:00+00:00")
+        )
+        c.execute(update(t.persona_memory).where(pm.id == ids[1]).values(valid_to="2026-11-30"))
+    other.dispose()
+
+
+@pytest.mark.parametrize("room,who", [("dm", DAN), ("topic", DAN), ("topic-cara", CARA)])
+def test_a_process_that_does_not_hold_a_persona_ranks_on_its_pack_and_the_rows_changed_since(
+    store_rows: np.random.Generator,
+    db: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    room: str,
+    who: int,
+) -> None:
+    """The fill of a cold open packs the persona; another process's first open (its cache
+    empty) then reads that pack and the three rows written since: no other row, no other
+    embedding. Its block is byte for byte the one a store with no pack gives."""
+    opened("warren", {who}, room, now=NOW, touch=False)  # no pack yet: the fill writes one
+    with db.connect() as c:
+        assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
+    other_process_writes(db, store_rows, who)
+    reads = MainThreadReads(monkeypatch)
+    cache_loader.READ_CACHE.clear()
+    got = build_block("warren", {who}, room, now=NOW, touch=False).text
+    assert ("visible_open_rows", 120 + 60 + 40) not in reads.calls
+    assert [c for c in reads.calls if c[0] != "embeddings"] == [("open_rows", 2)], (
+        "the new row and the touched one (the closed one is gone): nothing else"
+    )
+    if room != "dm":
+        visible = 2 if who == DAN else 1  # the new row is about Dan
+        assert [c for c in reads.calls if c[0] == "embeddings"] == [("embeddings", visible)], (
+            "the pack's cosines to this topic for every row not written since"
+        )
+    assert fill.FILLS.wait(30)
+    with store.transaction() as c:
+        c.execute(delete(t.persona_read_packs))
+    assert got == cold()[[r for r, _ in ROOMS].index(room) * 2], "the block without a pack"
+
+
+def test_a_delete_drops_the_personas_packs_with_the_row(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
+    opened("nolan", {DAN}, "topic", now=NOW, touch=False)
+
+    def packed() -> set[tuple[str, str]]:
+        with db.connect() as c:
+            packs = {(p, "") for p in c.execute(select(t.persona_read_packs.c.persona)).scalars()}
+            rt = t.persona_read_topics.c
+            return packs | {(p, "topic") for p in c.execute(select(rt.persona)).scalars()}
+
+    assert packed() == {("warren", ""), ("nolan", ""), ("warren", "topic"), ("nolan", "topic")}
+    pm = t.persona_memory.c
+    with store.transaction() as c:
+        gone = c.execute(select(pm.id).where(pm.persona == "warren").limit(1)).scalar_one()
+        c.execute(delete(t.persona_memory).where(pm.id == gone))
+    assert packed() == {("nolan", ""), ("nolan", "topic")}, "not one number of its rows left"
+
+
+def test_a_pack_is_written_only_at_the_personas_version_now(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """A fill that read the entry before a write lands after it: it packs nothing, so no pack
+    ever holds a row a delete has removed since."""
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)
+    url = settings_mod.current().database_url
+    entry = cache_loader.READ_CACHE.held(url)["warren"]
+    with store.transaction() as c:
+        c.execute(delete(t.persona_read_packs))
+        row = new_row(store_rows, "warren", "u:42", 500)
+        c.execute(insert(t.persona_memory).values(**row))
+    key = next(k for k in cache_loader.READ_CACHE._entries if k[2] == "warren")
+    fill.keep_pack(url, key, entry)  # behind the store by one write
+    with db.connect() as c:
+        assert c.execute(select(t.persona_read_packs.c.persona)).all() == []
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # caught up: now it is the store's
+    fill.keep_pack(url, key, cache_loader.READ_CACHE.held(url)["warren"])
+    with db.connect() as c:
+        assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
+
+
+def test_the_fill_starts_when_the_open_returns_and_waits_while_another_is_in_flight(
+    store_rows: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: the fill never slows the open it follows."""
+    from memory_worker.reader import threads
+
+    asked: list[int] = []
+    real = fill.FILLS.request
+
+    def request(*a: Any, **k: Any) -> None:
+        asked.append(threads.OPENS._count)
+        real(*a, **k)
+
+    monkeypatch.setattr(fill.FILLS, "request", request)
+    monkeypatch.setattr(threads, "YIELD_MAX_S", 3600.0)
+    cache_loader.READ_CACHE.clear()
+    with threads.OPENS.opening():  # another room open, still in flight
+        build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+        assert asked == [1], "asked for as the open returned: only the other one in flight"
+        assert not fill.FILLS.wait(1.0), "the fill waits for the open in flight"
+        assert not cache_loader.READ_CACHE.held(settings_mod.current().database_url)
+    assert fill.FILLS.wait(30), "and runs once none is"
+    assert "warren" in cache_loader.READ_CACHE.held(settings_mod.current().database_url)
+
+
+def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """Issue 29's slow mode after another process wrote, at 100k rows: the open that caught
+    up with the write copied every vector the persona holds into a larger store. Now a new
+    row that finds no spare slot waits for the fill thread, ranked meanwhile on its vector
+    read by id: the same block."""
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
+    url = settings_mod.current().database_url
+    before = cache_loader.READ_CACHE.held(url)["warren"]
+    assert before.vectors is not None
+    spare = before.vectors.capacity - before.vectors.used
+    other = create_engine(db.url.render_as_string(hide_password=False))
+    with other.begin() as c:
+        rows = [new_row(store_rows, "warren", "u:42", 2000 + i) for i in range(spare + 1)]
+        c.execute(insert(t.persona_memory), rows)
+    other.dispose()
+    got = build_block("warren", {DAN}, "topic", now=NOW, touch=False)
+    entry = cache_loader.READ_CACHE.held(url)["warren"]
+    assert entry.vectors is before.vectors and entry.vectors.capacity == before.vectors.capacity
+    assert cache_loader.READ_CACHE.pending(entry), "the new rows wait for the fill thread"
+    assert fill.FILLS.wait(30)
+    assert not cache_loader.READ_CACHE.pending(cache_loader.READ_CACHE.held(url)["warren"])
+    assert got.text == cold()[4]
+
+
+def test_an_open_between_its_own_touchs_commit_and_the_cache_taking_it_reads_nothing() -> None:
+    """Issue 29: warm opens with touch cost 3x those without. The touch commits, then tells
+    the cache; an open in between saw the store a version ahead of the entry and re-read the
+    touched rows. The touch now says what it wrote before it commits, and the open brings the
+    entry forward by it; the cache taking it afterwards changes nothing twice."""
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    v1, v2 = Version(10, 111), Version(12, 222)
+    cache.put(key, _columns(10, 111, [1, 2, 3]))
+    moves = {"warren": (v1, v2, [(np.array([2, 3]), 20_000.0, "2024-10-04T00:00:00+00:00", 1)])}
+    cache.expect(key[0], key[1], moves)
+    assert cache.get(key, v1) is not None, "not committed yet: the store is still at v1"
+    got = cache.get(key, v2)  # committed: an open reads v2 before `touched`
+    assert got is not None and got.recalled_day.tolist() == [0.0, 20_000.0, 20_000.0]
+    cache.touched(key[0], key[1], moves)
+    after = cache.get(key, v2)
+    assert after is got, "applied once"
+    assert cache.get(key, Version(12, 333)) is None, "another write's v12 is not this one"
+
+
+def test_a_topics_cosines_outlive_a_pack_written_without_them(
+    store_rows: np.random.Generator, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that held no vector (its rooms had no topic) packs the persona again; the
+    topic's cosines kept before stay, so the next cold open of the topic room reads the
+    embeddings of the rows written since them, not of every row it ranks."""
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)  # the pack and the topic's cosines
+    with store.transaction() as c:  # another process's writes, past the pack's slack
+        c.execute(
+            insert(t.persona_memory),
+            [new_row(store_rows, "warren", "u:42", 4000 + i) for i in range(20)],
+        )
+    cache_loader.READ_CACHE.clear()
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # packs again, no vector held
+    with db.connect() as c:
+        pv, tv = t.persona_read_packs.c.version, t.persona_read_topics.c.version
+        assert c.execute(select(pv)).scalar_one() == c.execute(select(tv)).scalar_one() + 20
+    reads = MainThreadReads(monkeypatch)
+    cache_loader.READ_CACHE.clear()
+    got = build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
+    assert [c for c in reads.calls if c[0] == "embeddings"] == [("embeddings", 20)]
+    assert fill.FILLS.wait(30)
+    with store.transaction() as c:
+        c.execute(delete(t.persona_read_packs))
+        c.execute(delete(t.persona_read_topics))
+    assert got == cold()[4], "the block with nothing kept"
+
+
+def _row(i: int) -> Row:
+    return Row(
+        id=i,
+        persona="warren",
+        subject="u:42",
+        counterpart=None,
+        witnessed=[DAN],
+        room_id="dm",
+        kind="fact",
+        text=f"u:42 said thing {i}.",
+        importance=5,
+        valid_from=None,
+        valid_to=None,
+        closed_by=None,
+        evidence=[1],
+        created="2026-11-01T10:00:00+00:00",
+    )
+
+
+def test_winners_rows_read_before_this_processs_own_touch_are_kept_with_it_applied() -> None:
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    v1, v2 = Version(10, 111), Version(12, 222)
+    cache.put(key, _columns(10, 111, [1, 2, 3]))
+    stamp = "2026-12-01T12:00:00+00:00"
+    cache.touched(key[0], key[1], {"warren": (v1, v2, [(np.array([2]), 20_000.0, stamp, 1)])})
+    cache.remember(key, v1, {1: _row(1), 2: _row(2)})  # read at v1, the touch landed since
+    got = cache.get(key, v2)
+    assert got is not None and set(got.winners) == {1, 2}
+    assert (got.winners[2].last_recalled, got.winners[2].recall_count) == (stamp, 1)
+    assert got.winners[1].last_recalled is None
+    cache.remember(key, Version(11, 999), {3: _row(3)})  # another write lies between
+    assert set(cache.get(key, v2).winners) == {1, 2}  # type: ignore[union-attr]
+
+
+def test_a_put_at_the_same_version_keeps_what_opens_kept_meanwhile() -> None:
+    """A fill read the entry, and meanwhile an open kept its winners' rows: the fill's put
+    must not throw them away."""
+    cache, key = ReadCache(max_bytes=10_000_000), ("sqlite:///x.db", "s", "warren")
+    cache.enter(key[0], key[1])
+    cache.put(key, _columns(10, 111, [1, 2, 3]))
+    cache.remember(key, Version(10, 111), {2: _row(2)})
+    cache.put(key, _columns(10, 111, [1, 2, 3]))  # the fill's own read, landing late
+    got = cache.get(key, Version(10, 111))
+    assert got is not None and set(got.winners) == {2}
+    assert cache.bytes == got.nbytes
+
+
+def test_a_cold_open_on_the_pack_keeps_the_entry_at_once(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """The next open is warm without waiting for the fill: the pack gave every row."""
+    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # the pack written
+    cache_loader.READ_CACHE.clear()
+    with threads.OPENS.opening():  # the fill waits: another open in flight
+        first = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+        reads: list[str] = []
+
+        def note(*args: Any) -> None:
+            if threading.current_thread() is threading.main_thread():
+                reads.append(args[2])
+
+        event.listen(db, "before_cursor_execute", note)
+        try:
+            again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+        finally:
+            event.remove(db, "before_cursor_execute", note)
+        assert reads == [] and again == first
+
+
+def test_an_entry_keeps_the_views_of_three_audiences_taking_turns(
+    store_rows: np.random.Generator, db: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warren opened by turns with Dan, with Cara and in a group (world facts only): each
+    audience's view is made once, not every time another pushed it out (with two kept, a
+    warm open at 10k rows paid the rule and the sort each time); and counted in the bytes."""
+    monkeypatch.setattr(cache_loader, "VIEWS_FROM_ROWS", 0)
+    with store.transaction() as c:
+        app_side.add_room(c, "g", "group", [f"u:{DAN}", f"u:{CARA}", "warren"])
+    made: list[object] = []
+    real = cache_loader._view
+
+    def counted(rows: PersonaRows, scope: Any) -> Any:
+        made.append(scope)
+        return real(rows, scope)
+
+    monkeypatch.setattr(cache_loader, "_view", counted)
+    rooms = [("dm", {DAN}), ("dm-cara", {CARA}), ("g", {DAN, CARA})]
+    for room, who in rooms + rooms:  # the first is cold: its view is made with the entry held
+        opened("warren", who, room, now=NOW, touch=False)
+    made.clear()
+    for _ in range(3):
+        for room, who in rooms:
+            opened("warren", who, room, now=NOW, touch=False)
+    assert made == [], "every audience's view kept"
+    entry = held("warren")
+    assert len(entry.views) == 3
+    assert cache_loader.READ_CACHE.bytes == sum(
+        e.nbytes for e in cache_loader.READ_CACHE._entries.values()
+    )

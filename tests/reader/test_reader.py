@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,10 +25,10 @@ from memory_worker.app_side import UnknownRoom
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.core.constants import KINDS
-from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache, Versions
+from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache
 from memory_worker.core.rows import Room, Row, human_id, id_json
 from memory_worker.core.vectors import quantise
-from memory_worker.reader import blocks_for_room, build_block, format_block, read_columns
+from memory_worker.reader import blocks_for_room, build_block, cache_loader, fill, format_block
 from memory_worker.reader import touch as touch_mod
 from memory_worker.storage import read_path, store
 
@@ -148,7 +149,7 @@ def recall(ids: list[int]) -> dict[int, tuple[str | None, int]]:
 
 def block_text_cold(persona: str, present: set[int], room: str) -> str:
     """The block as a process that never opened a room would build it."""
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     return build_block(persona, present, room, now=NOW, touch=False).text
 
 
@@ -156,21 +157,50 @@ def test_a_second_open_reads_no_ranking_columns_and_renders_the_same_bytes(
     cast: dict[str, int], db: Engine
 ) -> None:
     first = build_block("warren", {DAN}, "dm", now=NOW).text
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     assert reader.flush_touches(timeout=10)  # the touch is in the store and in the cache
     selects = count_memory_selects(db)
     again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
-    assert len(selects) == 1, "only the winners' rows: the ranking columns came from the cache"
+    assert selects == [], "the ranking columns, and the winners' rows the cold open kept"
     assert again == block_text_cold("warren", {DAN}, "dm")
     assert first  # the first open built a block, touched its rows and kept the cache true
 
 
-@pytest.mark.parametrize("change", ["a new row", "a closed row", "a deleted row", "a touch"])
+def test_a_third_open_reads_no_memory_row_at_all_and_renders_the_same_bytes(
+    cast: dict[str, int], db: Engine
+) -> None:
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert fill.FILLS.wait(30)
+    second = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    selects = count_memory_selects(db)
+    third = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
+    assert selects == [], "the winners' rows too were kept from the second open"
+    assert third == second == block_text_cold("warren", {DAN}, "dm")
+
+
+def test_the_winners_rows_an_entry_keeps_follow_its_own_touch(
+    cast: dict[str, int], db: Engine
+) -> None:
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)
+    assert fill.FILLS.wait(30)
+    block = build_block("warren", {DAN}, "dm", now=NOW)  # keeps the rows, then touches them
+    assert reader.flush_touches(timeout=10)
+    kept = cache_loader.READ_CACHE.held(str(db.url))["warren"].winners
+    assert block.row_ids and set(block.row_ids) <= set(kept)
+    assert {i: (kept[i].last_recalled, kept[i].recall_count) for i in block.row_ids} == recall(
+        list(block.row_ids)
+    ), "as the store has them after the touch"
+
+
+@pytest.mark.parametrize(
+    "change", ["a new row", "a closed row", "a deleted row", "a touch", "a rewritten row"]
+)
 def test_a_change_made_elsewhere_is_seen_at_the_next_open(
     cast: dict[str, int], db: Engine, change: str
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # the winners' rows kept too
     pm = t.persona_memory.c
     with store.transaction() as c:  # as another process would: not through the reader
         if change == "a new row":
@@ -183,6 +213,12 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_open(
             )
         elif change == "a deleted row":
             c.execute(delete(t.persona_memory).where(pm.id == cast["shares"]))
+        elif change == "a rewritten row":
+            c.execute(
+                update(t.persona_memory)
+                .where(pm.id == cast["interview"])
+                .values(text="u:42 has a second interview on Friday.")
+            )
         else:
             c.execute(
                 update(t.persona_memory)
@@ -197,6 +233,8 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_open(
         assert "interview" not in warm
     elif change == "a deleted row":
         assert "Tesla" not in warm
+    elif change == "a rewritten row":
+        assert "second interview on Friday" in warm
 
 
 def memory_reads(eng: Engine) -> list[tuple[str, object]]:
@@ -218,7 +256,7 @@ def test_a_process_behind_by_a_few_writes_re_reads_only_the_rows_they_changed(
         with store.transaction() as c:
             add_row(c, "warren", "u:42", f"u:42 mentioned thing {i}.")
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     pm = t.persona_memory.c
     with store.transaction() as c:  # another process: a new row, a closed one, a deleted one
         add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
@@ -238,7 +276,7 @@ def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
     cast: dict[str, int], db: Engine
 ) -> None:
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # warm the cache
-    assert read_columns.FILLS.wait(30)  # a cold open's fill lands off the caller's path
+    assert fill.FILLS.wait(30)  # a cold open's fill lands off the caller's path
     with store.transaction() as c:
         add_row(c, "warren", "u:42", "u:42 adopted a dog.", importance=10)
         c.execute(delete(t.persona_memory_changes))  # as if pruned past this process's version
@@ -248,7 +286,7 @@ def test_a_process_further_behind_than_the_change_log_reads_every_row_again(
     assert not any("persona_memory.id IN" in sql for sql in columns), "not a patch"
     own = [sql for sql in columns if "persona_memory.subject IN" in sql]
     assert len(own) == 1, "the open read only what this audience can see"
-    assert read_columns.FILLS.wait(30)  # ...and the whole entry again, off the caller's path
+    assert fill.FILLS.wait(30)  # ...and the whole entry again, off the caller's path
     assert any("subject IN" not in sql for sql, _ in reads if "length(" in sql)
     assert warm == block_text_cold("warren", {DAN}, "dm")
     assert "adopted a dog" in warm
@@ -264,7 +302,7 @@ def test_a_store_made_anew_at_the_same_url_is_never_ranked_on_what_the_old_one_h
         with store.transaction() as c:
             add_row(c, "warren", "u:42", f"u:42 mentioned old thing {i}.", importance=9)
     build_block("warren", {DAN}, "dm", now=NOW, touch=False)  # held at the old counter
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     with store.transaction() as c:  # the same URL, a new store: rows and counters from zero
         for table in (t.persona_memory, t.persona_memory_versions, t.persona_memory_changes):
             c.execute(delete(table))
@@ -280,26 +318,29 @@ def test_a_store_made_anew_at_the_same_url_is_never_ranked_on_what_the_old_one_h
 
 def cold_elsewhere() -> str:
     """Warren's block in the dm as a process with an empty cache builds it; this one's kept."""
-    saved, read_columns.READ_CACHE = read_columns.READ_CACHE, ReadCache()
+    saved, cache_loader.READ_CACHE = cache_loader.READ_CACHE, ReadCache()
     try:
         return build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
     finally:
-        read_columns.READ_CACHE = saved
+        cache_loader.READ_CACHE = saved
 
 
 def test_the_readers_own_touch_keeps_the_cache_true_to_the_store(
     cast: dict[str, int], db: Engine
 ) -> None:
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     selects = count_memory_selects(db)
     for day in range(2, 7):
         build_block("warren", {DAN}, "dm", now=f"2026-12-0{day}T09:00:00+00:00")  # touches
-        assert read_columns.FILLS.wait(30) and reader.flush_touches(timeout=10)
+        assert fill.FILLS.wait(30) and reader.flush_touches(timeout=10)
         later = f"2026-12-0{day}T21:00:00+00:00"
         before = len(selects)
         warm = build_block("warren", {DAN}, "dm", now=later, touch=False).text
-        assert len(selects) - before == 1, "the touch updated the cache: still a hit"
-        read_columns.READ_CACHE.clear()
+        read = selects[before:]
+        assert all("NULL AS embedding" in q for q in read), (
+            "the touch updated the cache: still a hit, at most the winners' rows read"
+        )
+        cache_loader.READ_CACHE.clear()
         assert warm == build_block("warren", {DAN}, "dm", now=later, touch=False).text
 
 
@@ -323,7 +364,7 @@ def test_blocks_for_room_builds_every_persona_member_from_one_query_over_their_r
     with store.transaction() as c:
         app_side.add_persona(c, "cleo", "Cleo")
         app_side.add_room(c, "trio", "private", ["u:42", "warren", "nolan", "cleo"])
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     selects = count_memory_selects(db)
     blocks = blocks_for_room("trio", {DAN}, now=NOW)
     assert sorted(blocks) == ["cleo", "nolan", "warren"]
@@ -534,11 +575,11 @@ def test_a_failing_touch_never_fails_the_read_and_is_given_up_by_count(
 
     monkeypatch.setattr(read_path, "touch", broken)
     monkeypatch.setattr(touch_mod, "RETRY_PAUSE_S", 0.01)
-    dropped = read_columns.TOUCHES.dropped
+    dropped = touch_mod.TOUCHES.dropped
     block = build_block("warren", {DAN}, "dm", now=NOW)
     assert len(block.row_ids) == 5
     assert reader.flush_touches(timeout=10)
-    assert read_columns.TOUCHES.dropped == dropped + 1
+    assert touch_mod.TOUCHES.dropped == dropped + 1
     assert all(v == (None, 0) for v in recall(list(block.row_ids)).values())
 
 
@@ -690,9 +731,8 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
 def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
     """The rows the reader's audience index selects from the persona's cached columns."""
     with store.engine(url).connect() as c:
-        unread = Versions("", {scope.persona: NEVER_WRITTEN})
-        rows = read_columns._fetch(c, [scope.persona], unread, url)[scope.persona]
-    return set(rows.ids[read_columns.visible_index(rows, scope)].tolist())
+        rows = cache_loader.columns_of(read_path.open_rows(c, [scope.persona]), NEVER_WRITTEN)
+    return set(rows.ids[cache_loader.visible_index(rows, scope)].tolist())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -727,22 +767,27 @@ def test_the_audience_index_for_dan_skips_promises_to_anyone_else(shared_url: st
     assert sorted((by_id[i] for i in got), key=str) == [("self", "u:42"), ("world", None)]
 
 
+@pytest.mark.parametrize("prepared", [True, False])
 def test_after_prepare_a_processs_first_open_compiles_no_statement(
-    cast: dict[str, int], db: Engine
+    cast: dict[str, int], db: Engine, prepared: bool
 ) -> None:
-    """`reader.prepare` at an app's start: the first room open then builds no SQL (issue 21)."""
+    """`reader.prepare` at an app's start: the first room open then builds no SQL (issue 21).
+    On SQLite, importing the reader already compiled them (issue 29)."""
+    if not prepared and not store.is_sqlite(db):
+        pytest.skip("the reader's import compiles for SQLite; prepare for the store's dialect")
+    start = f"reader.prepare({str(db.url)!r})" if prepared else ""
     code = f"""
 import sys, threading
 from memory_worker import reader
 from memory_worker.storage import prepared
-reader.prepare({str(db.url)!r})
+{start}
 compiled = []
 real = prepared.Prepared._compile
-def counted(self, conn, sizes):
-    new = (conn.dialect.name, conn.dialect.paramstyle, sizes) not in self._compiled
+def counted(self, dialect, sizes):
+    new = (dialect.name, dialect.paramstyle, sizes) not in self._compiled
     if new and threading.current_thread() is threading.main_thread():  # the open's own path
         compiled.append((self._build.__qualname__, sizes))
-    return real(self, conn, sizes)
+    return real(self, dialect, sizes)
 prepared.Prepared._compile = counted
 block = reader.build_block("warren", {{{DAN}}}, "dm", now={NOW!r}, url={str(db.url)!r}, touch=False)
 reader.close(timeout=30)
@@ -753,3 +798,36 @@ print(len(compiled), len(block.row_ids))
     assert out.returncode == 0, out.stderr[-2000:]
     compiled, rows = map(int, out.stdout.split())
     assert rows > 0 and compiled == 0, out.stderr
+
+
+def test_ids_past_32_bits_rank_and_render_as_any_other(db: Engine) -> None:
+    """An entry holds ids in 32 bits while they fit (fewer bytes a row), and in 64 once one
+    does not: a human and a row numbered past 2**31 load, warm and cold alike."""
+    if not store.is_sqlite(db):
+        pytest.skip("PostgreSQL's integer ids are 32 bits: they always fit")
+    big = 2**33 + 7
+    with store.transaction() as c:
+        app_side.add_user(c, big, "Bea")
+        app_side.add_persona(c, "warren", "Warren")
+        app_side.add_room(c, "dm-bea", "private", [f"u:{big}", "warren"])
+        add_row(c, "warren", f"u:{big}", f"u:{big} keeps bees.", witnessed=(big,))
+        c.execute(
+            insert(t.persona_memory).values(
+                id=2**33,
+                persona="warren",
+                subject=f"u:{big}",
+                witnessed=json.dumps([big]),
+                room_id="origin",
+                kind="fact",
+                text=f"u:{big} sells honey.",
+                importance=9,
+                evidence="[1]",
+                created="2026-11-21T10:00:00+00:00",
+            )
+        )
+    cold = build_block("warren", {big}, "dm-bea", now=NOW, touch=False)
+    assert fill.FILLS.wait(30)
+    warm = build_block("warren", {big}, "dm-bea", now=NOW, touch=False)
+    assert "sells honey" in cold.text and "keeps bees" in cold.text and warm.text == cold.text
+    held = cache_loader.READ_CACHE.held(str(db.url))["warren"]
+    assert held.ids.dtype == held.groups.dtype == np.int64

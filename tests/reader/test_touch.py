@@ -10,12 +10,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, event, insert, select
 
 from memory_worker import app_side, controls, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.reader import read_columns
+from memory_worker.reader import cache_loader
 from memory_worker.reader import touch as touch_mod
 from memory_worker.reader.touch import Attempt, Touch, Toucher
 from memory_worker.storage import read_path
@@ -47,6 +47,24 @@ def test_a_full_queue_makes_the_opener_wait_and_every_touch_lands_in_order() -> 
     third.join(10)
     assert toucher.flush(10)
     assert applied == [0, 1, 2, 3] and toucher.dropped == 0
+
+
+def test_touches_promised_in_a_burst_land_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flush gathers a burst of opens' touches into one transaction (until GATHER_S has
+    passed, or the queue is full: here it never passes, so the fifth touch releases them)."""
+    monkeypatch.setattr(touch_mod, "GATHER_S", 3600.0)
+    batches: list[list[int]] = []
+
+    def apply(_url: str, touches: Sequence[Touch], _attempt: Attempt) -> None:
+        batches.append([t.rows[0][1][0] for t in touches])
+
+    toucher = Toucher(apply, max_pending=5)
+    toucher.promise(touch(0))
+    assert not toucher.flush(1.0), "a lone touch waits for others to join it"
+    for n in range(1, 5):
+        toucher.promise(touch(n))
+    assert toucher.flush(10)
+    assert batches == [[0, 1, 2, 3, 4]]
 
 
 def test_flush_reports_a_queue_it_could_not_drain_in_time() -> None:
@@ -145,18 +163,18 @@ def gated(two_personas: dict[str, list[int]]) -> Iterator[tuple[threading.Event,
 
     def apply(url: str, touches: Sequence[Touch], *rest: Any) -> None:
         gate.wait(30)
-        read_columns._apply_touches(url, touches, *rest)
+        touch_mod._apply_touches(url, touches, *rest)
         if failures:
             failures.pop()
             raise OSError("the answer to the commit was lost")
 
-    saved, read_columns.TOUCHES = read_columns.TOUCHES, Toucher(apply)
+    saved, touch_mod.TOUCHES = touch_mod.TOUCHES, Toucher(apply)
     try:
         yield gate, failures
     finally:
         gate.set()
-        read_columns.TOUCHES.flush(30)
-        read_columns.TOUCHES = saved
+        touch_mod.TOUCHES.flush(30)
+        touch_mod.TOUCHES = saved
 
 
 def recall_counts(eng: Engine) -> dict[int, int]:
@@ -183,7 +201,7 @@ def test_a_row_deleted_before_its_touch_lands_is_skipped_and_no_other_row_is_tou
     assert reader.flush_touches(timeout=30)
 
     assert "touch dropped" not in caplog.text
-    assert read_columns.TOUCHES.dropped == 0
+    assert touch_mod.TOUCHES.dropped == 0
     counts = recall_counts(db)
     assert nolans not in counts
     assert {i: counts[i] for i in two_personas["warren"]} == dict.fromkeys(
@@ -207,7 +225,7 @@ def test_a_touch_whose_commit_went_through_is_not_applied_again_by_the_retry(
     assert not failures, "the first attempt failed after its commit"
     counts = recall_counts(db)
     assert {i: counts[i] for i in block.row_ids} == dict.fromkeys(block.row_ids, 1)
-    entry = read_columns.READ_CACHE.held(settings_mod.current().database_url)["warren"]
+    entry = cache_loader.READ_CACHE.held(settings_mod.current().database_url)["warren"]
     with db.connect() as c:
         assert entry.version == read_path.versions(c, ["warren"])["warren"], "the cache took it"
 
@@ -222,5 +240,41 @@ def test_a_touch_names_its_rows_by_id_and_persona_so_it_never_lands_on_another_p
     stamp = "2026-12-01T12:00:00+00:00"
     warrens = two_personas["warren"][0]
     as_nolans = Touch(url, (("nolan", (warrens,)),), stamp, 20_423.5)
-    read_columns._apply_touches(url, [as_nolans], Attempt())
+    touch_mod._apply_touches(url, [as_nolans], Attempt())
     assert recall_counts(db)[warrens] == 0
+
+
+@pytest.mark.store
+def test_a_burst_of_touches_writes_each_row_once_and_ends_as_one_by_one_would(
+    db: Engine, two_personas: dict[str, list[int]]
+) -> None:
+    """Gathered touches fold together: a row takes the stamp of the last touch that named it
+    and its recall count one for each, in one UPDATE per group of rows that end alike."""
+    url = settings_mod.current().database_url
+    a, b, c = two_personas["warren"]
+    burst = [
+        Touch(url, (("warren", (a, b)),), "2026-12-01T10:00:00+00:00", 20_423.4),
+        Touch(url, (("warren", (a,)),), "2026-12-01T11:00:00+00:00", 20_423.5),
+        Touch(url, (("warren", (b, c)),), "2026-12-01T12:00:00+00:00", 20_423.6),
+    ]
+    updates: list[str] = []
+
+    def note(*args: Any) -> None:
+        if str(args[2]).lstrip().upper().startswith("UPDATE PERSONA_MEMORY "):
+            updates.append(str(args[2]))
+
+    event.listen(db, "before_cursor_execute", note)
+    try:
+        touch_mod._apply_touches(url, burst, Attempt())
+    finally:
+        event.remove(db, "before_cursor_execute", note)
+    pm = t.persona_memory.c
+    with db.connect() as conn:
+        got = {
+            r.id: (r.last_recalled, r.recall_count)
+            for r in conn.execute(select(pm.id, pm.last_recalled, pm.recall_count))
+        }
+    assert got[a] == ("2026-12-01T11:00:00+00:00", 2)
+    assert got[b] == ("2026-12-01T12:00:00+00:00", 2)
+    assert got[c] == ("2026-12-01T12:00:00+00:00", 1)
+    assert len(updates) == 3, "(a: 11:00, twice), (b: 12:00, twice), (c: 12:00, once)"

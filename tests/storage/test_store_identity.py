@@ -18,7 +18,7 @@ from memory_worker import app_side, reader
 from memory_worker.core import tables as t
 from memory_worker.core.block import Block
 from memory_worker.core.tables import metadata
-from memory_worker.reader import build_block, read_columns
+from memory_worker.reader import build_block, cache_loader, fill
 from memory_worker.storage import store
 
 pytestmark = pytest.mark.store
@@ -97,7 +97,7 @@ def restore(eng: Engine, backup: Dump) -> None:
 def warrens_block() -> Block:
     """Warren's block in the group, its cold open's fill landed (what the process holds)."""
     block = build_block("warren", {DAN, CARA}, "g", now=NOW, touch=False, proven_scope=False)
-    assert read_columns.FILLS.wait(30)
+    assert fill.FILLS.wait(30)
     return block
 
 
@@ -132,7 +132,7 @@ def assert_told_right(eng: Engine, block: Block) -> None:
     assert not misfiled(eng, block), "a row about someone else under a human's header"
     if "Dan (u:42)" in block.text:
         assert CARAS not in dans_section(block), "Cara's news under Dan's header"
-    read_columns.READ_CACHE.clear()
+    cache_loader.READ_CACHE.clear()
     assert block.text == warrens_block().text, "the block a fresh process builds"
 
 
@@ -190,7 +190,7 @@ def test_a_store_dropped_and_migrated_again_in_place_is_another_store(db: Engine
     write(db, row(ROW_ID, f"u:{CARA}", CARAS), world)  # the same counters as before
 
     reader.catch_up()
-    assert not read_columns.READ_CACHE.held(url), "the sweep let go of all it held of the old store"
+    assert not cache_loader.READ_CACHE.held(url), "the sweep let go of all it held of the old store"
     assert_told_right(db, warrens_block())
 
 
@@ -247,20 +247,71 @@ def test_init_db_gives_every_store_an_id_of_its_own(db: Engine, tmp_path: Any) -
     assert len(store_id(db)) == 32
 
 
-def test_a_warm_open_checks_the_store_within_its_two_statements(db: Engine) -> None:
+def test_a_warm_open_checks_the_store_in_its_one_statement(db: Engine) -> None:
+    """Every open reads the store's id with the versions; a warm one whose winners' rows the
+    cache keeps reads nothing else (counted by SQLite itself: the statement runs on the
+    driver's connection, outside SQLAlchemy's events)."""
+    if not store.is_sqlite(db):
+        pytest.skip("SQLite's own trace")
     the_group(db)
     write(db, row(ROW_ID, f"u:{DAN}", DANS))
-    warrens_block()  # the cache warm
+    warrens_block()  # the cache warm...
+    warrens_block()  # ...and the winners' rows kept
     seen: list[str] = []
 
-    def note(*args: Any) -> None:
-        if args[2].lstrip().upper().startswith("SELECT"):  # the statement; not BEGIN
-            seen.append(args[2])
+    def trace(statement: str) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append(statement)
 
-    event.listen(db, "before_cursor_execute", note)
+    def traced(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.set_trace_callback(trace)
+
+    event.listen(db, "connect", traced)
+    db.dispose()  # every connection from now on is traced
     try:
         warrens_block()
     finally:
-        event.remove(db, "before_cursor_execute", note)
-    assert len(seen) == 2, "the context and the winners: nothing more"
+        event.remove(db, "connect", traced)
+    assert len(seen) == 1, "the context: nothing more"
     assert "store_identity" in seen[0], "the store's id is read with the versions"
+
+
+def test_a_store_file_replaced_by_an_older_copy_of_itself_never_shows_what_the_copy_lacks(
+    db: Engine, tmp_path: Any
+) -> None:
+    """The same store (same id) restored from an older copy by `os.replace` under the running
+    process, then one write: the row written after the copy was taken is gone from every
+    open, warm or cold, and from the file itself. The replaced file's write-ahead log stays at
+    the path (SQLite leaves a moved file's log where it was) and the process's pooled
+    connections still hold the old file: a connection to the new one must not read that log
+    as its own."""
+    if not store.is_sqlite(db):
+        pytest.skip("a SQLite file")
+    path = str(db.url.database)
+    the_group(db)
+    write(db, row(ROW_ID, f"u:{DAN}", DANS), row(WORLD_ID, "world", "The Bund is lit until 11."))
+    warrens_block()
+    older = tmp_path / "older.db"
+    with sqlite3.connect(path) as live, sqlite3.connect(older) as copy:
+        live.backup(copy)  # a consistent copy, store id and all
+    live.close()
+    copy.close()
+    gone = "Dan quit his job in secret."
+    write(db, row(ROW_ID + 5, f"u:{DAN}", gone))
+    assert gone in warrens_block().text, "the process holds the row the copy lacks"
+
+    os.replace(older, path)
+    later = "Dan ran the Shanghai marathon in 3:58."
+    write(db, row(ROW_ID + 6, f"u:{DAN}", later))  # one write, through the running process
+
+    warm = build_block("warren", {DAN, CARA}, "g", now=NOW, touch=False, proven_scope=False)
+    assert gone not in warm.text, "a warm open shows what the restore removed"
+    assert later in warm.text
+    cache_loader.READ_CACHE.clear()
+    assert warm.text == warrens_block().text, "a warm open is what a cold open shows"
+    reader.close(timeout=30)
+    store.dispose_all()
+    with sqlite3.connect(path) as fresh:
+        texts = {r[0] for r in fresh.execute("SELECT text FROM persona_memory")}
+    fresh.close()
+    assert gone not in texts and later in texts, "the file as a new process reads it"

@@ -23,36 +23,38 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from memory_worker.core.per_process import PerProcess
+from memory_worker.core import settings as settings_mod
+from memory_worker.reader import cache_loader
+from memory_worker.reader.cache_loader import catch_up_store
+from memory_worker.reader.fill import NO_PACK, keep_pack
+from memory_worker.reader.threads import OPENS, Worker
+from memory_worker.storage import read_packs, store
 
 log = logging.getLogger(__name__)
+
 
 TICK_S = 1.0  # ours: the longest the thread sleeps before it reads the interval again
 
 
-class Sweeper:
+class Sweeper(Worker):
     """Runs `sweep()` every `every()` seconds on a daemon thread of its own."""
 
+    name = "memory-read-sweep"
+
     def __init__(self, sweep: Callable[[], object], every: Callable[[], float]):
+        super().__init__()
         self._sweep = sweep
         self._every = every
-        self._state = PerProcess(self._begin)  # nothing started yet
         self.failures = 0  # sweeps that raised (logged by type)
 
-    def start(self) -> None:
-        """Start the thread in this process if it is not running (first use, or a fork)."""
-        self._state.ensure()
-
-    def _begin(self) -> None:
-        self._cv = threading.Condition()
+    def _setup(self) -> None:
         self._passing = threading.Lock()  # held while a sweep runs
         self._started = self._finished = 0
-        threading.Thread(target=self._run, name="memory-read-sweep", daemon=True).start()
 
     def wait_for_pass(self, timeout: float) -> bool:
         """Wait until a whole sweep that began after this call has finished. False on timeout
         or when no thread runs in this process."""
-        if not self._state.here:
+        if not self.here:
             return False
         with self._cv:
             begun = self._started
@@ -61,7 +63,7 @@ class Sweeper:
     @contextmanager
     def paused(self) -> Iterator[None]:
         """No sweep runs inside this block (one under way is waited out first)."""
-        if not self._state.here:
+        if not self.here:
             yield
             return
         with self._passing:
@@ -90,3 +92,36 @@ class Sweeper:
             with self._cv:
                 self._finished += 1
                 self._cv.notify_all()
+
+
+def catch_up(url: str | None = None) -> int:
+    """Bring every persona this process holds (for `url`, or for every store) up to the
+    store's version, as its next open would: the rows its change log names are read again, a
+    deleted or closed one leaves the columns and its vector slot is zeroed. An entry the log
+    no longer reaches (or whose history it is not: a restored store) is dropped, not read
+    again, and so is everything held of a url whose store has another id now. The LRU order
+    stays. Returns how many personas moved. The sweep thread runs it every
+    `read_cache_sweep_s`."""
+    urls = [url] if url is not None else cache_loader.READ_CACHE.urls()
+    moved = 0
+    for u in urls:
+        moved += catch_up_store(u)
+        _refresh_packs(u)
+    return moved
+
+
+def _refresh_packs(url: str) -> None:
+    """Write the pack of each persona held for `url` whose kept pack lags past its slack, so
+    a process that does not hold it (every process after a deploy) ranks on one near its
+    version. One read of the packs' versions; a write only for those that lag."""
+    held, sid = cache_loader.READ_CACHE.held(url), cache_loader.READ_CACHE.store_of(url)
+    if not held or sid is None:
+        return
+    OPENS.wait_idle()
+    with store.engine(url).connect() as conn:
+        kept = read_packs.kept(conn, list(held))
+    for p, rows in held.items():
+        keep_pack(url, (url, sid, p), rows, kept.get(p, NO_PACK))
+
+
+SWEEP = Sweeper(catch_up, lambda: settings_mod.current().read_cache_sweep_s)

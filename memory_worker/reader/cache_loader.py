@@ -1,0 +1,532 @@
+"""The cache loader: a room open's ranking columns, from the read cache, a pack or the store.
+
+A persona's open rows become columns (`read_cache.PersonaRows`) held in this process's read
+cache; `load_candidates` picks the ones a scope may see (`visible_view`) and measures their
+relevance. A held entry behind the store is brought up to it from the change log; a persona
+not held is ranked on its pack and the rows changed since, or failing that on the rows its
+audience can see, and the fill thread (fill.py) reads the whole entry afterwards. The block
+(room_open.py) and on-demand recall (recall.py) both read through here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection
+
+from memory_worker.core import clock
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.audience import Scope
+from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
+from memory_worker.core.read_cache import (
+    NO_REQUIREMENT,
+    VIEWS_FROM_ROWS,
+    Key,
+    LoadVectors,
+    PersonaRows,
+    ReadCache,
+    Requirement,
+    Version,
+    Versions,
+    View,
+    narrow,
+    narrow_ints,
+    unpacked,
+)
+from memory_worker.core.rows import Row, human_id, human_ref, id_list
+from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
+from memory_worker.reader.threads import OPENS
+from memory_worker.storage import read_packs, read_path, store
+
+log = logging.getLogger(__name__)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+NO_ONE = -2  # the group of a row no audience sees: a subject the rule does not know
+
+
+READ_CACHE = ReadCache()  # this process's ranking columns, checked against the store each open
+
+
+def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
+    """The positions in a persona's columns of the rows this scope admits (the audience rule
+    on whom each row concerns; `visible_memories` checks the winners again)."""
+    if not scope.world:
+        return np.zeros(0, dtype=np.int64)
+    mask = rows.groups == WORLD_GROUP
+    if len(scope.humans) <= 8:  # a room's few present humans: a pass each beats a sort
+        for u in scope.humans:
+            mask |= rows.groups == u
+    else:
+        mask |= np.isin(rows.groups, np.fromiter(scope.humans, dtype=np.int64))
+    for (named, private_to), ids in rows.required.items():
+        if not (scope.admits_named(named) and scope.admits_private_to(private_to)):
+            mask[np.searchsorted(rows.ids, ids)] = False
+    return np.flatnonzero(mask)
+
+
+def visible_view(rows: PersonaRows, scope: Scope, key: Key | None = None) -> View:
+    """`visible_index` in (group, kind) order with its runs, kept with a big entry for the
+    next open of the same audience (the latest VIEWS_KEPT audiences, `ReadCache.keep_view`)."""
+    if len(rows) <= VIEWS_FROM_ROWS:  # a take sorts these at once: nothing to keep
+        return View(visible_index(rows, scope), _NO_ORDER, _NO_RUNS)
+    try:
+        got = rows.views.get(scope)
+    except TypeError:  # a scope that cannot be a key: made every time
+        return _view(rows, scope)
+    if got is None:
+        got = _view(rows, scope)
+        if key is not None:
+            READ_CACHE.keep_view(key, rows, scope, got)
+    return got
+
+
+def _view(rows: PersonaRows, scope: Scope) -> View:
+    idx = visible_index(rows, scope)
+    codes = rows.groups[idx].astype(np.int64) * (UNKNOWN_KIND + 1) + rows.kinds[idx]
+    by_kind = np.argsort(codes, kind="stable")
+    codes = codes[by_kind]
+    runs = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if idx.size else _EMPTY
+    runs = np.append(runs, idx.size).astype(np.int64)
+    return View(idx.astype(np.int32), by_kind.astype(np.int32), runs)
+
+
+_NO_ORDER, _NO_RUNS = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+
+
+_NO_VIEW = View(_EMPTY, _NO_ORDER, np.zeros(1, dtype=np.int64))
+
+
+@dataclass
+class Fills:
+    """What a room open asks of the fill thread, requested as it returns (`opening`): these
+    personas' entries (with a topic's cosines), and the winners' rows it read of personas
+    it did not hold, to keep with their entries."""
+
+    asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
+    winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
+
+
+class NotHeld(MemoryWorkerError):
+    """A room open answered from the read cache alone (no connection) needs the store."""
+
+
+def _not_held(_ids: Sequence[int]) -> Mapping[int, bytes | None]:
+    raise NotHeld
+
+
+def load_candidates(
+    conn: Connection | None,
+    scopes: Mapping[str, Scope],
+    when: datetime,
+    vector: bytes | None,
+    url: str | None = None,
+    *,
+    versions: Versions | None = None,
+    keep_cosines: bool = True,
+    fills: Fills | None = None,
+) -> dict[str, RankColumns]:
+    """Every persona's visible open rows as ranking columns, relevance measured against
+    `vector` (a room's topic; a message, for recall).
+
+    The columns come from the read cache when it holds the persona at its version (counter
+    and stamp), or an older one the change log brings up to it. A persona it does not hold
+    is ranked on its pack and the rows changed since (read_packs.py), failing that on the
+    rows its audience can see; its whole entry is then read off the caller's path, asked for
+    in `fills` (see `room_open.opening`; without it, not at all). Relevance comes from the
+    held vectors, else from the pack's cosines to this topic, else from the embeddings of the
+    visible rows, read by id.
+
+    `versions` are the store's id and the personas' versions if the caller has read them (a
+    room open reads them with its context); `keep_cosines=False` for a vector seen once (a
+    message), whose cosines would only push a room's topic out of the cache. With no `conn`
+    (and `versions` given), only what the cache holds answers: `NotHeld` otherwise.
+    """
+    url = url or settings_mod.current().database_url
+    now_day = when.timestamp() / 86400.0
+    seen = [p for p, s in scopes.items() if s.world]
+    if conn is None:
+        assert versions is not None
+        return _from_cache(scopes, seen, now_day, vector, url, versions, keep_cosines)
+    if versions is None:
+        versions = read_path.versions(conn, seen)
+    READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
+    sid = versions.store
+    topic = vector if keep_cosines else None
+    asked: list[tuple[list[str], bytes | None]] = []
+    rows: dict[str, PersonaRows] = {}
+    for p in seen:
+        got = held_entry(conn, (url, sid, p), versions[p])
+        if got is not None:
+            rows[p] = got
+            if READ_CACHE.pending(got):
+                asked.append(([p], None))
+    held = set(rows)
+    cold = [p for p in seen if p not in held]
+    packed_at: dict[str, Packed] = {}
+    partial: set[str] = set()
+    if cold:
+        for p, pack in read_packs.packs(conn, cold, topic).items():
+            caught = patched_entry(conn, p, unpacked(pack.columns, pack.version), versions[p])
+            if caught is not None:
+                rows[p] = caught[0]  # every open row: the entry, kept now (its vectors later)
+                READ_CACHE.put((url, sid, p), rows[p])
+                packed_at[p] = Packed(pack, caught[1])
+        rest = [p for p in cold if p not in rows]
+        if rest:
+            whole, visible = _audience_rows(conn, rest, scopes, versions, vector)
+            rows.update(whole)
+            rows.update(visible)
+            partial = set(visible)
+        asked.append((cold, topic))
+    if fills is not None:
+        fills.asked.extend(asked)
+    out = {}
+    for p, scope in scopes.items():
+        r = rows.get(p)
+        view = visible_view(r, scope, (url, sid, p)) if r is not None else _NO_VIEW
+        idx = view.idx
+        rel = None
+        if r is not None and vector is not None and idx.size:
+            key = (url, sid, p)
+            if p in held and r.vectors is not None and r.vectors.dims == len(vector):
+                load = vector_loader(conn, p, len(r))
+                rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=keep_cosines)
+            elif p in held and not keep_cosines:  # a message: the vectors, loaded once here
+                load = vector_loader(conn, p, len(r))
+                rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=False)
+            else:
+                rel = _measured(conn, key, r, idx, vector, packed_at.get(p), p not in partial)
+                if p in held and fills is not None:
+                    fills.asked.append(([p], vector))  # its vectors, for the next open here
+        out[p] = _candidates(r, view, now_day, rel)
+    return out
+
+
+def _from_cache(
+    scopes: Mapping[str, Scope],
+    seen: list[str],
+    now_day: float,
+    vector: bytes | None,
+    url: str,
+    versions: Versions,
+    keep_cosines: bool,
+) -> dict[str, RankColumns]:
+    """`load_candidates` from what the read cache holds at the store's versions, reading
+    nothing: `NotHeld` as soon as something would have to be read."""
+    if READ_CACHE.store_of(url) != versions.store:
+        raise NotHeld
+    out = {}
+    for p, scope in scopes.items():
+        if p not in seen:
+            out[p] = _candidates(None, _NO_VIEW, now_day, None)
+            continue
+        key = (url, versions.store, p)
+        rows = READ_CACHE.get(key, versions[p])
+        if rows is None:
+            raise NotHeld
+        view = visible_view(rows, scope, key)
+        rel = None
+        if vector is not None and view.idx.size:
+            if rows.vectors is None or rows.vectors.dims != len(vector):
+                raise NotHeld
+            rel = READ_CACHE.relevance(key, rows, vector, _not_held, view.idx, keep=keep_cosines)
+        out[p] = _candidates(rows, view, now_day, rel)
+    return out
+
+
+def winner_rows(
+    conn: Connection | None,
+    url: str,
+    versions: Versions,
+    picks: Mapping[str, Sequence[int]],
+    fills: Fills | None = None,
+) -> dict[int, Row]:
+    """The full rows of each persona's winners: those its entry keeps from earlier opens at
+    the same version, the rest read in one statement and kept with the entry (or, for a
+    persona not held, handed to its fill in `fills`). With no `conn`, `NotHeld` if a
+    winner's row is not kept."""
+    out: dict[int, Row] = {}
+    missing: dict[str, list[int]] = {}
+    for p, ids in picks.items():
+        entry = READ_CACHE.get((url, versions.store, p), versions[p])
+        kept = entry.winners if entry is not None else {}
+        for i in ids:
+            if (row := kept.get(i)) is not None:
+                out[i] = row
+            else:
+                missing.setdefault(p, []).append(i)
+    if not missing:
+        return out
+    if conn is None:
+        raise NotHeld
+    found = read_path.winners(conn, sorted(i for ids in missing.values() for i in ids))
+    out.update(found)
+    for p, ids in missing.items():
+        key = (url, versions.store, p)
+        read = {i: found[i] for i in ids if i in found}
+        if READ_CACHE.previous(key) is not None:
+            READ_CACHE.remember(key, versions[p], read)
+        elif fills is not None:
+            fills.winners[p] = (versions[p], read)
+    return out
+
+
+def held_entry(conn: Connection, key: Key, version: Version) -> PersonaRows | None:
+    """The entry held for `key` at `version`, or an older one brought up to it from the
+    change log and kept (its new rows' vectors only into spare room: `ReadCache.fill`)."""
+    got = READ_CACHE.get(key, version)
+    if got is not None:
+        return got
+    old = READ_CACHE.previous(key)
+    caught = None if old is None else patched_entry(conn, key[2], old, version)
+    if caught is None:
+        return None
+    rows = caught[0]
+    return READ_CACHE.fill(key, rows, vector_loader(conn, key[2], len(rows)), spare_only=True)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A persona ranked on its pack: the pack, and the rows the change log names since."""
+
+    pack: read_packs.Pack
+    changed: frozenset[int]
+
+
+def _audience_rows(
+    conn: Connection,
+    personas: list[str],
+    scopes: Mapping[str, Scope],
+    versions: Versions,
+    vector: bytes | None,
+) -> tuple[dict[str, PersonaRows], dict[str, PersonaRows]]:
+    """Personas with no pack to rank on: (those read whole, those read only as far as their
+    audience can see). Whole only when a topic's relevance must follow the byte bound: a
+    persona whose every vector fits, with room to spare, ranks the same either way."""
+    whole: list[str] = []
+    if vector is not None:
+        counts = read_path.open_counts(conn, personas)
+        whole = [p for p in personas if not READ_CACHE.fits_whole(counts[p], len(vector))]
+    rest = [p for p in personas if p not in whole]
+    refs = sorted({r for p in rest for r in scopes[p].human_refs})
+    found = _split(read_path.open_rows(conn, whole), whole, versions) if whole else {}
+    seen = _split(read_path.visible_open_rows(conn, rest, refs), rest, versions) if rest else {}
+    return found, seen
+
+
+def _measured(
+    conn: Connection,
+    key: Key,
+    rows: PersonaRows,
+    idx: np.ndarray,
+    vector: bytes,
+    packed: Packed | None,
+    whole: bool,
+) -> np.ndarray:
+    """The relevance of the rows at `idx` without the persona's vectors at hand: the kept
+    cosines to this topic where a row is unchanged since they were kept, its embedding read
+    by id otherwise; then, for a whole entry, the byte bound's rule (its oldest rows rank
+    with relevance 0, as a warm open ranks them)."""
+    persona = key[2]
+    kept = packed.pack.topic if packed is not None else None
+    if packed is None and whole:  # a held entry without vectors yet
+        pack = read_packs.packs(conn, [persona], vector).get(persona)
+        kept = pack.topic if pack is not None else None
+    want = rows.ids[idx]
+    out = np.zeros(want.size)
+    known = np.zeros(want.size, dtype=bool)
+    changed = None if kept is None else _changed_since(conn, persona, kept.version, rows, packed)
+    if kept is not None and changed is not None:
+        ids = np.frombuffer(kept.ids, dtype="<i8")
+        if ids.size:
+            cos = np.frombuffer(kept.cosines, dtype="<f8")
+            at = np.minimum(np.searchsorted(ids, want), ids.size - 1)
+            gone = np.fromiter(changed, dtype=np.int64, count=len(changed))
+            known = (ids[at] == want) & ~np.isin(want, gone)
+            out[known] = cos[at[known]]
+    if not known.all():
+        out[~known] = _by_id(conn, persona, want[~known], vector)
+    if whole:
+        start = len(rows) - min(len(rows), READ_CACHE.slots_allowed(rows, len(vector)))
+        out[idx < start] = 0.0
+    return out
+
+
+def _changed_since(
+    conn: Connection, persona: str, since: Version, rows: PersonaRows, packed: Packed | None
+) -> frozenset[int] | None:
+    """The rows written between `since` and `rows`' version (None: the log cannot say)."""
+    if since == rows.version:
+        return frozenset()
+    if packed is not None and since == packed.pack.version:
+        return packed.changed
+    found = read_path.changed_rows(conn, persona, since, rows.version)
+    return None if found is None else frozenset(found)
+
+
+def _by_id(conn: Connection, persona: str, ids: np.ndarray, vector: bytes) -> np.ndarray:
+    """The cosine to `vector` of these rows' embeddings, read by id."""
+    found = read_path.embeddings(conn, persona, ids.tolist(), of_all=4 * len(ids))
+    block = stack_int8([found.get(int(i)) for i in ids], len(vector))
+    return int8_cosines(block, vector, int8_norms(block))
+
+
+def vector_loader(
+    conn: Connection, persona: str, of_all: int, between: Callable[[], object] | None = None
+) -> LoadVectors:
+    return lambda ids: read_path.embeddings(conn, persona, ids, of_all, between=between)
+
+
+def _split(
+    found: Sequence[Any], personas: Sequence[str], versions: Versions
+) -> dict[str, PersonaRows]:
+    """Fetched rows of several personas (`read_path.open_rows`' tuples) as each one's columns."""
+    if len(personas) == 1:
+        return {personas[0]: columns_of(found, versions[personas[0]])}
+    by_persona: dict[str, list[Any]] = {p: [] for p in personas}
+    for r in found:
+        by_persona[r[1]].append(r)
+    return {p: columns_of(rows, versions[p]) for p, rows in by_persona.items()}
+
+
+def patched_entry(
+    conn: Connection, persona: str, old: PersonaRows, version: Version
+) -> tuple[PersonaRows, frozenset[int]] | None:
+    """`old` brought to `version` by re-reading only the rows its change log names since, with
+    those rows' ids; None when the log no longer reaches that far back, or is not the
+    history `old` was read from (`read_path.changed_rows`: a restored or remade store)."""
+    if old.version == version:
+        return old, frozenset()
+    changed = read_path.changed_rows(conn, persona, old.version, version)
+    if changed is None:
+        return None
+    fresh = columns_of(read_path.open_rows(conn, [persona], sorted(changed)), version)
+    return old.patched(changed, fresh), frozenset(changed)
+
+
+def catch_up_store(url: str, personas: Sequence[str] | None = None) -> int:
+    held = READ_CACHE.held(url)
+    if personas is not None:
+        held = {p: rows for p, rows in held.items() if p in personas}
+    if not held:
+        return 0
+    OPENS.wait_idle()
+    with store.engine(url).connect() as conn:
+        now = read_path.versions(conn, list(held))
+        READ_CACHE.enter(url, now.store)  # another store: all of it let go of, nothing to fill
+        moved = {p: old for p, old in held.items() if old.version != now[p]}
+        for p, old in moved.items():
+            key = (url, now.store, p)
+            if READ_CACHE.forwarded(key, now[p]):
+                continue  # behind only by this process's own touch: brought forward by it
+            caught = patched_entry(conn, p, old, now[p])
+            if caught is None:
+                READ_CACHE.drop(key, old)
+            else:
+                rows = caught[0]
+                READ_CACHE.fill(key, rows, vector_loader(conn, p, len(rows)), recent=False)
+    return len(moved)
+
+
+def _group(ref: str | None) -> int:
+    """Whom a row concerns, as an int: 42 for exactly 'u:42', else NO_ONE."""
+    uid = human_id(ref or "")
+    return uid if uid is not None and human_ref(uid) == ref else NO_ONE
+
+
+def columns_of(rows: Sequence[Any], version: Version) -> PersonaRows:
+    """PersonaRows, sorted by id, from fetched (id, persona, is_world, ref, kind, importance,
+    recalled, chars, named, private_to)."""
+    if not rows:
+        z, zi = np.zeros(0), np.zeros(0, dtype=np.int64)
+        return PersonaRows(version, zi, zi, zi, z, z, zi)
+    # Transpose first: numpy probing 100,000 SQLAlchemy Row objects one by one is 50× slower.
+    cols = list(zip(*rows, strict=True))
+    n = len(rows)
+    groups_of = {ref: _group(ref) for ref in set(cols[3])}
+    groups = np.fromiter(map(groups_of.__getitem__, cols[3]), dtype=np.int64, count=n)
+    groups[np.array(cols[2], dtype=bool)] = WORLD_GROUP
+    ids = np.array(cols[0], dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    return PersonaRows(
+        required=_requirements(cols[0], cols[8], cols[9]),
+        version=version,
+        ids=narrow_ints(ids[order]),
+        groups=narrow_ints(groups[order]),
+        kinds=np.array(cols[4], dtype=np.int8)[order],
+        importance=narrow(np.array(cols[5], dtype=np.float64))[order],
+        recalled_day=_days(cols[6])[order],
+        chars=np.array(cols[7], dtype=np.int32)[order],
+    )
+
+
+def _requirements(
+    ids: Sequence[int], named: Sequence[str | None], private_to: Sequence[str | None]
+) -> dict[Requirement, np.ndarray]:
+    """Requirement → the ids (ascending) of the rows that carry it, from the stored columns."""
+    out: dict[Requirement, list[int]] = {}
+    parsed: dict[str | None, tuple[int, ...] | None] = {None: None}
+    for i, n, p in zip(ids, named, private_to, strict=True):
+        if n is None and p is None:
+            continue
+        for raw in (n, p):
+            if raw not in parsed:
+                parsed[raw] = id_list(raw)
+        req = (parsed[n] or (), parsed[p])
+        if req != NO_REQUIREMENT:
+            out.setdefault(req, []).append(int(i))
+    return {req: np.array(sorted(got), dtype=np.int64) for req, got in out.items()}
+
+
+def _days(values: Sequence[float | str | None]) -> np.ndarray:
+    """Unix days from julianday arithmetic (SQLite) or from the stamps themselves; a stamp
+    nobody can read becomes NaN, which ranks as UNREADABLE_AGE_DAYS old."""
+    if values and isinstance(values[0], str):
+        return np.array([unix_day(v if isinstance(v, str) else None) for v in values])
+    return np.array(values, dtype=np.float64)  # None becomes NaN
+
+
+def unix_day(stamp: str | None) -> float:
+    """An ISO stamp (naive means UTC) as Unix days; NaN when it cannot be read."""
+    try:
+        when = datetime.fromisoformat(stamp or "")
+    except ValueError:
+        return float("nan")
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() / 86400.0
+
+
+def _candidates(
+    rows: PersonaRows | None, view: View, now_day: float, rel: np.ndarray | None
+) -> RankColumns:
+    if rows is None or not view.idx.size:
+        z = np.zeros(0)
+        return RankColumns(_EMPTY, _EMPTY, _EMPTY, z, z, _EMPTY, z)
+    idx = np.asarray(view.idx, dtype=np.intp)  # numpy gathers fastest on its own index type
+    ages = now_day - rows.recalled_day[idx]
+    np.copyto(ages, UNREADABLE_AGE_DAYS, where=np.isnan(ages))  # np.nan_to_num, less its checks
+    np.maximum(ages, 0.0, out=ages)
+    return RankColumns(
+        ids=rows.ids[idx],
+        groups=rows.groups[idx].astype(np.int64),  # ranking multiplies them
+        kinds=rows.kinds[idx],
+        importance=rows.importance[idx].astype(np.float64),
+        age_days=ages,
+        chars=rows.chars[idx],
+        relevance=rel if rel is not None else np.zeros(idx.size),
+        by_kind=view.by_kind if view.runs.size else None,
+        runs=view.runs if view.runs.size else None,
+    )
+
+
+def as_datetime(now: datetime | str | None) -> datetime:
+    when = datetime.fromisoformat(now or clock.now()) if not isinstance(now, datetime) else now
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

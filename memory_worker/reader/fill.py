@@ -1,0 +1,217 @@
+"""The read cache's fill, off the caller's path: a cold room open answers first, fills later.
+
+A room open for a persona this process does not hold (its first open, after the LRU let it
+go, or too far behind the change log) answers from the persona's pack, or from the rows its
+audience can see (cache_loader.load_candidates). The persona's shared entry — every open row, for
+every audience, and the vectors of a room's topic — is then read here, on one daemon thread
+per process, so the next open of any of its rooms is warm. Importing starts nothing; the
+thread starts at the first request, and a forked child starts its own.
+
+The fill never slows the open it follows: an open asks for it as it returns, and the fill
+waits at each step while any room open of this process is in flight (threads.OPENS). Its
+work is here beside its thread: the entry read whole (`whole_entry`), and the persona's pack
+written when the one kept lags (`keep_pack`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import numpy as np
+from sqlalchemy import Connection
+
+from memory_worker.core.read_cache import (
+    NEVER_WRITTEN,
+    Key,
+    PersonaRows,
+    Version,
+    packed,
+    unpacked,
+)
+from memory_worker.core.rows import Row
+from memory_worker.reader import cache_loader
+from memory_worker.reader.cache_loader import (
+    catch_up_store,
+    columns_of,
+    held_entry,
+    patched_entry,
+    vector_loader,
+)
+from memory_worker.reader.threads import OPENS, Worker
+from memory_worker.storage import read_packs, read_path, store
+
+log = logging.getLogger(__name__)
+
+
+Request = tuple[str, str, bytes | None]  # (database url, persona, a room topic's vector)
+
+
+# What a cold open read of a persona's winners, and at which version: the fill keeps them.
+Winners = Mapping[str, tuple[Version, Mapping[int, Row]]]
+
+
+Fill = Callable[[str, list[str], list[bytes], Winners], object]
+
+
+class Filler(Worker):
+    """Runs `fill(url, personas, topics, winners)` on a daemon thread for what was requested."""
+
+    name = "memory-read-fill"
+
+    def __init__(self, fill: Fill):
+        super().__init__()
+        self._fill = fill
+        self.failures = 0  # fills that raised (logged by type; the next open reads again)
+
+    def _setup(self) -> None:
+        self._pending: dict[tuple[str, str], set[bytes]] = {}
+        self._winners: dict[tuple[str, str], tuple[Version, dict[int, Row]]] = {}
+
+    def request(
+        self, url: str, personas: list[str], topic: bytes | None, winners: Winners | None = None
+    ) -> None:
+        """Fill these personas' entries (and their cosines to `topic`) soon, keeping with
+        them the `winners` rows an open read (the rows of its blocks)."""
+        self.start()
+        with self._cv:
+            for p in personas:
+                topics = self._pending.setdefault((url, p), set())
+                if topic is not None:
+                    topics.add(topic)
+            for p, (version, rows) in (winners or {}).items():
+                held = self._winners.get((url, p))
+                if held is not None and held[0] == version:
+                    rows = {**held[1], **rows}
+                self._winners[(url, p)] = (version, dict(rows))
+            self._cv.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until everything requested so far is filled (or given up). True if idle."""
+        return self._idle(lambda: self._pending, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending:
+                    self._cv.wait()
+                url = next(iter(self._pending))[0]
+                mine = {k: v for k, v in self._pending.items() if k[0] == url}
+                for k in mine:
+                    del self._pending[k]
+                winners = {k[1]: self._winners.pop(k) for k in mine if k in self._winners}
+                self._busy = True
+            try:
+                topics = sorted({t for v in mine.values() for t in v})
+                self._fill(url, sorted(p for _, p in mine), topics, winners)
+            except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
+                self.failures += 1
+                log.warning("read cache fill failed (%s); the next open reads", type(exc).__name__)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+
+PACK_BEHIND_MAX = 256  # ours: versions a kept pack may lag before it is written again...
+
+
+PACK_BEHIND_MIN = 16  # ours: ...or fewer for a small persona, whose pack costs little to write
+
+
+def _fill(url: str, personas: list[str], topics: list[bytes], winners: Winners) -> None:
+    """The fill thread's work: every open row of these personas into the read
+    cache, with their vectors and cosines to the topics their cold opens ranked against and
+    the winners' rows those opens read, and their packs kept up to date. Before each step it
+    waits while a room open is in flight."""
+    for p in personas:
+        OPENS.wait_idle()
+        with store.engine(url).connect() as conn:
+            versions = read_path.versions(conn, [p])
+            cache_loader.READ_CACHE.enter(url, versions.store)
+            key = (url, versions.store, p)
+            rows = held_entry(conn, key, versions[p]) or whole_entry(conn, p, versions[p])
+            load = vector_loader(conn, p, len(rows), between=OPENS.wait_idle)
+            rows = cache_loader.READ_CACHE.fill(key, rows, load)
+            if p in winners:
+                cache_loader.READ_CACHE.remember(key, *winners[p])
+            for topic in topics:
+                OPENS.wait_idle()
+                every = np.arange(len(rows), dtype=np.int64)
+                cache_loader.READ_CACHE.relevance(key, rows, topic, load, every, keep=True)
+                rows = cache_loader.READ_CACHE.previous(key) or rows
+        keep_pack(url, key, rows)
+    # A write that landed while this read (the open's own touch, say) found no entry to update:
+    # catching up now, after the entry is in, cannot miss it.
+    catch_up_store(url, personas)
+
+
+FILLS = Filler(_fill)
+
+
+def whole_entry(conn: Connection, persona: str, version: Version) -> PersonaRows:
+    """Every open row of `persona` at `version`: from its pack and the rows changed since, or
+    read row by row (in parts, stepping aside for room opens between them)."""
+    pack = read_packs.packs(conn, [persona], None).get(persona)
+    if pack is not None:
+        caught = patched_entry(conn, persona, unpacked(pack.columns, pack.version), version)
+        if caught is not None:
+            return caught[0]
+    return columns_of(read_path.open_rows(conn, [persona], between=OPENS.wait_idle), version)
+
+
+NO_PACK: read_packs.Kept = (None, {})  # `read_packs.kept` of a persona with nothing kept
+
+
+def keep_pack(url: str, key: Key, rows: PersonaRows, kept: read_packs.Kept | None = None) -> None:
+    """Write the persona's pack from its entry when the one kept (`kept`, read here if not
+    given) is missing or lags past its slack, and each topic's cosines the entry holds
+    exactly when those kept are missing or lag; only at the persona's version now, so
+    nothing kept ever describes a row a delete has already removed."""
+    persona = key[2]
+    if rows.version == NEVER_WRITTEN:
+        return
+    if kept is None:
+        with store.engine(url).connect() as conn:
+            kept = read_packs.kept(conn, [persona]).get(persona, NO_PACK)
+    slack = _pack_slack(len(rows))
+
+    def lagging(version: Version | None) -> bool:
+        return version is None or not 0 <= rows.version.counter - version.counter < slack
+
+    pack_due = lagging(kept[0])
+    topics_due = {
+        topic: cos
+        for topic, cos in _exact_cosines(rows).items()
+        if lagging(kept[1].get(read_packs.topic_key(topic)))
+    }
+    if not (pack_due or topics_due):
+        return
+    OPENS.wait_idle()
+    blob = packed(rows) if pack_due else b""
+    ids = np.ascontiguousarray(rows.ids, dtype="<i8").tobytes() if topics_due else b""
+    with store.transaction(url) as conn:
+        now = read_path.versions(conn, [persona])
+        if now.store != key[1] or now[persona] != rows.version:
+            return
+        if pack_due:
+            read_packs.write_pack(conn, persona, rows.version, len(rows), blob)
+        if topics_due:
+            read_packs.write_cosines(conn, persona, rows.version, ids, topics_due)
+
+
+def _pack_slack(rows: int) -> int:
+    """How many versions a pack of this many rows may lag: re-reading that many changed
+    rows costs a cold open less than the floor's fraction it is allowed."""
+    return max(PACK_BEHIND_MIN, min(PACK_BEHIND_MAX, rows // 64))
+
+
+def _exact_cosines(rows: PersonaRows) -> dict[bytes, bytes]:
+    """Each topic's cosine of every row, in the entry's order, when every row holds its
+    vector (an entry past the byte bound ranks some on none: not the store's to keep)."""
+    if rows.vectors is None or rows.slots is None or bool(np.any(rows.slots < 0)):
+        return {}
+    return {
+        topic: np.ascontiguousarray(cos[rows.slots], dtype="<f8").tobytes()
+        for topic, cos in rows.vectors.cosines.items()
+    }

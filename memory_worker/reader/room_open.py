@@ -1,0 +1,228 @@
+"""The room open: the block each persona gets in a room, at open, join and leave.
+
+filter → rank → take → render → touch, straight from the store and the read cache
+(cache_loader.py). A warm open reads one statement; the audience rule decides first
+(`scope_for`, `visible_view`), and before rendering every winner passes `visible_memories`
+itself: the cache narrows, the seed's predicate decides, and nothing after it adds a row. The
+touch is promised, then applied by a background flush (touch.py); the fill (fill.py) is asked
+for as the open returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from memory_worker.core import settings as settings_mod
+from memory_worker.core.audience import Consent, Members, Scope, scope_for, visible_memories
+from memory_worker.core.block import Block, Human, Section, render
+from memory_worker.core.constants import V1_PROVEN_SCOPE
+from memory_worker.core.ranking import WORLD_GROUP, scores, take
+from memory_worker.core.rows import Room, Row
+from memory_worker.reader import cache_loader
+from memory_worker.reader.cache_loader import Fills
+from memory_worker.reader.fill import FILLS
+from memory_worker.reader.sweep import SWEEP
+from memory_worker.reader.threads import OPENS
+from memory_worker.reader.touch import promise_touch
+from memory_worker.storage import read_path, store
+from memory_worker.storage.rooms import UnknownRoom
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def opening(url: str) -> Iterator[Fills]:
+    """A room open (or a recall) in flight: background work steps aside while it runs, and
+    the fills it asks for are requested as it ends, never while it still works."""
+    asked = Fills()
+    with OPENS.opening():
+        yield asked
+    SWEEP.start()  # what this process holds from now on is caught up even if never opened again
+    for personas, topic in asked.asked:
+        winners = {p: asked.winners[p] for p in personas if p in asked.winners}
+        FILLS.request(url, personas, topic, winners)
+
+
+def build_block(
+    persona: str,
+    present: Iterable[int],
+    room_id: str,
+    *,
+    now: datetime | str | None = None,
+    url: str | None = None,
+    touch: bool = True,
+    proven_scope: bool = V1_PROVEN_SCOPE,
+) -> Block:
+    """The memory block `persona` gets in `room_id` with these humans present.
+
+    `now` (default: the store's clock) is the moment recency counts from and `last_recalled`
+    is set to. `touch=False` builds without reinforcing (previews, the CLI, tests); with it,
+    the touch is promised (`block.touched`) and applied in the background (`flush_touches`).
+    Raises `UnknownRoom` for a room the store has never seen.
+    """
+    return _build(
+        room_id, present, [persona], now=now, url=url, touch=touch, proven_scope=proven_scope
+    )[persona]
+
+
+def blocks_for_room(
+    room_id: str,
+    present: Iterable[int],
+    *,
+    now: datetime | str | None = None,
+    url: str | None = None,
+    touch: bool = True,
+    proven_scope: bool = V1_PROVEN_SCOPE,
+) -> dict[str, Block]:
+    """The block of every persona member of the room, from one query over all their rows."""
+    return _build(room_id, present, None, now=now, url=url, touch=touch, proven_scope=proven_scope)
+
+
+def _build(
+    room_id: str,
+    present: Iterable[int],
+    personas: Sequence[str] | None,
+    *,
+    now: datetime | str | None,
+    url: str | None,
+    touch: bool,
+    proven_scope: bool,
+) -> dict[str, Block]:
+    url = url or settings_mod.current().database_url
+    with opening(url) as fills:  # the fills it asks for start once it returns
+        return _open(room_id, present, personas, now, url, touch, proven_scope, fills)
+
+
+def _open(
+    room_id: str,
+    present: Iterable[int],
+    personas: Sequence[str] | None,
+    now: datetime | str | None,
+    url: str,
+    touch: bool,
+    proven_scope: bool,
+    fills: cache_loader.Fills,
+) -> dict[str, Block]:
+    """A warm open reads its context alone and answers from the read cache; if anything is
+    missing there (a persona not held at its version, a winner's row not kept), the open
+    starts again in one transaction, where every read sees one snapshot."""
+    when = cache_loader.as_datetime(now)
+    present = frozenset(int(u) for u in present)
+    eng = store.engine(url)
+    raw = eng.raw_connection()
+    try:
+        ctx = read_path.context_alone(raw, eng.dialect, room_id, present, personas or [])
+    finally:
+        raw.close()
+    blocks = None
+    if ctx is not None:
+        try:
+            blocks = _blocks(None, ctx, present, personas, when, url, proven_scope, fills)
+        except cache_loader.NotHeld:
+            pass
+    if blocks is None:
+        with eng.connect() as conn:  # SQLite: one snapshot for every read below
+            ctx = read_path.context(conn, room_id, present, personas or [])
+            if ctx is None:
+                raise UnknownRoom(room_id)
+            blocks = _blocks(conn, ctx, present, personas, when, url, proven_scope, fills)
+    assert ctx is not None
+    if present - ctx.members:
+        log.error(
+            "room %s: %d present human(s) are not members: nothing about them loads and "
+            "the room is not private",
+            room_id,
+            len(present - ctx.members),
+        )
+    if touch and any(b.row_ids for b in blocks.values()):
+        promise_touch(url, {p: b.row_ids for p, b in blocks.items() if b.row_ids}, when)
+        blocks = {p: replace(b, touched=bool(b.row_ids)) for p, b in blocks.items()}
+    return blocks
+
+
+def _blocks(
+    conn: Connection | None,
+    ctx: read_path.Context,
+    present: frozenset[int],
+    personas: Sequence[str] | None,
+    when: datetime,
+    url: str,
+    proven_scope: bool,
+    fills: cache_loader.Fills,
+) -> dict[str, Block]:
+    """Every asked persona's block from this context: with no connection, from the read cache
+    alone (`cache_loader.NotHeld` when it cannot)."""
+    slugs = list(personas) if personas is not None else ctx.personas
+    if ctx.room.incognito:
+        return {p: Block.empty(p) for p in slugs}
+    strangers = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
+    slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
+    if not slugs:
+        return strangers
+    members = Members(ctx.members, frozenset(ctx.personas))
+    mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
+    consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
+    scopes = {
+        p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
+        for p in slugs
+    }
+    topic = ctx.room.topic_embedding
+    candidates = cache_loader.load_candidates(
+        conn, scopes, when, topic, url, versions=ctx.versions, fills=fills
+    )
+    picks = {p: take(c, scores(c)) for p, c in candidates.items()}
+    won = {p: [i for ids in got.values() for i in ids] for p, got in picks.items()}
+    rows = cache_loader.winner_rows(conn, url, ctx.versions, won, fills)
+    blocks = {
+        p: _render(
+            p,
+            ctx.names[p],
+            picks[p],
+            rows,
+            scopes[p],
+            ctx.humans,
+            present,
+            ctx.room,
+            consent,
+            members,
+            proven_scope,
+        )
+        for p in slugs
+    }
+    blocks.update(strangers)
+    return blocks
+
+
+def _render(
+    persona: str,
+    persona_name: str,
+    picked: Mapping[int, list[int]],
+    rows: Mapping[int, Row],
+    scope: Scope,
+    humans: Mapping[int, Human],
+    present: frozenset[int],
+    room: Room,
+    consent: Consent,
+    members: Members,
+    proven_scope: bool,
+) -> Block:
+    """The gate, then the block: every picked row passes the seed's predicate once more."""
+    picked_rows = [rows[i] for ids in picked.values() for i in ids if i in rows]
+    gate = visible_memories(
+        persona, present, room, picked_rows, consent, members=members, proven_scope=proven_scope
+    )
+    allowed = {r.id: r for r in gate}
+    sections = [
+        Section(humans[u], [allowed[i] for i in picked.get(u, []) if i in allowed])
+        for u in sorted(scope.humans)
+        if u in humans
+    ]
+    world = [allowed[i] for i in picked.get(WORLD_GROUP, []) if i in allowed]
+    sections.append(Section(None, world))
+    return render(persona, persona_name, sections)
