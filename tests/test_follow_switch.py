@@ -23,6 +23,8 @@ def sections(user: int) -> dict[str, bool]:
 
 @pytest.fixture
 def world(db: Engine) -> Engine:
+    # run_spell embeds with hashing: so does recall here
+    settings_mod.configure(settings_mod.current().with_(embedder="hashing"))
     people(db)
     with db.begin() as c:
         app_side.add_room(c, "g", "group", [f"u:{DAN}", f"u:{CARA}", "warren"])
@@ -73,3 +75,39 @@ def test_a_toast_from_a_group_says_where_it_may_come_up(world: Engine) -> None:
     controls.set_follows(DAN, "warren", False)
     (kept, *_) = note_in(world, "g")
     assert "only where everyone present" in kept
+
+
+def test_the_reader_follows_the_deployments_scope_only_on_its_verdict_and_the_switch(
+    world: Engine,
+) -> None:
+    from memory_worker import reader
+    from memory_worker.storage import verdicts
+    from tests.test_scope_gate import passing
+
+    note_in(world, "dm")  # Dan, one-to-one: "u:42 runs every Sunday."
+    with world.begin() as c:
+        line = app_side.say(c, "g", DAN, "I also swim on Fridays.")
+    swim = candidate(f"u:{DAN}", "fact", f"u:{DAN} swims on Fridays.", 5, [line])
+    run_spell(
+        "warren", "g", ScriptedChat({"extract": {"candidates": [swim]}, "route": sensible_route})
+    )
+    both = {DAN, CARA}
+    assert "Sunday" not in reader.build_block("warren", both, "g", touch=False).text  # proven
+    settings_mod.configure(settings_mod.current().with_(memory_scope="follow"))
+    with pytest.raises(verdicts.ScopeNotAllowed, match="memory-worker exam"):
+        reader.build_block("warren", both, "g", touch=False)
+    with pytest.raises(verdicts.ScopeNotAllowed):
+        reader.prepare()
+    settings_mod.configure(settings_mod.current().with_(persona_models="discreet"))
+    with store.transaction() as conn:
+        verdicts.record(conn, passing())
+    reader.prepare()
+    block = reader.build_block("warren", both, "g", touch=False).text
+    assert "Sunday" in block and "Fridays" in block  # his rows follow him into the group
+    assert "Sunday" not in reader.build_block("warren", {CARA}, "g", touch=False).text
+    controls.set_follows(DAN, "warren", False)
+    block = reader.build_block("warren", both, "g", touch=False).text
+    assert "Sunday" not in block and "Fridays" in block  # what he said one-to-one stays there
+    got = reader.recall("warren", both, "g", "Sunday run", block_ids=[], touch=False)
+    assert all("Sunday" not in r.text for r in got)
+    assert "Sunday" in reader.build_block("warren", {DAN}, "dm", touch=False).text

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import Block
-from memory_worker.reader import cache_loader, fill, sweep, touch
+from memory_worker.reader import cache_loader, fill, room_open, sweep, touch
 from memory_worker.reader.recall import recall
 from memory_worker.reader.room_open import blocks_for_room, build_block
 from memory_worker.reader.sweep import catch_up
@@ -50,7 +50,9 @@ def prepare(url: str | None = None) -> None:
     """At an app process's start (the README's app calls it): connect to the store, compile a
     room open's statements for its dialect in the shapes opens use, and start the reader's
     threads, so a process's first room open pays for none of it. Reads nothing but empty
-    results. (Importing the reader already compiles them for SQLite.)"""
+    results (and, with `MW_MEMORY_SCOPE=follow`, the leak exam's verdicts: `ScopeNotAllowed`,
+    naming the command to run, when none passes for what is in force). (Importing the reader
+    already compiles them for SQLite.)"""
     url = url or settings_mod.current().database_url
     eng = store.engine(url)
     read_path.compile_for(eng.dialect)
@@ -60,6 +62,7 @@ def prepare(url: str | None = None) -> None:
         read_packs.packs(conn, [""], None)
     raw = eng.raw_connection()  # the pool's connection for a warm open, made now
     raw.close()
+    room_open.scope_in_force(None, url)  # MW_MEMORY_SCOPE=follow: its verdict, or no start
     sweep.SWEEP.start()
     fill.FILLS.start()
     touch.TOUCHES.start()

@@ -22,12 +22,11 @@ import numpy as np
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
-from memory_worker.core.constants import V1_PROVEN_SCOPE
 from memory_worker.core.ranking import RankColumns, scores, take
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import cache_loader
-from memory_worker.reader.room_open import opening
+from memory_worker.reader.room_open import opening, scope_in_force
 from memory_worker.reader.touch import promise_touch
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, read_path, store
@@ -48,7 +47,7 @@ def recall(
     now: datetime | str | None = None,
     url: str | None = None,
     touch: bool = True,
-    proven_scope: bool = V1_PROVEN_SCOPE,
+    proven_scope: bool | None = None,
 ) -> list[Row]:
     """The `k` rows `persona` may recall here that best answer `query`, best first.
 
@@ -62,13 +61,15 @@ def recall(
     present = frozenset(int(u) for u in present)
     when = cache_loader.as_datetime(now)
     url = url or settings_mod.current().database_url
+    proven_scope = scope_in_force(proven_scope, url)
     with opening(url) as fills, store.engine(url).connect() as conn:
         ctx = read_path.context(conn, room_id, present, [persona])  # the block's own statement
         if ctx is None:
             raise UnknownRoom(room_id)
         members = Members(ctx.members, frozenset(ctx.personas))
         mutes = frozenset(m for m in ctx.mutes if m[1] == persona)
-        consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
+        private = frozenset(m for m in ctx.stays_private if m[1] == persona)
+        consent = Consent(memory_on=ctx.memory_on, mutes=mutes, stays_private=private)
         scope = scope_for(
             persona, present, ctx.room, consent, members=members, proven_scope=proven_scope
         )

@@ -21,7 +21,6 @@ from sqlalchemy import Connection
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Consent, Members, Scope, scope_for, visible_memories
 from memory_worker.core.block import Block, Human, Section, render
-from memory_worker.core.constants import V1_PROVEN_SCOPE
 from memory_worker.core.ranking import WORLD_GROUP, scores, take
 from memory_worker.core.rows import Room, Row
 from memory_worker.reader import cache_loader
@@ -30,7 +29,7 @@ from memory_worker.reader.fill import FILLS
 from memory_worker.reader.sweep import SWEEP
 from memory_worker.reader.threads import OPENS
 from memory_worker.reader.touch import promise_touch
-from memory_worker.storage import read_path, store
+from memory_worker.storage import read_path, store, verdicts
 from memory_worker.storage.rooms import UnknownRoom
 
 log = logging.getLogger(__name__)
@@ -57,14 +56,16 @@ def build_block(
     now: datetime | str | None = None,
     url: str | None = None,
     touch: bool = True,
-    proven_scope: bool = V1_PROVEN_SCOPE,
+    proven_scope: bool | None = None,
 ) -> Block:
     """The memory block `persona` gets in `room_id` with these humans present.
 
     `now` (default: the store's clock) is the moment recency counts from and `last_recalled`
     is set to. `touch=False` builds without reinforcing (previews, the CLI, tests); with it,
     the touch is promised (`block.touched`) and applied in the background (`flush_touches`).
-    Raises `UnknownRoom` for a room the store has never seen.
+    Raises `UnknownRoom` for a room the store has never seen. `proven_scope` (default: the
+    deployment's, `MW_MEMORY_SCOPE`, checked against its verdict once per process and store:
+    `scope_in_force`) says whether groups load world facts only.
     """
     return _build(
         room_id, present, [persona], now=now, url=url, touch=touch, proven_scope=proven_scope
@@ -78,7 +79,7 @@ def blocks_for_room(
     now: datetime | str | None = None,
     url: str | None = None,
     touch: bool = True,
-    proven_scope: bool = V1_PROVEN_SCOPE,
+    proven_scope: bool | None = None,
 ) -> dict[str, Block]:
     """The block of every persona member of the room, from one query over all their rows."""
     return _build(room_id, present, None, now=now, url=url, touch=touch, proven_scope=proven_scope)
@@ -92,11 +93,32 @@ def _build(
     now: datetime | str | None,
     url: str | None,
     touch: bool,
-    proven_scope: bool,
+    proven_scope: bool | None,
 ) -> dict[str, Block]:
     url = url or settings_mod.current().database_url
+    proven = scope_in_force(proven_scope, url)
     with opening(url) as fills:  # the fills it asks for start once it returns
-        return _open(room_id, present, personas, now, url, touch, proven_scope, fills)
+        return _open(room_id, present, personas, now, url, touch, proven, fills)
+
+
+_SCOPE_CHECKED: set[tuple[object, ...]] = set()  # (url, the settings the verdict is for)
+
+
+def scope_in_force(proven_scope: bool | None, url: str) -> bool:
+    """Whether the proven scope holds for an open: the caller's word, else the deployment's
+    (`MW_MEMORY_SCOPE`). The group scope is checked against the store's leak exam verdicts
+    once per process and store (`ScopeNotAllowed`, naming the command to run, else)."""
+    if proven_scope is not None:
+        return proven_scope
+    s = settings_mod.current()
+    if s.memory_scope != "follow":
+        return True
+    key = (url, s.memory_scope_override, s.block_tail, s.persona_models)
+    if key not in _SCOPE_CHECKED:
+        with store.engine(url).connect() as conn:
+            verdicts.require_scope(conn, s)
+        _SCOPE_CHECKED.add(key)
+    return False
 
 
 def _open(
@@ -167,7 +189,8 @@ def _blocks(
         return strangers
     members = Members(ctx.members, frozenset(ctx.personas))
     mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
-    consent = Consent(memory_on=ctx.memory_on, mutes=mutes)
+    private = frozenset(m for m in ctx.stays_private if m[1] in slugs)
+    consent = Consent(memory_on=ctx.memory_on, mutes=mutes, stays_private=private)
     scopes = {
         p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
         for p in slugs

@@ -64,6 +64,8 @@ class Context:
     mutes: frozenset[tuple[int, str]]  # (user_id, persona) for present humans
     versions: Versions  # the store's id; the versions of the room's personas and those asked for
     names: dict[str, str]  # display names, by slug, of the same
+    # (user_id, persona) for present humans who keep their one-to-one rows out of groups
+    stays_private: frozenset[tuple[int, str]] = frozenset()
 
 
 Column = ColumnElement[Any]
@@ -141,6 +143,7 @@ def _context_statement(
 ) -> CompoundSelect[Any]:
     m, u = t.room_members.c, t.users.c
     mute, p = t.persona_memory_mute.c, t.personas.c
+    keep = t.persona_memory_stays_private.c
     room: BindParameter[str] = bindparam("room")
     asked = personas
 
@@ -153,6 +156,7 @@ def _context_statement(
             u.id.in_(present)
         ),
         select(*tagged("mute", mute.persona, n1=mute.user_id)).where(mute.user_id.in_(present)),
+        select(*tagged("private", keep.persona, n1=keep.user_id)).where(keep.user_id.in_(present)),
         *_store_and_versions(ours(_v.persona)),
         select(*tagged("name", p.slug, a=p.name)).where(ours(p.slug)),
     )
@@ -188,6 +192,7 @@ def _context_of(found: Sequence[Any], personas: Sequence[str]) -> Context | None
     member_humans: list[int] = []
     humans, memory_on = {}, {}
     mutes, names = set(), {}
+    private: set[tuple[int, str]] = set()
     versions: dict[str, Version] = {}
     store = ""  # no identity row: no two stores' versions can still match (their stamps)
     row: Any
@@ -201,6 +206,8 @@ def _context_of(found: Sequence[Any], personas: Sequence[str]) -> Context | None
             memory_on[uid] = bool(n1)
         elif tag == "mute":
             mutes.add((int(n1), k))
+        elif tag == "private":
+            private.add((int(n1), k))
         elif tag in ("store", "version"):
             store = store_or_version(row, versions) or store
         else:
@@ -217,6 +224,7 @@ def _context_of(found: Sequence[Any], personas: Sequence[str]) -> Context | None
         mutes=frozenset(mutes),
         versions=Versions(store, {p: versions.get(p, NEVER_WRITTEN) for p in wanted}),
         names={p: names.get(p) or p for p in wanted},
+        stays_private=frozenset(private),
     )
 
 
