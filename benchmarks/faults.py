@@ -597,8 +597,13 @@ def run(
 
 def _settle(watch: ToastWatch, deadline: float) -> None:
     """Until every toast is delivered (by its commit, the room's next one or the sweep), or
-    the deadline: an undelivered toast is then counted, not waited for."""
-    while watch.undelivered() and time.monotonic() < deadline:
+    the deadline: an undelivered toast is then counted, not waited for. Each look reads the
+    outbox afresh: a toast committed with the last burst's cursor may be younger than the
+    watcher's last read, and is not delivered yet."""
+    while True:
+        watch.read()
+        if not watch.undelivered() or time.monotonic() >= deadline:
+            return
         time.sleep(WATCH_EVERY_S)
 
 
