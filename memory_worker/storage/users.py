@@ -1,8 +1,8 @@
 """Humans, personas and the switches (`users`, `personas`, `persona_memory_mute`).
 
 Who someone is (a name, the 400-char `memory_note`) and what they allow: the account switch
-`memory_on` and per-persona mutes (seed §5). The audience rule reads these; the controls write
-them; the app adds users and personas.
+`memory_on` and per-persona mutes (docs/design.md §5). The audience rule reads these; the controls
+write them; the app adds users and personas.
 """
 
 from __future__ import annotations

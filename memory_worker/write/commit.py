@@ -1,4 +1,4 @@
-"""The commit (DESIGN.md "commit"): one transaction per spell, idempotent, never deletes.
+"""The commit (docs/design.md §2.4): one transaction per spell, idempotent, never deletes.
 
 ADD inserts; UPDATE inserts the new row and closes the neighbour (`valid_to`, `closed_by`);
 CLOSE sets `valid_to`; NONE writes nothing. The persona's cursor advances in the same

@@ -1,6 +1,6 @@
 """The write path's guards: pure functions that decide what a candidate may become.
 
-The model proposes; code disposes (seed §4, §7; DESIGN.md "Contracts"). Each rule here is one
+The model proposes; code disposes (docs/design.md §2.1, §7, §11). Each rule here is one
 function over plain data, so extraction, the commit and the tests apply the very same rule:
 
 - one sentence means one sentence, whatever follows the full stop;
@@ -77,10 +77,10 @@ def evidence_problem(
 ) -> str | None:
     """Why these cited lines cannot support a row about `subject`, or None when they can.
 
-    `speaker_of` maps each line id of the spell to its speaker. The rule (DESIGN.md "Evidence is
-    the subject's own"): a row about u:X cites only u:X's lines or a persona's, and at least
-    one of u:X's — another human's words about X are never evidence about X. A `self` row
-    cites only this persona's lines or its counterpart's. A `world` row cites lines of the spell.
+    `speaker_of` maps each line id of the spell to its speaker. The rule (docs/design.md §11.3): a
+    row about u:X cites only u:X's lines or a persona's, and at least one of u:X's — another human's
+    words about X are never evidence about X. A `self` row cites only this persona's lines or its
+    counterpart's. A `world` row cites lines of the spell.
     """
     if not evidence:
         return "cites no line"

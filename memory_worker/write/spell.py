@@ -1,10 +1,10 @@
 """Begin a spell: the lines since a persona's cursor, who is present, and the skip rules.
 
-The skip rules are code, checked before any model call (DESIGN.md "The write path"): an
+The skip rules are code, checked before any model call (docs/design.md §2): an
 incognito room writes nothing; a room with a kit mounted (role-play) is skipped; humans with
 `memory_on = 0` or who muted this persona are dropped from the present set the model sees.
 
-A spell is bounded (DESIGN.md "Spells are bounded"): it takes the oldest lines after the cursor
+A spell is bounded (docs/design.md §10.9): it takes the oldest lines after the cursor
 up to `spell_max_lines` lines and `spell_max_chars` prompt characters. A backlog is mined window
 by window, each its own spell that moves the cursor when it commits: a room can be behind,
 never stuck.
