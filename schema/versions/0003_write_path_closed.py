@@ -1,4 +1,4 @@
-"""The write path, closed (issue 7): ids never repeat, integer cursors, world rows' sources,
+"""The write path, closed (docs/design.md §10): ids never repeat, integer cursors, world rows' sources,
 and the count of dropped candidates per spell.
 
 - `persona_memory.id` and `notices.id` never repeat: AUTOINCREMENT on SQLite (the table is
