@@ -7,7 +7,7 @@ on with `MW_MEMORY_SCOPE=follow`, and every process refuses to start so until th
 passing verdict for what is in force: the block's tail rule (the variant and its text), the
 write path's prompts, and every chat model the app's personas speak with. A changed tail, a
 changed prompt or another model voids it; `memory-worker exam` makes a new one
-(docs/design.md §4, "the leak exam").
+(docs/design.md §4.1).
 
 A verdict passes when, over `n` runs of the plant-and-probe scenario for each model, (b)
 mentions with the owner absent and (c) mentions by another persona are 0, (a) mentions with the

@@ -117,10 +117,10 @@ def names_a_human(text: str, people: Mapping[int, str]) -> bool:
 def humans_named(
     text: str, subject: str, counterpart: str | None, people: Mapping[int, str]
 ) -> set[int]:
-    """The humans `text` names besides whom its row concerns (docs/design.md "Every human a
-    row names is part of its audience"): every `u:` id, and each of `people` named by any
-    distinctive part of their name, however it is spelled (`core.names`). Erring wide hides a
-    row where someone it seems to name is absent; it never shows one."""
+    """The humans `text` names besides whom its row concerns (docs/design.md §12, every human a
+    row names): every `u:` id, and each of `people` named by any distinctive part of their name,
+    however it is spelled (`core.names`). Erring wide hides a row where someone it seems to name
+    is absent; it never shows one."""
     own = {human_id(subject), human_id(counterpart or "")}
     return {u for u in names.humans_named(text, people) if u not in own}
 

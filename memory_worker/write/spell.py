@@ -102,11 +102,11 @@ def load_slice(conn: Connection, spell: Spell) -> list[Line]:
 
 
 def spell_scope(spell: Spell, room: Room) -> Scope:
-    """What every model call of the spell may be shown, and every row its router may change:
-    the block's own rule (`scope_for`, the proven scope) for the spell's room with all its
-    witnesses present — each of them hears whatever a row it writes may say — and its
-    eligible humans allowing (docs/design.md "The model sees only what the audience
-    allows"). A world row shows here only when all of them are in its audience."""
+    """What every model call of the spell may be shown, and every row its router may change: the
+    block's own rule (`scope_for`, the proven scope) for the spell's room with all its witnesses
+    present — each of them hears whatever a row it writes may say — and its eligible humans
+    allowing (docs/design.md §11.2). A world row shows here only when all of them are in its
+    audience."""
     members = Members(frozenset(spell.witnessed), frozenset({spell.persona}))
     consent = Consent(memory_on=dict.fromkeys(spell.present, True))
     return scope_for(spell.persona, spell.witnessed, room, consent, members=members)
