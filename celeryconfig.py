@@ -1,7 +1,7 @@
 """Celery settings for memory_worker (loaded by name: `app.config_from_object("celeryconfig")`).
 
 The broker URL is not here: `memory_worker.ops.broker.url()` resolves it (REDIS_URL, or the
-embedded Redis). Every choice below is a DESIGN.md contract or trap.
+embedded Redis). Every choice below keeps a contract of docs/design.md §10 or avoids a trap of §14.
 """
 
 from celery.schedules import crontab

@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/backlog_drain.py [--lines 10000]
 
 A room fell 10,000 lines behind (a lost quiet event, a worker down for a day), one of them a
-100,000-character paste. Before issue 7 all of it went into one extraction prompt: the model
-refused it, the spell parked, and every later spell resent it — the room was never remembered
-again. Now the backlog is mined in bounded windows (`spell_max_lines`, `spell_max_chars`),
-each its own spell. This drains the same backlog in-process with the scripted model (one
+100,000-character paste. Before spells were bounded (docs/design.md §10.9) all of it went into
+one extraction prompt: the model refused it, the spell parked, and every later spell resent it —
+the room was never remembered again. Now the backlog is mined in bounded windows
+(`spell_max_lines`, `spell_max_chars`), each its own spell. This drains the same backlog
+in-process with the scripted model (one
 candidate per window, then the router), at the default window and at two others, side by
 side, and prints what each costs. The model's context is simulated at 100,000 characters: a
 window past it is refused and split. Figures are counts (deterministic) and wall time (noisy:
@@ -118,7 +119,7 @@ def drain_once(n_lines: int, max_lines: int, max_chars: int) -> dict:
 
 
 def one_prompt_chars(n_lines: int) -> int:
-    """What the whole backlog made as one prompt before issue 7 (the lines alone, uncut)."""
+    """What the whole backlog made as one prompt before spells were bounded (the lines alone)."""
     return sum(len(f"[{i}] u:42: ") + len(backlog_text(i)) + 1 for i in range(n_lines))
 
 
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     console.rule(f"draining a {args.lines:,}-line backlog (one line of {HUGE_LINE_CHARS:,} chars)")
     console.print(
-        f"before issue 7: one prompt of {one_prompt_chars(args.lines):,} chars "
+        f"unbounded: one prompt of {one_prompt_chars(args.lines):,} chars "
         f"(> the {CONTEXT_CHARS:,}-char context): refused, parked, resent by every later spell"
     )
     console.print(

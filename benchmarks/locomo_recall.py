@@ -9,10 +9,10 @@ router and commit). Then, for every question of categories 1–4 whose evidence 
 stored row ("evidence rows"):
 
 * **Hit@block** — the room's topic is the question: is an evidence row in the block? Our rule
-  (`ranking.RULE`), the seed's rule, relevance only, recency only, importance only and random
-  (several seeds) rank the same candidates, and the same `take` (10 rows, 1,200 chars) cuts.
-  Our rule is also run through `reader.build_block` itself, to prove the pure figures are the
-  product's.
+  (`ranking.RULE`), the first rule (`SEED_RULE`), relevance only, recency only, importance only
+  and random (several seeds) rank the same candidates, and the same `take` (10 rows, 1,200
+  chars) cuts. Our rule is also run through `reader.build_block` itself, to prove the pure
+  figures are the product's.
 * **Hit@k for recall** — the room was opened with no topic; the human's message is the
   question: is an evidence row among `recall`'s k rows (which exclude what the block holds)?
   Beside it, relevance only top-k over every visible row (what a plain vector search returns),

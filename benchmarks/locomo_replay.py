@@ -90,7 +90,7 @@ def session_date(stamp: str) -> str:
 
 def session_time(stamp: str) -> str:
     """'1:56 pm on 8 May, 2023' → '2023-05-08T13:56:00+00:00': the store takes a line's time
-    only with its offset (issue 20); LoCoMo gives none, so UTC."""
+    only with its offset; LoCoMo gives none, so UTC."""
     when = datetime.strptime(stamp.strip(), "%I:%M %p on %d %B, %Y")
     return when.replace(tzinfo=UTC).isoformat()
 

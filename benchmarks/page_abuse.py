@@ -1,10 +1,10 @@
-"""The page under abusive clients (issue 19): does `memory-worker serve` stay small and answer?
+"""The page under abusive clients: does `memory-worker serve` stay small and answer?
 
 One real `memory-worker serve --user 42` on loopback (a temp SQLite store seeded like the
 demo), and, for `--seconds` (default 20), at once and without pause:
 
 - `--declared N` clients that POST /logout declaring a 1 GB form and then push 1 MB writes at
-  it (the issue's first reproduction), reconnecting as soon as they are refused;
+  it (the first attack measured), reconnecting as soon as they are refused;
 - `--chunked N` signed-in clients that POST /api/note a chunked body of 64 KB chunks without end;
 - `--slow-body N` signed-in clients that declare 16,000 bytes and send one byte a second;
 - `--slowloris N` clients that send their request headers one byte a second and never finish

@@ -497,7 +497,7 @@ def print_profile(got: dict) -> None:
             print(f"  {us:8.0f} µs  {100 * us / run['total_us']:5.1f} %  {label}")
 
 
-# --- the targets (issue 29; the group cases: issue 28) ------------------------------------
+# --- the targets (docs/performance.md) ------------------------------------------------------
 
 TARGETS: dict[str, dict[int, float]] = {  # case → visible rows → the most × the floor
     "warm_touch": {1_000: 0.3, 10_000: 0.05, 100_000: 0.03},

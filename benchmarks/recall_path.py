@@ -14,12 +14,12 @@ noise the audience rule keeps out). In one run, interleaved, we time:
                    setting passes), Warren's rows about all three present humans its pool.
 
 Then the query's embedding alone, per local embedder (no network on either): a message's
-recall costs `recall` plus the embedder's row. The aim (issue 9): ≤ 10 ms median at 10k rows.
+recall costs `recall` plus the embedder's row. The aim: ≤ 10 ms median at 10k rows.
 
     .venv/bin/python benchmarks/recall_path.py [--sizes 1000 10000] [--dims 384] [--quick]
     .venv/bin/python benchmarks/recall_path.py --under-load [--calls 400] [--writers 2]
 
-`--under-load` (issue 21): a message's whole recall with e5 — the query embedded in process,
+`--under-load`: a message's whole recall with e5 — the query embedded in process,
 then `reader.recall` over 10k visible 384-dim rows — beside a busy write path: `--writers`
 processes replay LoCoMo (`locomo_replay`: extraction scripted from the data set, then our
 guards, the e5 embedding, the router and the commit on SQLite) without pause, each stepping
@@ -153,7 +153,7 @@ def _embed_one(embedder: Embedder, message: str) -> bytes:
     return quantise(embedder.embed([message], purpose="query")[0])
 
 
-# --- recall beside a busy write path (issue 21) ---------------------------------------------
+# --- recall beside a busy write path ------------------------------------------------------
 
 LOAD_SIZE = 10_000
 READY = "writing"  # what a writer prints once its first spell is through

@@ -9,7 +9,7 @@ both), its warm-open profile, `benchmarks/recall_path.py`, `benchmarks/write_pat
 `benchmarks/faults.py`, each in a subprocess, reads their JSON, writes the tables, and draws
 open latency against rows held (docs/perf/open_latency.png; matplotlib is a bench extra).
 Every figure in the page comes from these runs on this machine, but the warm-open profile of
-the code before issue 29 (docs/perf/read_profile_before.json, measured once); ratios are the
+the code before its cuts (docs/perf/read_profile_before.json, measured once); ratios are the
 point.
 """
 
@@ -129,7 +129,7 @@ def read_table(read: list[dict]) -> list[str]:
 
 
 def targets_table(runs: list[list[dict]]) -> list[str]:
-    """Every target of issues 29 and 28 at every size, met or missed in each run."""
+    """Every target of `read_path.TARGETS` at every size, met or missed in each run."""
     from benchmarks.read_path import LABELS, TARGETS
 
     sizes = [r["size"] for r in runs[0]]
@@ -320,7 +320,7 @@ PROFILE_PROSE = (
     "garbage collector off while each is timed. *The rest* is the pool's checkout (with the "
     "stat that notices a replaced store file), the Python between the stages, and what the "
     "reader's own threads took from the open meanwhile. *Before* is the same profile, run "
-    "once on the code before issue 29 (4d4a3c8). Cut since: the winners' rows are kept with "
+    "once on the code as it was at 4d4a3c8. Cut since: the winners' rows are kept with "
     "the entry (before: a second statement every open); the context is read alone, with no "
     "transaction around it (before: BEGIN and ROLLBACK); the audience's rows are found by one "
     "pass per present human, not a sort; the take sorts up to 4,096 rows once (before: a "

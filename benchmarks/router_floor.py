@@ -4,9 +4,10 @@
 
 The router (model call B) can only answer NONE or UPDATE about a row it is shown: a floor set
 too high hides the row a candidate restates, and the restatement is stored beside it (a
-duplicate); set too low, every candidate carries five unrelated rows into the prompt. Seed §7's
-cosine ≥ 0.6 was set for another model — e5's cosines between unrelated sentences sit around
-0.7–0.8, the hashing embedder's near 0 — so each embedder gets its own.
+duplicate); set too low, every candidate carries five unrelated rows into the prompt. The first
+floor, cosine ≥ 0.6 (docs/design.md §2.2), was set for another model — e5's cosines between
+unrelated sentences sit around 0.7–0.8, the hashing embedder's near 0 — so each embedder gets
+its own.
 
 The replay (`locomo_replay`): each session's observations about speaker A are the candidates,
 in order, embedded the product's way (the human's name in the text), against the rows held so

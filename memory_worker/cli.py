@@ -340,7 +340,7 @@ def parser() -> argparse.ArgumentParser:
     w.set_defaults(run=_serve)
     x = command("exam")
     x.add_argument("--models", help="persona models, comma-separated (default: MW_PERSONA_MODELS)")
-    x.add_argument("--n", type=int, help="runs per model and tail variant (default: 8, the seed's)")
+    x.add_argument("--n", type=int, help="runs per model and tail variant (default: 8)")
     x.add_argument("--turns", type=int, help="probe turns per room in each run (default: 8)")
     x.add_argument(
         "--flow-spells",

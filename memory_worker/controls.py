@@ -1,4 +1,4 @@
-"""The human's controls (seed §5): see it, undo it, write it, switch it off.
+"""The human's controls (docs/design.md §5): see it, undo it, write it, switch it off.
 
 Every function here acts *as* one user and touches only what is about that user: rows whose
 subject is them, the persona's promises and loops whose counterpart is them, and world rows

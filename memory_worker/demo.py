@@ -30,7 +30,7 @@ from memory_worker.storage import memories, notices, spells, store
 CASSETTE = Path(__file__).resolve().parent / "demo_cassette.json"
 DEMO_DIR = Path(".memory_worker") / "demo"
 DEMO_STORE = DEMO_DIR / "demo.db"  # kept after the run: `memory-worker block` reads it
-DEMO_TODAY = "2026-08-18"  # the seed's date: the cassette's prompts hold it
+DEMO_TODAY = "2026-08-18"  # the design's first date: the cassette's prompts hold it
 SPELL_TIMEOUT_S = 120.0
 DAN, CARA = 42, 17
 

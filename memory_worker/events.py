@@ -3,7 +3,7 @@ later) and enqueues; none waits for a model, nor long for the broker.
 
 What the app says is already in the store when it calls these: the message only saves the
 sweep a wait. So a publish gets MW_PUBLISH_TIMEOUT_S (1 s) and no retries; one that fails or
-is still stuck then is left to the sweep, with one log line (issue 20: `room_quiet` blocked
+is still stuck then is left to the sweep, with one log line (once `room_quiet` blocked
 36 s and raised while the broker restarted).
 
     room_quiet(room_id)            the presence gate booked a quiet spell: write memories

@@ -1,6 +1,6 @@
-"""The late-spell scene (issue 8): Dan keeps bees, says one more thing, then no longer keeps
-bees. A model that reads the transcript as a careful extractor would, for the stub or
-in-process: each "keep bees" line becomes a candidate citing that line."""
+"""The late-spell scene (docs/design.md §10.3): Dan keeps bees, says one more thing, then no
+longer keeps bees. A model that reads the transcript as a careful extractor would, for the stub
+or in-process: each "keep bees" line becomes a candidate citing that line."""
 
 from __future__ import annotations
 

@@ -47,8 +47,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "shells": ("cli", "demo", "web"),
 }
 
-# The folders are the layers (issue 22): each package of memory_worker holds the layers named
-# here and no other, and beside them only these entry modules.
+# The folders are the layers (docs/architecture.md): each package of memory_worker holds the
+# layers named here and no other, and beside them only these entry modules.
 FOLDERS: dict[str, set[str]] = {
     "core": {"leaf", "core"},
     "storage": {"storage"},
@@ -190,8 +190,8 @@ def test_the_layers_table_is_the_one_the_doc_shows() -> None:
 
 
 def test_no_module_of_the_package_imports_itself_back_through_others() -> None:
-    """No import circle anywhere (issue 22): every import, at the top or inside a function,
-    drawn as a graph of the package's modules, has no cycle."""
+    """No import circle anywhere (docs/architecture.md): every import, at the top or inside a
+    function, drawn as a graph of the package's modules, has no cycle."""
     names = {name for name, _ in modules()}
 
     def own(imported: str) -> str | None:

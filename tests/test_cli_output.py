@@ -1,6 +1,6 @@
-"""What the commands print (issue 19): no secret on any output, a taken port said plainly and
-no link, and a store that is not ready said as what it is — refused, unknown, not migrated,
-empty — each with its fix."""
+"""What the commands print (docs/design.md §10.11, §10.12): no secret on any output, a taken
+port said plainly and no link, and a store that is not ready said as what it is — refused,
+unknown, not migrated, empty — each with its fix."""
 
 from __future__ import annotations
 

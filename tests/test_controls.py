@@ -1,4 +1,5 @@
-"""The human's controls (seed §5): each acts as one user and touches only what is about them."""
+"""The human's controls (docs/design.md §5): each acts as one user and touches only what is
+about them."""
 
 from __future__ import annotations
 

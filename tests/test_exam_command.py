@@ -1,4 +1,4 @@
-"""`memory-worker exam`: the leak exam as the seed describes it, and the verdict it records.
+"""`memory-worker exam`: the leak exam of docs/design.md §4.1, and the verdict it records.
 
 Offline: the parrot (repeats its whole context) fails (a), the scripted discreet persona
 passes, (b) = (c) = 0 for both, the flow exam under the group scope finds nothing, and each

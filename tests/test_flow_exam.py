@@ -1,6 +1,6 @@
-"""The flow exam, small: a hostile random model against the whole write path finds no flow;
-and with each structural guard removed in turn, it finds one (`make exam` runs it large).
-Under the group scope too (MW_MEMORY_SCOPE=follow), judged by seed §4's subject-present rule."""
+"""The flow exam, small: a hostile random model against the whole write path finds no flow; and
+with each structural guard removed in turn, it finds one (`make exam` runs it large). Under the
+group scope too (MW_MEMORY_SCOPE=follow), judged by docs/design.md §4's subject-present rule."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 from exams.leak import run as leak
 
 ROOT = Path(__file__).resolve().parent.parent
-# The lead's two rules (issue 18): every human a row names is part of its audience, and a world
+# Two rules of docs/design.md §12: every human a row names is part of its audience, and a world
 # fact learned from a person stays with that person. Until both land, the worst-case extractor
 # leaks, and the exam says so.
 
@@ -123,9 +123,9 @@ BREAKS = [
     ),
 ]
 
-# The named-humans and world-source rules (issue 18): each predicate made to admit everything.
-# The original method stays, renamed, so the module still imports. If a rule is also pushed
-# down into SQL or the columns' filter, add that layer's edit here too.
+# The named-humans and world-source rules (docs/design.md §12): each predicate made to admit
+# everything. The original method stays, renamed, so the module still imports. If a rule is also
+# pushed down into SQL or the columns' filter, add that layer's edit here too.
 RULE_BREAKS = [
     Break(
         f"the {what} check",

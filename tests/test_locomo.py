@@ -1,5 +1,6 @@
-"""A real long conversation (LoCoMo, CC BY-NC 4.0, read from ../shared, never copied) through
-the write path: the guards hold on real text, and the block at the end stays in its limits."""
+"""A real long conversation (LoCoMo, CC BY-NC 4.0, read from ../shared/data/locomo/, never
+copied) through the write path: the guards hold on real text, and the block at the end stays in
+its limits."""
 
 from __future__ import annotations
 

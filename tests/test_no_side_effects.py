@@ -77,7 +77,7 @@ STARTER = (
 def test_an_owner_that_exits_while_another_process_uses_the_broker_hands_it_on(
     tmp_path: Path,
 ) -> None:
-    """Issue 20 #6: the process that started the embedded Redis shut it down at its exit, a
+    """The process that started the embedded Redis once shut it down at its exit, a
     routine worker restart taking every queued message with it."""
     import redis
 

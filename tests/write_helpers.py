@@ -111,7 +111,8 @@ def evidence(row: dict) -> list[int]:
 
 
 def assert_write_rules(db: Engine, cap: int = 12, planted: Iterable[int] = ()) -> None:
-    """Every stored row and toast obeys issue 7's rules, checked independently of the guards:
+    """Every stored row and toast obeys the write path's rules (docs/design.md §10, §11),
+    checked independently of the guards:
 
     - a row about u:X: X was a member of the room; every cited line is X's or a persona's, one
       at least is X's;

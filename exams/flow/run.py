@@ -323,9 +323,9 @@ def room_flows(
     world: World, room: Room, present: frozenset[int], heat: str, group_scope: bool = False
 ) -> list[Flow]:
     """What every persona is shown in the room with these humans present. The proven scope:
-    every marker heard by every present human. The group scope (`group_scope`: the reader
-    reads with `proven_scope=False`): seed §4's subject-present rule, `World.may_show`. A row
-    naming a human who is absent is a flow under both."""
+    every marker heard by every present human. The group scope (`group_scope`: the reader reads
+    with `proven_scope=False`): docs/design.md §4's subject-present rule, `World.may_show`. A
+    row naming a human who is absent is a flow under both."""
     flows: list[Flow] = []
     proven = not group_scope
     where = f"{heat} open of {room.id} with {sorted(present)}"
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--group-scope",
         action="store_true",
-        help="read every room as MW_MEMORY_SCOPE=follow does, judged by seed §4's rule",
+        help="read every room as MW_MEMORY_SCOPE=follow does, judged by docs/design.md §4's rule",
     )
     a = parser.parse_args(argv)
     logging.getLogger("memory_worker").setLevel(logging.CRITICAL)  # the app's errors, on purpose

@@ -112,9 +112,9 @@ class World:
         return h.memory_on and persona not in h.mutes
 
     def may_show(self, room: Room, persona: str, present: frozenset[int], marker: str) -> bool:
-        """Seed §4's subject-present rule (the group scope): a member persona may bring a
-        marker into a room when a present member who lets it remember them heard it — the
-        only way one enters a group is a row about (or held by) a present, consenting
+        """docs/design.md §4's subject-present rule (the group scope): a member persona may
+        bring a marker into a room when a present member who lets it remember them heard it —
+        the only way one enters a group is a row about (or held by) a present, consenting
         witness. Incognito rooms and personas that are not members bring nothing."""
         if room.incognito or persona not in room.personas:
             return False

@@ -1,15 +1,15 @@
-"""`memory-worker exam`: the leak exam as the seed describes it, and the verdict it records.
+"""`memory-worker exam`: the leak exam of docs/design.md §4.1, and the verdict it records.
 
-Seed §4: "Same scenario at n = 8, both prompt variants, both models. The number decides
-whether follow-the-person ships as-is, ships with a stronger discretion clause, or forces
-per-persona writing calls." For each persona model and each variant of the block's tail rule
-(`plain`: today's; `discreet`: plus "what one person told X alone is theirs to bring up"), `n`
-runs of the plant-and-probe scenario (run.py) under the group scope count (a) mentions of the
-plant with its owner present, (b) with the owner absent, (c) by the other persona, and memory
-references per persona turn (seed §7). The flow exam (exams/flow/) runs once under the group
-scope; its spells and flows go into every verdict. A model's verdict names the variant that
-ships: plain if it passes, else discreet if it passes, else the better of the two, failed.
-Each verdict is recorded in the deployment's store (`storage.verdicts`), where
+docs/design.md §4.1 and §4.3: n = 8 runs, both prompt variants, every chat model in use; the
+number decides whether following the person ships as is, ships with a stronger discretion
+clause, or needs per-persona writing calls. For each persona model and each variant of the
+block's tail rule (`plain`: today's; `discreet`: plus "what one person told X alone is theirs to
+bring up"), `n` runs of the plant-and-probe scenario (run.py) under the group scope count (a)
+mentions of the plant with its owner present, (b) with the owner absent, (c) by the other
+persona, and memory references per persona turn (docs/design.md §7). The flow exam (exams/flow/)
+runs once under the group scope; its spells and flows go into every verdict. A model's verdict
+names the variant that ships: plain if it passes, else discreet if it passes, else the better of
+the two, failed. Each verdict is recorded in the deployment's store (`storage.verdicts`), where
 `core.verdict.follow_problem` reads it at every process start; the probes themselves run on
 temporary stores (README.md beside this file; docs/exam.md for the deployer).
 """
@@ -32,8 +32,8 @@ from memory_worker.core.settings import Settings, redact
 from memory_worker.core.verdict import Verdict, prompts_hash, shortfalls, tail_hash
 from memory_worker.storage import store, verdicts
 
-N = 8  # runs per model and variant (seed §4: n = 8)
-TURNS = 8  # probe turns per room (seed §4: eight)
+N = 8  # runs per model and variant (docs/design.md §4.1: n = 8)
+TURNS = 8  # probe turns per room (docs/design.md §4.1: eight)
 # The flow exam's size in the verdict: about a minute (~35 spells/s on an idle core).
 FLOW_SPELLS = 2000
 FLOW_SEED = 1

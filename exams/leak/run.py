@@ -159,9 +159,9 @@ class Discreet:
 
 class GeminiSpeaker:
     """A real model answering in character (needs GEMINI_API_KEY): the block in its system
-    instruction, the room, transcript and recall's rows in the user turn (seed §3), sampled
-    with `seed` so runs differ and replay. A transient failure (429, 5xx, a timeout) is asked
-    again with backoff; anything else stops the exam."""
+    instruction, the room, transcript and recall's rows in the user turn (docs/design.md §3.1),
+    sampled with `seed` so runs differ and replay. A transient failure (429, 5xx, a timeout) is
+    asked again with backoff; anything else stops the exam."""
 
     def __init__(self, model: str, seed: int = 0, settings: settings_mod.Settings | None = None):
         from memory_worker.models.gemini import make_client
@@ -214,8 +214,8 @@ def speaker_for(model: str, seed: int = 0) -> Speaker:
     return GeminiSpeaker(model, seed)
 
 
-# Memory references a persona makes (seed §7: "count memory-references per turn in the exam
-# and set a ceiling"): the phrases that trace a line back to where it was learned — the
+# Memory references a persona makes (docs/design.md §7: counted per turn in the exam, held under a
+# ceiling): the phrases that trace a line back to where it was learned — the
 # "as you told me…" recital the tail rule forbids. Matched case-insensitively, whole words,
 # in the persona's own words only (the room's lines removed first).
 REFERENCE_PHRASES = (
@@ -355,7 +355,7 @@ def probe(
 ) -> dict[str, int]:
     """Mentions of the plant per persona over `turns` turns in a room: the block at room open
     (never per turn), and on each human message what recall returns for it, handed to each
-    persona in the user turn (seed §3, retrieval on demand). Counts each reply, its memory
+    persona in the user turn (recall on demand, docs/design.md §3.1). Counts each reply, its memory
     references, and whether its block or recall held the plant while Dan was present."""
     present = set(room.humans)
     with store.transaction() as conn:
@@ -491,7 +491,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="The leak exam (seed §4).")
+    p = argparse.ArgumentParser(description="The leak exam (docs/design.md §4.1).")
     p.add_argument("--turns", type=int, default=8)
     p.add_argument(
         "--model",

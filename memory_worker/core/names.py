@@ -3,7 +3,7 @@
 Every name check of the project goes through here — the write path's guard (a world fact
 names no human), the humans a row names (`named`: the row shows only where they are in the
 audience), the store's name index (`storage.users`) and the migration that fills it — so a
-spelling that gets past one gets past none. docs/design.md, "Names, normalised once".
+spelling that gets past one gets past none. docs/design.md §12, "Names, normalised once".
 
 `fold` is the one normalisation: Unicode compatibility forms (full-width "Ｃａｒａ", ligatures),
 invisible characters dropped (zero-width spaces and joiners, soft hyphens, Hangul fillers),

@@ -1,10 +1,9 @@
 """Provenance decides who may know: a row's audience from who witnessed its evidence.
 
-The write path's threat model is a model whose output is untrusted, so nothing here reads
-what the model wrote to decide who may see it; only the store's own facts do — who was in the
-room when each cited line was said, who said it, and what a human's own line says. Pure rules
-over plain data; the commit loads the facts and applies them (docs/design.md "Provenance
-decides who may know"):
+The write path's threat model is a model whose output is untrusted, so nothing here reads what
+the model wrote to decide who may see it; only the store's own facts do — who was in the room
+when each cited line was said, who said it, and what a human's own line says. Pure rules over
+plain data; the commit loads the facts and applies them (docs/design.md §12):
 
 - a line's witnesses are the room's members who had joined before it was said, who let the
   persona remember them (memory on, not muting it);

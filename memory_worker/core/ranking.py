@@ -1,14 +1,14 @@
-"""Rank and take (seed §3 steps 2–3): which of the visible rows make the block. Pure.
+"""Rank and take (docs/design.md §3 steps 2–3): which of the visible rows make the block. Pure.
 
-score = w_recency·recency + w_importance·importance + w_relevance·relevance, each min-max
-normalised over the candidates. Recency decays per day from `last_recalled`, else `created`;
-importance is /10; relevance is the cosine to the room's topic vector, 0 without one. The
-weights and the decay are a `Rule`: `SEED_RULE` is the seed's (equal weights, 0.98/day), kept
-so both can be measured in one run; `RULE` is the one in force, tuned on LoCoMo (constants.py
-says why). Then, per human: open loops and promises first (they always ride, past the char
-cap, though still within the ~10 per human so a block stays bounded), then the rest through
-the diversity pass (at most two per kind before the rest), and the char cap over the whole
-persona, filled round-robin so no one human crowds out the others.
+score = w_recency·recency + w_importance·importance + w_relevance·relevance, each min-max normalised
+over the candidates. Recency decays per day from `last_recalled`, else `created`; importance is /10;
+relevance is the cosine to the room's topic vector, 0 without one. The weights and the decay are a
+`Rule`: `SEED_RULE` is the rule as first written (equal weights, 0.98/day), kept so both can be
+measured in one run; `RULE` is the one in force, tuned on LoCoMo (constants.py says why). Then, per
+human: open loops and promises first (they always ride, past the char cap, though still within the
+~10 per human so a block stays bounded), then the rest through the diversity pass (at most two per
+kind before the rest), and the char cap over the whole persona, filled round-robin so no one human
+crowds out the others.
 
 The rows come as `RankColumns` (numpy arrays), not Row objects: the reader ranks 10,000
 visible rows without building 10,000 Python objects, and fetches full rows only for the few
@@ -53,7 +53,8 @@ class Rule:
     relevance: float
 
 
-SEED_RULE = Rule("seed", RECENCY_DECAY_PER_DAY, 1.0, 1.0, 1.0)  # seed §3 step 2, as written
+# docs/design.md §3 step 2, as first written: kept and measured beside the rule in force
+SEED_RULE = Rule("seed", RECENCY_DECAY_PER_DAY, 1.0, 1.0, 1.0)
 TUNED_RULE = Rule(
     "tuned",
     RANKING_DECAY_PER_DAY,

@@ -1,7 +1,7 @@
 """The plain data every step passes around: lines, rooms, rows, candidates, decisions.
 
 Frozen dataclasses with `to_json`/`from_json` where they travel in a Celery message (JSON only,
-DESIGN.md): messages carry ids and candidates, never transcripts.
+docs/design.md §10.5): messages carry ids and candidates, never transcripts.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def now_iso() -> str:
 def stamp(at: str) -> str:
     """An app's timestamp as the store writes its own (`now_iso`): UTC, to the second. The
     sweeps compare these as text, so "not-a-date" or a time without its offset would sort
-    anywhere and the line might never be seen (issue 20): refused, naming the value."""
+    anywhere and the line might never be seen: refused, naming the value."""
     try:
         when = datetime.fromisoformat(at)
     except (TypeError, ValueError):
@@ -112,7 +112,7 @@ class Room:
 
 @dataclass
 class Row:
-    """A persona_memory row (seed §1). `confidence` is set by the audience rule, not stored."""
+    """A persona_memory row (docs/design.md §1). `confidence` is set by the audience rule."""
 
     id: int
     persona: str

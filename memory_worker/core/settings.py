@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from memory_worker.core.constants import INFLIGHT_TTL_S
 from memory_worker.core.errors import MemoryWorkerError
 
-EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (DESIGN.md)
+EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (docs/design.md §9)
 PROVIDERS = ("replay", "gemini")
 
 SECRETS = ("gemini_api_key", "web_secret")  # shown as "set", never as their value
@@ -115,10 +115,10 @@ class Settings(BaseSettings):
     provider: Literal["replay", "gemini"] = Field(
         "replay", validation_alias=AliasChoices("MW_PROVIDER", "provider")
     )
-    chat_model: str = Field(  # the flash tier, for both calls (seed §2)
+    chat_model: str = Field(  # the flash tier, for both calls (docs/design.md §6)
         "gemini-2.5-flash", validation_alias=AliasChoices("MW_CHAT_MODEL", "chat_model")
     )
-    embed_model: str = Field(  # DESIGN.md, at 768 dims
+    embed_model: str = Field(  # docs/design.md §2.3, at 768 dims
         "gemini-embedding-001", validation_alias=AliasChoices("MW_EMBED_MODEL", "embed_model")
     )
     # "" (gemini's with the gemini provider, else the offline default: e5), or one of
@@ -127,12 +127,12 @@ class Settings(BaseSettings):
         "", validation_alias=AliasChoices("MW_EMBEDDER", "embedder")
     )
     # Threads one local (e5) embedding call may use. One: a query on every core fights the
-    # other requests for them (issue 21: p95 304 ms on all cores, 81 ms on one, 2 cores busy).
+    # other requests for them (measured: p95 304 ms on all cores, 81 ms on one, 2 cores busy).
     embed_threads: int = Field(
         1, ge=1, le=64, validation_alias=AliasChoices("MW_EMBED_THREADS", "embed_threads")
     )
     # How far a `celery worker` (the write path: background work) steps back for the app's reads
-    # on a shared host: os.nice's increment, 0 = not at all. Issue 21: beside a busy write path
+    # on a shared host: os.nice's increment, 0 = not at all. Measured beside a busy write path,
     # an e5 recall's p95 was 128 ms with the worker at 0, 54 ms at 10 (README, Recall).
     worker_nice: int = Field(
         10, ge=0, le=19, validation_alias=AliasChoices("MW_WORKER_NICE", "worker_nice")
@@ -191,7 +191,8 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("MW_RETRY_BACKOFF_BASE_S", "retry_backoff_base_s"),
     )
     # A spell mines at most this many lines and prompt characters (a backlog drains window by
-    # window, oldest first): sized well under the flash model's context (seed §6: 3–6k tokens).
+    # window, oldest first): sized well under the flash model's context (docs/design.md §6: 3–6k
+    # tokens).
     spell_max_lines: int = Field(
         200, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_LINES", "spell_max_lines")
     )
@@ -281,10 +282,10 @@ class Settings(BaseSettings):
     )
 
     # --- who may know in groups: the proven scope, or the New (docs/design.md §4) -------------
-    # "proven": groups load world facts only. "follow": seed §4's table in groups (rows about a
-    # present human, promises to them, world rows within their labels); it starts only when
-    # the store holds a passing verdict of `memory-worker exam` for the block tail, the
-    # prompts and the persona models in force (`core.verdict`), or with the override below.
+    # "proven": groups load world facts only. "follow": docs/design.md §4's table in groups
+    # (rows about a present human, promises to them, world rows within their labels); it starts
+    # only when the store holds a passing verdict of `memory-worker exam` for the block tail,
+    # the prompts and the persona models in force (`core.verdict`), or with the override below.
     memory_scope: Literal["proven", "follow"] = Field(
         "proven", validation_alias=AliasChoices("MW_MEMORY_SCOPE", "memory_scope")
     )
@@ -303,8 +304,9 @@ class Settings(BaseSettings):
     persona_models: str = Field(
         "gemini-2.5-flash", validation_alias=AliasChoices("MW_PERSONA_MODELS", "persona_models")
     )
-    # The exam's bar (seed §4, §7): (a) mentions of the plant with its owner present, mean per
-    # run, and memory references per persona turn ("as you told me…"); (b), (c) are always 0.
+    # The exam's bar (docs/design.md §4.1, §7): (a) mentions of the plant with its owner
+    # present, mean per run, and memory references per persona turn ("as you told me…"); (b),
+    # (c) are always 0.
     exam_max_with_owner: float = Field(
         0.0, ge=0, validation_alias=AliasChoices("MW_EXAM_MAX_WITH_OWNER", "exam_max_with_owner")
     )

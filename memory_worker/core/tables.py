@@ -1,7 +1,7 @@
 """Every SQL table, in one module (SQLAlchemy Core).
 
 `persona_memory`, `users.memory_note/memory_on`, `persona_memory_mute` and `rooms.incognito`
-are the seed's §1. The other app-side tables (personas, rooms, members, lines, notices) are the
+are docs/design.md §1. The other app-side tables (personas, rooms, members, lines, notices) are the
 contract an app integrates against; `cursors` and `spells` are the worker's own bookkeeping.
 Migrations in `schema/versions/` must build exactly this (a test compares them).
 """
@@ -110,7 +110,7 @@ notices = Table(
     sqlite_autoincrement=True,
 )
 
-# --- the seed's §1 ----------------------------------------------------------------------
+# --- the row and the human's switches (docs/design.md §1) -----------------------------------
 
 persona_memory = Table(
     "persona_memory",

@@ -1,4 +1,4 @@
-"""The toast (seed §5): one notice per persona per human per spell, naming the rows it covers.
+"""The toast (docs/design.md §2.5): one notice per persona per human per spell, naming its rows.
 
 "Warren noted: Dan owns a flat in Xuhui · undo". A human is told about the rows about them,
 about the persona's promises and loops with them, and about world rows whose audience holds

@@ -1,10 +1,10 @@
 """Vectors as int8, and cosine: quantise, int8 matrices, cosines, top-k. numpy only.
 
 The one home of cosine in the project: the router's neighbours (`top_k`), the ranking rule's
-relevance over rows (`cosines`) and the reader's over its cached int8 matrix (`int8_cosines`)
-all compute it here, with the same exact arithmetic. A persona holds hundreds of open rows,
-not millions (seed §6): a dot product over one persona's rows is the whole neighbour search,
-no vector database.
+relevance over rows (`cosines`) and the reader's over its cached int8 matrix (`int8_cosines`) all
+compute it here, with the same exact arithmetic. A persona holds hundreds of open rows, not millions
+(docs/design.md §6): a dot product over one persona's rows is the whole neighbour search, no vector
+database.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def int8_cosines(m: np.ndarray, query: bytes, norms: np.ndarray | None = None) -
     holds it exactly and the result does not depend on how the sum is split. einsum reads the
     int8 rows as float32 directly (no copy of the matrix), and never calls BLAS: numpy's
     matrix product would wake OpenBLAS's thread pool, which on a busy host costs a room open
-    more than the arithmetic (issue 10). `norms` (from `int8_norms`) may be given when kept.
+    more than the arithmetic (measured). `norms` (from `int8_norms`) may be given when kept.
     """
     out = np.zeros(m.shape[0])
     t = np.frombuffer(query, dtype=np.int8).astype(np.float32)

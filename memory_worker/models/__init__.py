@@ -48,7 +48,7 @@ PROVIDERS = ("replay", "gemini")
 # Embedders by the name MW_EMBEDDER takes; "" picks gemini's with the gemini provider, else
 # OFFLINE_EMBEDDER.
 EMBEDDERS = ("gemini", "hashing", "e5")
-OFFLINE_EMBEDDER = "e5"  # issue 21: semantic with no key (LoCoMo 7–10: 0.86, hashing 0.72)
+OFFLINE_EMBEDDER = "e5"  # semantic with no key (LoCoMo 7–10: 0.86, hashing 0.72)
 # Settings objects seen per process are few (one, plus tests'); a bound keeps tests honest.
 _CACHE_MAX = 32
 

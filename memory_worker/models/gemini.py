@@ -1,6 +1,6 @@
 """The live provider: Gemini through the `google-genai` SDK (the Gemini Developer API).
 
-Three things this module exists to get right (DESIGN.md "Traps we know of"):
+Three things this module exists to get right (docs/design.md §14):
 
 * The SDK never retries here. Celery does, with backoff and jitter, honouring the server's
   hint; an SDK retrying underneath would multiply attempts and ignore `retryDelay` anyway.
@@ -11,7 +11,7 @@ Three things this module exists to get right (DESIGN.md "Traps we know of"):
   `MalformedAnswer` (validated here: the SDK would only set `parsed` to None, silently).
 * Embeddings at 768 dims come back *not* normalised; we L2-normalise every vector.
 
-Why the request bodies are written here (issue 10, "cheaper spells"): the SDK's
+Why the request bodies are written here (cheaper spells): the SDK's
 `generate_content` converts the pydantic `GenerateContentConfig` (response schema, system
 instruction) into the REST body on every call (~5% of the worker's CPU) and parses every answer
 into pydantic models (~1.5%), and `embed_content` does the same for embeddings. So `chat_json` and
@@ -231,7 +231,7 @@ def response_schema(schema: type) -> types.Schema:
     """The API's schema for a pydantic answer class, built once per process.
 
     `_transformers.t_schema` is the SDK's own conversion (pinned to google-genai 3.6.x); building
-    it costs ~0.5 ms of CPU, so never per request (issue 10).
+    it costs ~0.5 ms of CPU, so never per request.
     """
     converted = genai_transformers.t_schema(None, schema)
     if converted is None:  # typed Optional by the SDK; a class always converts

@@ -14,7 +14,7 @@ The engine loads once per process, on first use, and is shared by every thread (
 are per call); a forked child loads its own (an OpenMP runtime must not cross a fork).
 
 Cores: the engine is OpenMP and by default spreads one text over every core. Beside other
-work that is slower, not faster (issue 21, recall under a busy write path on 2 cores: p95
+work that is slower, not faster (measured: recall under a busy write path on 2 cores: p95
 304 ms on every core, 81 ms on one, and 3.5× less CPU). So each calling thread sets its own
 OpenMP thread count (`omp_set_num_threads` is per thread) to `MW_EMBED_THREADS`, default 1,
 through the engine's own libgomp — never OMP_NUM_THREADS, which would bind the whole process.

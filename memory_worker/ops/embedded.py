@@ -95,8 +95,8 @@ def ensure_running(state_dir: Path, *, own: bool = False) -> str:
     With `own`, a server this call starts is this process's to stop when it exits (the CLI, a
     worker, the app) — unless the supervisor of `memory-worker run` is up (`supervising`):
     then it is the supervisor's, and no worker's restart stops it. An owner that exits while
-    other clients still use the server hands it on: it leaves it running (issue 20: a routine
-    worker restart shut the broker down with the queued messages). Without `own` the caller
+    other clients still use the server hands it on: it leaves it running (a routine worker
+    restart once shut the broker down with the queued messages). Without `own` the caller
     stops it (the demo, the test fixtures, the supervisor).
     """
     state_dir = state_dir.resolve()
@@ -195,9 +195,9 @@ def _start(state_dir: Path, info: dict[str, Any]) -> None:
                 f"requirepass {info['password']}",
                 'save ""',
                 # Append-only file in the state folder: a Redis killed and started again
-                # still holds its queued messages (issue 20: 29 + 33, then 63 lost until the
-                # sweep). Written before each reply; fsynced each second (a host crash, not a
-                # process kill, may lose that second: the sweep finds what it was).
+                # still holds its queued messages (without it a restart lost 29 + 33, then 63,
+                # until the sweep). Written before each reply; fsynced each second (a host
+                # crash, not a process kill, may lose that second: the sweep finds what it was).
                 "appendonly yes",
                 "appendfsync everysec",
                 "daemonize yes",

@@ -1,15 +1,14 @@
-"""One spell, one run: a key per persona and room while a spell is in flight (issue 7).
+"""One spell, one run: a key per persona and room while a spell is in flight.
 
-`room_quiet` called five times in quick succession, a sweep racing a quiet event, a backlog's
-next window: each would begin a spell at the same cursor and pay the model for the same lines.
-Whoever starts a spell first claims `mw:spell:{persona}:{room_id}` (SET NX with a short
-expiry); the others see it held and start nothing. A step of the chain renews the claim
-(`renew`) when it was last renewed over a sixth of its lifetime ago, the commit releases it —
-both only while it still holds the claimant's token — so a chain lost with a killed worker or
-a wiped broker frees its room within MW_INFLIGHT_TTL_S, and the sweep picks the room up again.
-A claim that lapses while a step waits out a long retry lets a second spell begin: that costs
-a model call, never a row (the commit is exactly-once).
-Redis holds nothing here that cannot be rebuilt.
+The *claim* of docs/design.md §10.2 and §16: `room_quiet` called five times in quick succession, a
+sweep racing a quiet event, a backlog's next window: each would begin a spell at the same cursor and
+pay the model for the same lines. Whoever starts a spell first claims `mw:spell:{persona}:{room_id}`
+(SET NX with a short expiry); the others see it held and start nothing. A step of the chain renews
+the claim (`renew`) when it was last renewed over a sixth of its lifetime ago, the commit releases
+it — both only while it still holds the claimant's token — so a chain lost with a killed worker or a
+wiped broker frees its room within MW_INFLIGHT_TTL_S, and the sweep picks the room up again. A claim
+that lapses while a step waits out a long retry lets a second spell begin: that costs a model call,
+never a row (the commit is exactly-once). Redis holds nothing here that cannot be rebuilt.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The global model quota: requests and tokens per minute, shared by every worker through Redis.
 
-Celery's own `rate_limit` is per worker (DESIGN.md "Traps"). This is one Lua script, run on
+Celery's own `rate_limit` is per worker (docs/design.md §14). This is one Lua script, run on
 Redis's own clock, so N workers on M hosts together never send more than the quota in any
 window, and a request's slot and its tokens are taken together or not at all.
 
 * Requests are spaced, not burst (a generic cell rate): `rpm` a minute is `n` calls in the
   shortest whole window (300/min → 5 per 1 s, 90/min → 3 per 2 s, 0.5/min → 1 per 120 s),
   and each grant comes `(window + margin) / n` after the one before. Five slots granted at
-  once reach the model 7–173 ms apart (issue 20), so Gemini, which counts where it receives,
+  once reach the model 7–173 ms apart (measured), so Gemini, which counts where it receives,
   saw 10 in a sliding second; spaced grants plus a `margin` covering the send-to-arrival
   jitter never put more than `n` in any window at the model.
 * Every slot is a reservation, handed out in the order asked (a ticket): a caller whose slot

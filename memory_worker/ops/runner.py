@@ -12,7 +12,7 @@ call in flight. Here:
   if it dies (`embedded.ensure_running`), so the workers' reconnect loops find it;
 * a worker that is up but answers no Celery ping (over the broker, by its `--hostname`) for
   LIVENESS_MISSES checks in a row, MW_LIVENESS_EVERY_S apart, while the broker answers, is
-  killed and started again: a worker that cannot consume is not alive (issue 20: one stayed
+  killed and started again: a worker that cannot consume is not alive (one stayed
   up after "Unrecoverable error" on a broker loss and consumed nothing until restarted);
 * SIGTERM/SIGINT stop everything: SIGTERM to every group (Celery's soft shutdown: no new
   work; a model call in flight ends by its own HTTP timeout and its task retries through the

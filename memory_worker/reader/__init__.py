@@ -1,4 +1,4 @@
-"""What the app imports at room open, join and leave (DESIGN.md "The read path").
+"""What the app imports at room open, join and leave (docs/design.md §3).
 
 filter → rank → take → render → touch, straight from the store: SQLite (or PostgreSQL through
 the same Core code) and numpy. It imports no Celery, Redis or model SDK, and calls no model:

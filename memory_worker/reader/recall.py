@@ -1,4 +1,4 @@
-"""On-demand recall (seed §3, "retrieval on demand"): the few rows a human's message is about.
+"""On-demand recall (docs/design.md §3.1): the few rows a human's message is about.
 
 The block is built at room open and holds ~10 rows per human; a persona that has talked with
 someone for months holds hundreds. `recall(persona, present, room_id, query, k=5)` runs per
@@ -32,7 +32,7 @@ from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, read_path, store
 from memory_worker.storage.rooms import UnknownRoom
 
-RECALL_K = 5  # seed §3: Letta's archival_memory_search top_k=5
+RECALL_K = 5  # docs/design.md §3.1: Letta's archival_memory_search top_k=5
 
 
 def recall(

@@ -3,7 +3,7 @@
 filter → rank → take → render → touch, straight from the store and the read cache
 (cache_loader.py). A warm open reads one statement; the audience rule decides first
 (`scope_for`, `visible_view`), and before rendering every winner passes `visible_memories`
-itself: the cache narrows, the seed's predicate decides, and nothing after it adds a row. The
+itself: the cache narrows, the audience rule decides, and nothing after it adds a row. The
 touch is promised, then applied by a background flush (touch.py); the fill (fill.py) is asked
 for as the open returns.
 """
@@ -235,7 +235,7 @@ def _render(
     members: Members,
     proven_scope: bool,
 ) -> Block:
-    """The gate, then the block: every picked row passes the seed's predicate once more."""
+    """The gate, then the block: every picked row passes the audience rule once more."""
     picked_rows = [rows[i] for ids in picked.values() for i in ids if i in rows]
     gate = visible_memories(
         persona, present, room, picked_rows, consent, members=members, proven_scope=proven_scope

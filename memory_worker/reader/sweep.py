@@ -4,7 +4,7 @@ A process's read cache (read_cache.py) is brought up to date by that process's o
 deleted elsewhere — by the human's delete in another app process, an undo, a reset — would
 otherwise stay in every process that held its persona: its ranking columns and its int8
 vector, until that process next opened one of the persona's rooms, which may be never.
-DESIGN.md: a delete reaches every copy.
+A delete reaches every copy (docs/design.md §5, §10.11).
 
 So one daemon thread per process, started by the first open (importing starts nothing), runs
 the reader's sweep every `read_cache_sweep_s` (MW_READ_CACHE_SWEEP_S, default 5 s): one

@@ -1,4 +1,4 @@
-"""The touch (DESIGN.md read path step 5), off the caller's path: a bounded background flush.
+"""The touch (docs/design.md §3 step 5), off the caller's path: a bounded background flush.
 
 A room open promises `last_recalled = now, recall_count += 1` for the rows it loaded. The
 promise is queued here and one daemon thread applies what is queued, in order, in one write

@@ -101,7 +101,7 @@ OPEN_ROWS = Prepared(
 def open_rows(conn: Connection, scope: Scope, subjects: Iterable[str]) -> list[OpenRow]:
     """The router's neighbour pool and the rows its decisions may change: the persona's open
     rows about these subjects that `scope` admits (the block's own rule for the spell's
-    room, docs/design.md "The model sees only what the audience allows"), by id."""
+    room, docs/design.md §11.2), by id."""
     wanted = sorted(set(subjects) - (set() if scope.world else {SUBJECT_WORLD}))
     if not wanted:
         return []

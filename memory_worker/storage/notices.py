@@ -1,4 +1,4 @@
-"""Notices (`notices`): the toast a human gets for a spell, and its undo (seed §5).
+"""Notices (`notices`): the toast a human gets for a spell, and its undo (docs/design.md §5).
 
 Written with the rows (an outbox), keyed by (spell, user) so a second run posts nothing.
 What every spell runs here is `Prepared` (`memory_worker.storage.prepared`): compiled once

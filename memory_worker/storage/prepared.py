@@ -1,7 +1,7 @@
 """Statements compiled once per process: SQLAlchemy Core in, the driver's own SQL out.
 
 Building a Core statement and walking it for its cache key costs more than SQLite's own work
-for the small reads of a room open and a spell (issue 10 measured both). A `Prepared` builds
+for the small reads of a room open and a spell (measured for both). A `Prepared` builds
 its statement once per dialect and IN-list shape, keeps the compiled SQL, and runs it with
 `exec_driver_sql`: each call pays only for its parameters.
 """

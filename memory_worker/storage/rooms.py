@@ -63,7 +63,7 @@ def add_room(
 
 def join(conn: Connection, room_id: str, member: str) -> None:
     """A member joins: they witness the room's lines from now on, never those said before
-    (`since_line`, docs/design.md "Provenance decides who may know")."""
+    (`since_line`, docs/design.md §12)."""
     since = last_line_id(conn, room_id)
     conn.execute(insert(t.room_members).values(room_id=room_id, member=member, since_line=since))
 

@@ -3,7 +3,7 @@
 Beginning a spell and extracting from it each need the room (its switches), its members, the
 humans' names and account switches, who muted this persona, the persona's name and its
 cursor: six small reads that cost more in round trips and statement building than in
-SQLite's own work (issue 10). `spell_context` folds them into one UNION ALL, compiled once per
+SQLite's own work (measured). `spell_context` folds them into one UNION ALL, compiled once per
 process (`memory_worker.storage.prepared`).
 """
 
@@ -57,7 +57,7 @@ class SpellContext:
 
     def eligible(self, humans: Sequence[int]) -> list[int]:
         """Of these humans, those the persona may write about: memory on, this persona not
-        muted (seed §5), sorted."""
+        muted (docs/design.md §5), sorted."""
         return sorted(h for h in humans if self.memory_on.get(h, False) and h not in self.muted)
 
 

@@ -1,8 +1,8 @@
 """Humans, personas and the switches (`users`, `personas`, `persona_memory_mute`).
 
 Who someone is (a name, the 400-char `memory_note`) and what they allow: the account switch
-`memory_on` and per-persona mutes (seed §5). The audience rule reads these; the controls write
-them; the app adds users and personas.
+`memory_on` and per-persona mutes (docs/design.md §5). The audience rule reads these; the controls
+write them; the app adds users and personas.
 """
 
 from __future__ import annotations
@@ -184,8 +184,8 @@ def eligible_humans(conn: Connection, persona: str, humans: Sequence[int]) -> li
 
 def people_named_in(conn: Connection, texts: Sequence[str]) -> dict[int, str]:
     """id → display name of every human the store knows that one of `texts` names, by id or
-    by any distinctive part of their name (`core.names.humans_named`, docs/design.md "Names,
-    normalised once"): one indexed read of the name index for the texts' word runs, then the
+    by any distinctive part of their name (`core.names.humans_named`, docs/design.md §12,
+    names normalised once): one indexed read of the name index for the texts' word runs, then the
     rule itself on the few humans it finds."""
     grams = sorted(set().union(*(text_grams(x) for x in texts))) if texts else []
     found: set[int] = set()

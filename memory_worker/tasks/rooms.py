@@ -77,12 +77,12 @@ def sweep_lagging_rooms(*, recent: bool = False, now: float | None = None) -> li
     never delivered; returns the rooms. The queue is not the source of truth, the cursors and
     the outbox are: the beat and `memory-worker sweep` run this.
 
-    `recent`: only lines that waited longer than MW_SWEEP_GRACE_S, written in the last day
-    (cheap, on an index: the frequent sweep); else every line (the daily sweep). Recovery
-    takes one sweep (issue 20): a room no spell holds is enqueued now, not after a full lag;
-    one still held by an in-flight claim — a live chain, or a killed one's until it lapses —
-    is enqueued for the moment the claim would lapse (a live chain renews it, and then the
-    fan-out finds it held and starts nothing).
+    `recent`: only lines that waited longer than MW_SWEEP_GRACE_S, written in the last day (cheap,
+    on an index: the frequent sweep); else every line (the daily sweep). Recovery takes one sweep
+    (docs/design.md §10.1): a room no spell holds is enqueued now, not after a full lag; one still
+    held by an in-flight claim — a live chain, or a killed one's until it lapses — is enqueued for
+    the moment the claim would lapse (a live chain renews it, and then the fan-out finds it held and
+    starts nothing).
     """
     now = time.time() if now is None else now
     s = settings_mod.current()

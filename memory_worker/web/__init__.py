@@ -1,4 +1,4 @@
-"""The human's side, served (seed §5): the manage page, the toast rail, the field and the
+"""The human's side, served (docs/design.md §5): the manage page, the toast rail, the field and the
 switches as a small web app — `memory-worker serve`. Server-rendered (Starlette + Jinja2), a
 little plain JavaScript for the live parts, and a JSON API under /api/ with the same checks.
 

@@ -1,4 +1,4 @@
-"""Ask a model for JSON, re-asking once when the answer is malformed (DESIGN.md "Faults").
+"""Ask a model for JSON, re-asking once when the answer is malformed (docs/design.md §10.6).
 
 A second malformed answer propagates as `MalformedAnswer`; the task shell parks the spell.
 """
@@ -42,7 +42,7 @@ def keep_valid_items(data: Any, key: str, item: type[BaseModel]) -> tuple[Any, i
 
     One ill-typed item of a model's answer must not lose its siblings: each is checked on its
     own. But an answer none of whose items passes did not answer at all: taken as "nothing",
-    it would let the cursor pass lines nobody read (issue 20). It is refused as a whole
+    it would let the cursor pass lines nobody read (docs/design.md §10.8). It is refused as a whole
     (`ALL_ITEMS_INVALID`), so the caller re-asks, then retries, then parks — as for any
     malformed answer. An empty list is the model saying "nothing" and stays valid. Anything
     that is not a dict holding a list under `key` is returned as it is, for the whole

@@ -1,4 +1,4 @@
-"""The commit (DESIGN.md "commit"): one transaction per spell, idempotent, never deletes.
+"""The commit (docs/design.md §2.4): one transaction per spell, idempotent, never deletes.
 
 ADD inserts; UPDATE inserts the new row and closes the neighbour (`valid_to`, `closed_by`);
 CLOSE sets `valid_to`; NONE writes nothing. The persona's cursor advances in the same
@@ -156,11 +156,11 @@ def _confirmations(
     lines: dict[int, Line],
 ) -> Joins:
     """A world fact's audience grows only when a human outside it states it in their own line
-    (docs/design.md "Provenance decides who may know"): for each world candidate, each cited
-    line of a human the spell may write for is compared — by code, on the line's own words,
-    never on the model's — with the persona's nearest open world rows held by others; a row
-    whose every distinctive word the line states gains that human (with the line as more
-    evidence). The router's word confirms nothing, and repetition never makes a row public."""
+    (docs/design.md §12): for each world candidate, each cited line of a human the spell may
+    write for is compared — by code, on the line's own words, never on the model's — with the
+    persona's nearest open world rows held by others; a row whose every distinctive word the
+    line states gains that human (with the line as more evidence). The router's word confirms
+    nothing, and repetition never makes a row public."""
     joins = Joins({}, set())
     world = [c for c in candidates if c.subject == SUBJECT_WORLD and c.embedding]
     speaker_of = {i: line.speaker for i, line in lines.items()}

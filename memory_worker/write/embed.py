@@ -44,7 +44,7 @@ def embed_topic(embedder: Embedder, topic: str) -> bytes:
 def embeddable_text(text: str, names: Mapping[int, str]) -> str:
     """The text a row is embedded as: each `u:42` it names replaced by that human's display
     name, so "What did Caroline research?" finds "u:1 researched adoption agencies". The
-    stored text keeps the id (seed §2.1: the id survives a rename); a rename re-embeds."""
+    stored text keeps the id (docs/design.md §1: the id survives a rename); a rename re-embeds."""
     return _HUMAN_REF.sub(lambda m: names.get(int(m.group(1)), m.group(0)), text)
 
 

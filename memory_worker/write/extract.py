@@ -1,11 +1,11 @@
-"""Extraction (model call A, seed §2.1): the prompt, the answer's schema, and the guards.
+"""Extraction (model call A, docs/design.md §2.1): the prompt, the answer's schema, the guards.
 
-The model proposes; code disposes. Every guard of the seed is here, applied to each candidate
-before anything is embedded or written: each candidate is validated on its own (one bad field
-drops that candidate, not the spell); subject ∈ present ∪ {self, world}; evidence ⊆ the slice
-and the subject's own (`guards.evidence_problem`); a world row names no human; kind in the six;
-one sentence ≤ 200 chars; importance 1–10 and ≥ 3; the daily caps, `self` rows counting
-towards their counterpart and `world` rows towards their own.
+The model proposes; code disposes. Every guard of docs/design.md §2.1 is here, applied to each
+candidate before anything is embedded or written: each candidate is validated on its own (one bad
+field drops that candidate, not the spell); subject ∈ present ∪ {self, world}; evidence ⊆ the slice
+and the subject's own (`guards.evidence_problem`); a world row names no human; kind in the six; one
+sentence ≤ 200 chars; importance 1–10 and ≥ 3; the daily caps, `self` rows counting towards their
+counterpart and `world` rows towards their own.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def prompt_line(text: str) -> str:
 
 def known_rows(conn: Connection, scope: Scope) -> list[str]:
     """What the persona knows that a block for this room and its present humans could hold
-    (DESIGN.md "The model sees only what the audience allows"): the block's own `scope_for`,
-    so the extraction can never launder into a new row what the room may not see."""
+    (docs/design.md §11.2): the block's own `scope_for`, so the extraction can never launder
+    into a new row what the room may not see."""
     return memories.known_texts(conn, scope, KNOWN_MAX_ROWS)
 
 

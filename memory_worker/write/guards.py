@@ -1,6 +1,6 @@
 """The write path's guards: pure functions that decide what a candidate may become.
 
-The model proposes; code disposes (seed §4, §7; DESIGN.md "Contracts"). Each rule here is one
+The model proposes; code disposes (docs/design.md §2.1, §7, §11). Each rule here is one
 function over plain data, so extraction, the commit and the tests apply the very same rule:
 
 - one sentence means one sentence, whatever follows the full stop;
@@ -77,10 +77,10 @@ def evidence_problem(
 ) -> str | None:
     """Why these cited lines cannot support a row about `subject`, or None when they can.
 
-    `speaker_of` maps each line id of the spell to its speaker. The rule (DESIGN.md "Evidence is
-    the subject's own"): a row about u:X cites only u:X's lines or a persona's, and at least
-    one of u:X's — another human's words about X are never evidence about X. A `self` row
-    cites only this persona's lines or its counterpart's. A `world` row cites lines of the spell.
+    `speaker_of` maps each line id of the spell to its speaker. The rule (docs/design.md §11.3): a
+    row about u:X cites only u:X's lines or a persona's, and at least one of u:X's — another human's
+    words about X are never evidence about X. A `self` row cites only this persona's lines or its
+    counterpart's. A `world` row cites lines of the spell.
     """
     if not evidence:
         return "cites no line"
@@ -117,10 +117,10 @@ def names_a_human(text: str, people: Mapping[int, str]) -> bool:
 def humans_named(
     text: str, subject: str, counterpart: str | None, people: Mapping[int, str]
 ) -> set[int]:
-    """The humans `text` names besides whom its row concerns (docs/design.md "Every human a
-    row names is part of its audience"): every `u:` id, and each of `people` named by any
-    distinctive part of their name, however it is spelled (`core.names`). Erring wide hides a
-    row where someone it seems to name is absent; it never shows one."""
+    """The humans `text` names besides whom its row concerns (docs/design.md §12, every human a
+    row names): every `u:` id, and each of `people` named by any distinctive part of their name,
+    however it is spelled (`core.names`). Erring wide hides a row where someone it seems to name
+    is absent; it never shows one."""
     own = {human_id(subject), human_id(counterpart or "")}
     return {u for u in names.humans_named(text, people) if u not in own}
 

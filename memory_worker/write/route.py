@@ -1,7 +1,7 @@
-"""Routing (model call B, seed §2.2): each candidate against its neighbours → a decision.
+"""Routing (model call B, docs/design.md §2.2): each candidate against its neighbours.
 
-Neighbours are the persona's open rows about the same subject, top 5 by cosine at or above the
-floor of the embedder that made the vectors (`neighbour_floor`: seed §7's 0.6 for gemini's,
+Neighbours are the persona's open rows about the same subject, top 5 by cosine at or above the floor
+of the embedder that made the vectors (`neighbour_floor`, docs/design.md §2.2: 0.6 for gemini's,
 measured on LoCoMo for the others) — a dot product over one persona's rows, no vector database.
 The model sees them as numbers ("0", "1", …), never raw ids (mem0's guard against an invented
 id), and a number it was not shown for that candidate is never trusted. The pool is what the
@@ -41,7 +41,7 @@ def _upper(value: object) -> object:
     return value.strip().upper() if isinstance(value, str) else value
 
 
-# The four operations, in the schema itself (seed §2.2: there is no DELETE).
+# The four operations, in the schema itself (docs/design.md §2.2: there is no DELETE).
 Event = Annotated[Literal["ADD", "UPDATE", "CLOSE", "NONE"], BeforeValidator(_upper)]
 
 

@@ -1,10 +1,10 @@
 """Begin a spell: the lines since a persona's cursor, who is present, and the skip rules.
 
-The skip rules are code, checked before any model call (DESIGN.md "The write path"): an
+The skip rules are code, checked before any model call (docs/design.md §2): an
 incognito room writes nothing; a room with a kit mounted (role-play) is skipped; humans with
 `memory_on = 0` or who muted this persona are dropped from the present set the model sees.
 
-A spell is bounded (DESIGN.md "Spells are bounded"): it takes the oldest lines after the cursor
+A spell is bounded (docs/design.md §10.9): it takes the oldest lines after the cursor
 up to `spell_max_lines` lines and `spell_max_chars` prompt characters. A backlog is mined window
 by window, each its own spell that moves the cursor when it commits: a room can be behind,
 never stuck.
@@ -102,11 +102,11 @@ def load_slice(conn: Connection, spell: Spell) -> list[Line]:
 
 
 def spell_scope(spell: Spell, room: Room) -> Scope:
-    """What every model call of the spell may be shown, and every row its router may change:
-    the block's own rule (`scope_for`, the proven scope) for the spell's room with all its
-    witnesses present — each of them hears whatever a row it writes may say — and its
-    eligible humans allowing (docs/design.md "The model sees only what the audience
-    allows"). A world row shows here only when all of them are in its audience."""
+    """What every model call of the spell may be shown, and every row its router may change: the
+    block's own rule (`scope_for`, the proven scope) for the spell's room with all its witnesses
+    present — each of them hears whatever a row it writes may say — and its eligible humans
+    allowing (docs/design.md §11.2). A world row shows here only when all of them are in its
+    audience."""
     members = Members(frozenset(spell.witnessed), frozenset({spell.persona}))
     consent = Consent(memory_on=dict.fromkeys(spell.present, True))
     return scope_for(spell.persona, spell.witnessed, room, consent, members=members)

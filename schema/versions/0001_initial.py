@@ -1,4 +1,5 @@
-"""The first schema: the seed's §1 tables, the app-side contract, the worker's bookkeeping.
+"""The first schema: the tables of docs/design.md §1, the app-side contract, the worker's
+bookkeeping.
 
 Revision ID: 0001
 Revises:

@@ -1,5 +1,5 @@
-"""The write path, closed (issue 7): ids never repeat, integer cursors, world rows' sources,
-and the count of dropped candidates per spell.
+"""The write path, closed (docs/design.md §10): ids never repeat, integer cursors, world rows'
+sources, and the count of dropped candidates per spell.
 
 - `persona_memory.id` and `notices.id` never repeat: AUTOINCREMENT on SQLite (the table is
   rebuilt, so 0002's version triggers are made again), identity on PostgreSQL. A stale toast's

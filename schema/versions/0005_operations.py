@@ -1,4 +1,5 @@
-"""Operations (issue 8): the toast outbox, a cheap frequent sweep, lines in commit order.
+"""Operations (docs/design.md §10.1, §10.3, §10.10): the toast outbox, a cheap frequent sweep,
+lines in commit order.
 
 - `notices.delivered`: a toast is written with its rows in the commit's transaction and marked
   delivered once `notify_toast` handed it to the app's channel; the sweep finds the rest

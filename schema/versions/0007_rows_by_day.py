@@ -1,4 +1,4 @@
-"""The daily caps read today's rows only (issue 10).
+"""The daily caps (docs/design.md §2.1) read today's rows only.
 
 `ix_persona_memory_created` (persona, created): each spell counts what its persona wrote today
 (`memories.written_since`, in the extract and again in the commit). Without it that count read

@@ -1,5 +1,5 @@
 """Every human a row names is part of its audience; a world row learned from people stays
-with them (issue 18, DESIGN.md "A world row is about the world").
+with them (docs/design.md §11.4, §12).
 
 `persona_memory.named`: the humans a row's text names besides whom it concerns (JSON ids). A
 row about Dan that says Cara is pregnant then shows only where Cara is in the audience too.

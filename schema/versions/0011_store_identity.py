@@ -3,7 +3,7 @@
 The reader's cache (read_cache.py) trusted a persona's counter: same number, same rows. A
 store restored from a backup, or dropped and migrated again in place, counts again from its
 own history, and the same number then names other rows — a row about Cara read under Dan's
-header (issue 18, reproduction 3). So:
+header. So:
 
 - `store_identity`: one row, a random id written when the store is made (this migration runs
   once per store: `init-db` on a new file or schema). A restore of a backup carries it; a

@@ -1,5 +1,5 @@
-"""The audience rule (seed §4): property tests over random stores, rooms and present sets, and
-one plain example for every case in the seed's table."""
+"""The audience rule (docs/design.md §4): property tests over random stores, rooms and present
+sets, and one plain example for every case in its table."""
 
 from __future__ import annotations
 
@@ -112,7 +112,8 @@ def seed_rule(
     consent: Consent,
     proven_scope: bool,
 ) -> dict[int, bool]:
-    """An independent reading of the seed's §4 code: row id → confidence, for rows it loads."""
+    """An independent reading of docs/design.md §4's code: row id → confidence, for rows it
+    loads."""
 
     def allowed(u: int | None) -> bool:
         return (
@@ -243,7 +244,7 @@ def test_the_rule_sets_confidence_on_copies_and_leaves_the_callers_rows_alone(
     assert rows == before
 
 
-# --- the seed's table, one example per case ---------------------------------------------------
+# --- docs/design.md §4's table, one example per case -----------------------------------------
 
 FORMED_ONE_TO_ONE = row(1, "u:42", witnessed=(DAN,))
 FORMED_IN_A_GROUP = row(2, "u:42", witnessed=(DAN, CARA))

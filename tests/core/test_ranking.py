@@ -1,4 +1,4 @@
-"""Rank, take and render (seed §3 steps 2–4): each rule on its own, each able to fail."""
+"""Rank, take and render (docs/design.md §3 steps 2–4): each rule on its own, each able to fail."""
 
 from __future__ import annotations
 

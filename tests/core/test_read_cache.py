@@ -393,9 +393,9 @@ def test_a_row_deleted_elsewhere_leaves_no_copy_of_its_vector_in_the_cache(
 def test_a_cold_open_reads_only_what_its_audience_can_see_and_renders_what_a_warm_one_does(
     store_rows: np.random.Generator, monkeypatch: pytest.MonkeyPatch, room: str, who: int
 ) -> None:
-    """Issue 21: a persona this process does not hold answers from the rows of its audience
-    (world rows and the present human's), the fill reads the rest off the caller's path, and
-    the block is byte for byte what the filled entry gives."""
+    """A cold open (docs/design.md §3.2): a persona this process does not hold answers from the
+    rows of its audience (world rows and the present human's), the fill reads the rest off the
+    caller's path, and the block is byte for byte what the filled entry gives."""
     with store.transaction() as c:  # rows about a hundred other humans: never this room's
         c.execute(
             insert(t.persona_memory),
@@ -584,7 +584,7 @@ def test_a_pack_is_written_only_at_the_personas_version_now(
 def test_the_fill_starts_when_the_open_returns_and_waits_while_another_is_in_flight(
     store_rows: np.random.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 29: the fill never slows the open it follows."""
+    """The fill never slows the open it follows."""
     from memory_worker.reader import threads
 
     asked: list[int] = []
@@ -609,7 +609,7 @@ def test_the_fill_starts_when_the_open_returns_and_waits_while_another_is_in_fli
 def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
     store_rows: np.random.Generator, db: Engine
 ) -> None:
-    """Issue 29's slow mode after another process wrote, at 100k rows: the open that caught
+    """A slow mode found after another process wrote, at 100k rows: the open that caught
     up with the write copied every vector the persona holds into a larger store. Now a new
     row that finds no spare slot waits for the fill thread, ranked meanwhile on its vector
     read by id: the same block."""
@@ -633,7 +633,7 @@ def test_catching_up_on_an_opens_path_never_grows_the_vector_store(
 
 
 def test_an_open_between_its_own_touchs_commit_and_the_cache_taking_it_reads_nothing() -> None:
-    """Issue 29: warm opens with touch cost 3x those without. The touch commits, then tells
+    """Warm opens with touch once cost 3x those without. The touch commits, then tells
     the cache; an open in between saw the store a version ahead of the entry and re-read the
     touched rows. The touch now says what it wrote before it commits, and the open brings the
     entry forward by it; the cache taking it afterwards changes nothing twice."""

@@ -1,4 +1,4 @@
-"""The Gemini provider writes its REST bodies and reads the answers itself (issue 10): these
+"""The Gemini provider writes its REST bodies and reads the answers itself: these
 tests hold it to what google-genai 3.6 would do with the same call.
 
 * Bodies: the SDK's own converters (`_GenerateContentParameters_to_mldev`,
@@ -80,7 +80,7 @@ def client() -> genai.Client:
 def sdk_config(
     system: str, schema: type, continuation_token: bytes | None = None
 ) -> types.GenerateContentConfig:
-    """The config the provider handed `generate_content` before issue 10."""
+    """The config the provider handed `generate_content` before it wrote its own bodies."""
     return types.GenerateContentConfig(
         system_instruction=system,
         response_mime_type="application/json",
@@ -295,7 +295,8 @@ class ScriptedStub(GeminiStub):
 def sdk_chat_json(
     c: genai.Client, model: str, system: str, prompt: str, schema: type[BaseModel]
 ) -> ChatResult[Any]:
-    """`GeminiChat.chat_json` as it was before issue 10: the SDK's call and response objects."""
+    """`GeminiChat.chat_json` as it was before the provider wrote its own bodies: the SDK's
+    call and response objects."""
     what = f"gemini {model} (extract)"
     with model_errors(what):
         response = c.models.generate_content(

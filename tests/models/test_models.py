@@ -328,7 +328,7 @@ def test_faults_filtered_by_kind_wait_for_their_kind(stub: GeminiStub) -> None:
 def test_the_factories_choose_by_provider(stub: GeminiStub, tmp_path: Path) -> None:
     replay = Settings(provider="replay", cassette=tmp_path / "c.json")
     assert isinstance(models.chat_model(replay), ReplayChat)
-    assert isinstance(models.embedder(replay), E5Embedder)  # semantic with no key (issue 21)
+    assert isinstance(models.embedder(replay), E5Embedder)  # semantic with no key
     assert isinstance(models.embedder(replay.with_(embedder="hashing")), HashingEmbedder)
     live = stub.settings()
     assert isinstance(models.chat_model(live).inner, GeminiChat)  # behind the global quota

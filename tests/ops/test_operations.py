@@ -222,7 +222,7 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
 def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
     good_env: dict[str, str], tmp_path: Path, redis_url: str
 ) -> None:
-    """Issue 20 #5: a worker that cannot consume stayed up and the supervisor did not notice.
+    """A worker that could not consume once stayed up and the supervisor did not notice.
     Here the worker is frozen (SIGSTOP): alive to `poll()`, deaf to the broker."""
     from tests.worker import spare_database
 

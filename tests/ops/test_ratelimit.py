@@ -190,7 +190,7 @@ def test_a_pause_holds_every_caller_for_the_time_the_server_asked(client: redis.
 def test_a_caller_sent_away_keeps_its_place_and_a_newcomer_is_served_after_it(
     client: redis.Redis,
 ) -> None:
-    """Waiting tasks are served in order (issue 20): a slot too far away to sleep for is
+    """Waiting tasks are served in order (docs/design.md §10.7): a slot too far away to sleep for is
     reserved and handed back as a ticket; whoever asks later queues behind it."""
     quota, n = Quota.per_minute(120, 10**9), name()  # a slot every half second
     first = ratelimit.acquire(client, n, quota, max_wait=0)
@@ -260,7 +260,7 @@ MARGIN_S = 0.25
 def test_three_worker_processes_started_at_once_never_send_the_stub_more_than_the_quota(
     pipeline: Pipeline, redis_url: str
 ) -> None:
-    """Issue 20 #3: the quota held in Redis but not at the model — five slots granted at once
+    """The quota once held in Redis but not at the model — five slots granted at once
     reached it 7–173 ms apart, ten in a sliding second. Measured where the model counts: at
     the stub, as each request arrives, with three worker processes draining one backlog."""
     from memory_worker.celery_app import app

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.pipeline
 def test_a_stopped_worker_hands_its_running_model_call_back_and_the_next_one_commits_it(
     pipeline: Pipeline, redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """And says nothing false as it stops: no CRITICAL "TaskPool does not implement kill_job"
-    (issue 20 #8), with the pool the Procfile runs."""
+    """And says nothing false as it stops: no CRITICAL "TaskPool does not implement kill_job",
+    with the pool the Procfile runs."""
     people(pipeline.db)
     lines = private_chat(pipeline.db)
     pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))

@@ -1,8 +1,8 @@
-"""One audience for every path a row can travel (issue 18): the block and recall read the
-room's membership through the same rule; a present stranger fails closed; a row shows only
-where every human it names is; a world row learned from someone stays with those who heard
-it, and a second human who states it joins them — it never becomes public. Each reproduction
-of the issue is a test here, through the real reader and write path."""
+"""One audience for every path a row can travel (docs/design.md §11.1): the block and recall
+read the room's membership through the same rule; a present stranger fails closed; a row shows
+only where every human it names is; a world row learned from someone stays with those who heard
+it, and a second human who states it joins them — it never becomes public. Each way a row once
+leaked is a test here, through the real reader and write path."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def recalled(persona: str, present: set[int], room_id: str) -> list[str]:
 
 
 def test_recall_reads_the_rooms_membership_as_the_block_does(dm: Engine) -> None:
-    # reproduction 1: Cara is no member of Dan's chat, Nolan is no member either
+    # Cara is no member of Dan's chat, Nolan is no member either
     assert recalled("warren", {CARA}, "dm") == ["The regatta is on Saturday."]
     block = reader.build_block("warren", {CARA}, "dm", touch=False)
     assert "pregnant" not in block.text and "regatta" in block.text
@@ -77,7 +77,7 @@ def test_recall_reads_the_rooms_membership_as_the_block_does(dm: Engine) -> None
 
 
 def test_a_present_stranger_adds_nothing_and_takes_the_rooms_privacy_away(dm: Engine) -> None:
-    # reproduction 2: the app says Cara is in Dan's private chat; the store says she is not
+    # The app says Cara is in Dan's private chat; the store says she is not
     alone = reader.build_block("warren", {DAN}, "dm", touch=False)
     assert "Xuhui" in alone.text and "confidence" in alone.text
     with_stranger = reader.build_block("warren", {DAN, CARA}, "dm", touch=False)
@@ -87,7 +87,7 @@ def test_a_present_stranger_adds_nothing_and_takes_the_rooms_privacy_away(dm: En
 
 
 def test_a_row_about_dan_that_names_cara_shows_only_where_both_are(db: Engine) -> None:
-    # reproduction 4, through the write path: the extractor writes Cara's news into Dan's row
+    # Through the write path: the extractor writes Cara's news into Dan's row
     people(db)
     room(db, "dm", "private", ["u:42", "warren"])
     room(db, "g", "group", ["u:42", "u:17", "warren"])
@@ -114,7 +114,7 @@ def test_a_row_about_dan_that_names_cara_shows_only_where_both_are(db: Engine) -
 
 
 def secret_as_world_fact(db: Engine) -> int:
-    """Reproduction 5: from Dan's private line, the extractor writes his secret as an unnamed
+    """From Dan's private line, the extractor writes his secret as an unnamed
     world fact (the guard that a world row names no one cannot see it). Returns its row id."""
     people(db)
     room(db, "dm", "private", ["u:42", "warren"])

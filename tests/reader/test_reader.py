@@ -651,7 +651,7 @@ class World:
     rows: list[Row]
 
     def allowed(self, persona: str, proven: bool = True) -> list[Row]:
-        """What the seed's rule, with the room's membership, lets `persona` see here."""
+        """What the audience rule, with the room's membership, lets `persona` see here."""
         return visible_memories(
             persona,
             self.present,
@@ -771,8 +771,8 @@ def test_the_audience_index_for_dan_skips_promises_to_anyone_else(shared_url: st
 def test_after_prepare_a_processs_first_open_compiles_no_statement(
     cast: dict[str, int], db: Engine, prepared: bool
 ) -> None:
-    """`reader.prepare` at an app's start: the first room open then builds no SQL (issue 21).
-    On SQLite, importing the reader already compiled them (issue 29)."""
+    """`reader.prepare` at an app's start: the first room open then builds no SQL.
+    On SQLite, importing the reader already compiled them."""
     if not prepared and not store.is_sqlite(db):
         pytest.skip("the reader's import compiles for SQLite; prepare for the store's dialect")
     start = f"reader.prepare({str(db.url)!r})" if prepared else ""

@@ -1,5 +1,5 @@
-"""On-demand recall (seed §3): what a human's message is about, through the block's audience
-rule, never what the block already holds, touching what it returns."""
+"""On-demand recall (docs/design.md §3.1): what a human's message is about, through the block's
+audience rule, never what the block already holds, touching what it returns."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The touch queue: a promised touch is applied in order, never dropped for lack of room; and
-exactly (issue 18): a row deleted before its touch lands is skipped, and a touch whose commit
-went through is never applied again by a retry."""
+exactly (docs/design.md §3 step 5): a row deleted before its touch lands is skipped, and a touch
+whose commit went through is never applied again by a retry."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_touches_promised_at_once_by_a_processs_first_openers_all_land() -> None
     assert lost == 0, f"{lost} promised touches never landed"
 
 
-# --- exact touches on a real store (issue 18, reproduction 7) -------------------------------
+# --- exact touches on a real store ------------------------------------------------------------
 
 DAN = 42
 NOW = "2026-12-01T12:00:00+00:00"

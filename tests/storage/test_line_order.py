@@ -1,4 +1,4 @@
-"""PostgreSQL: a line committed after a later line's spell is never skipped (issue 8).
+"""PostgreSQL: a line committed after a later line's spell is never skipped (docs/design.md §10.3).
 
 Transaction A inserts a line and stays open; B inserts the next line and commits; a spell
 reads the room. Without order, the spell sees B's line but not A's, its cursor passes both,

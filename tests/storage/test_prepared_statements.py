@@ -1,4 +1,4 @@
-"""The write path's prepared statements (issue 10) store and read exactly what SQLAlchemy's
+"""The write path's prepared statements store and read exactly what SQLAlchemy's
 typed statements would: the same bytes and storage types, the same rows, the same answers at
 the edges (an empty audience, a cursor that must not move back, an outcome overwritten, an id
 list too long to prepare)."""
@@ -34,7 +34,7 @@ def _cells(conn: Connection, table: str, where: str, columns: list[str]) -> list
 
 
 def _row_by_core(conn: Connection, **values: Any) -> int:
-    """A row as SQLAlchemy's typed insert writes it (insert_row's statement before issue 10)."""
+    """A row as SQLAlchemy's typed insert writes it (insert_row's statement, unprepared)."""
     new = insert(t.persona_memory).values(
         valid_to=None, closed_by=None, last_recalled=None, recall_count=0, **values
     )

@@ -1,4 +1,4 @@
-"""A store has an identity (issue 18, reproduction 3): what a process cached of one store never
+"""A store has an identity (docs/design.md §3.2): what a process cached of one store never
 answers for another at the same url — a store restored from a backup (its counters above,
 equal to or below the process's), dropped and migrated again in place, or a SQLite file
 replaced by a new one at the same path. Each would otherwise render a row about Cara under

@@ -1,6 +1,6 @@
-"""The app's calls never wait long for the broker (issue 20 #6): what the app says is already
-in the store, so a message the broker does not take within MW_PUBLISH_TIMEOUT_S is left to
-the sweep, with one log line, and the call returns."""
+"""The app's calls never wait long for the broker (docs/design.md §10.1): what the app says is
+already in the store, so a message the broker does not take within MW_PUBLISH_TIMEOUT_S is left
+to the sweep, with one log line, and the call returns."""
 
 from __future__ import annotations
 

@@ -166,9 +166,9 @@ GARBLED = json.dumps(
 def test_an_answer_whose_every_item_fails_its_schema_is_not_taken_as_nothing(
     pipeline: Pipeline, dm
 ) -> None:  # type: ignore[no-untyped-def]
-    """Issue 20 #1: a garbled answer was "nothing to remember": the spell committed no rows
-    and the cursor passed its lines, losing the facts for good. Now it is malformed: re-asked,
-    retried as a fault, and the facts land once the model answers."""
+    """A garbled answer once was "nothing to remember" (docs/design.md §10.8): the spell
+    committed no rows and the cursor passed its lines, losing the facts for good. Now it is
+    malformed: re-asked, retried as a fault, and the facts land once the model answers."""
     pipeline.stub.malformed_next(GARBLED, times=3)  # the ask, its re-ask, and the retry's ask
     events.room_quiet("dm-dan")
     pipeline.wait_for_notices(1)
@@ -182,7 +182,7 @@ def test_an_answer_whose_every_item_fails_its_schema_is_not_taken_as_nothing(
 def test_a_backlog_far_past_the_quota_waits_its_turn_and_parks_nothing(
     pipeline: Pipeline,
 ) -> None:
-    """Issue 20 #2: "no model slot within 5 s" used the retries meant for faults, so a
+    """A wait for "no model slot within 5 s" once used the retries meant for faults, so a
     backlog parked healthy spells. Waiting for the quota is back-pressure: every spell
     commits, however many times it was sent back to wait."""
     settings_mod.configure(
@@ -307,7 +307,7 @@ def test_the_sweep_finds_a_room_whose_quiet_event_was_lost(pipeline: Pipeline, d
 def test_one_frequent_sweep_recovers_a_room_still_held_by_a_lost_chains_claim(
     pipeline: Pipeline, dm
 ) -> None:  # type: ignore[no-untyped-def]
-    """Issue 20 #7: a room whose lines wait but whose in-flight claim a killed chain still
+    """A room whose lines wait but whose in-flight claim a killed chain still
     held was skipped, and waited for a second sweep (a lag and two sweeps: 319–357 s). One
     sweep now enqueues it for the moment the claim lapses."""
     settings_mod.configure(settings_mod.current().with_(sweep_grace_s=1.0, sweep_lag_s=1.0))

@@ -1,6 +1,7 @@
-"""Issue 7's holes that live at the task level, through a real Celery worker on a real Redis,
-the real google-genai client and the Gemini stub: one spell one run, a backlog that drains, a
-malformed message refused, and no memory text in task messages' reprs, events or results."""
+"""The write path's holes (docs/design.md §10) that live at the task level, through a real
+Celery worker on a real Redis, the real google-genai client and the Gemini stub: one spell one
+run, a backlog that drains, a malformed message refused, and no memory text in task messages'
+reprs, events or results."""
 
 from __future__ import annotations
 
@@ -190,7 +191,7 @@ def test_notify_toast_accepts_every_status_the_commit_returns_through_the_real_w
     pipeline: Pipeline, status: str
 ) -> None:
     """A late spell's commit returns "covered": its toast step must deliver, not reject it
-    as malformed (issue 20 #4). Each status rides with a spell whose toast is still waiting,
+    as malformed. Each status rides with a spell whose toast is still waiting,
     so the delivery is the real event the test waits on."""
     people(pipeline.db)
     lines = private_chat(pipeline.db)

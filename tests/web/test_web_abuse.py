@@ -1,4 +1,4 @@
-"""The page under abuse (issue 19): bounded bodies, nesting, crashes, foreign origins, and a
+"""The page under abuse: bounded bodies, nesting, crashes, foreign origins, and a
 sign-out that ends the session for every copy of the cookie.
 
 The body tests speak raw HTTP to a real `memory-worker serve` (uvicorn): a test client hands
@@ -105,7 +105,7 @@ def _status(sock: socket.socket) -> tuple[int, str]:
 
 
 def test_a_huge_declared_body_is_a_413_before_one_byte_is_read(served: Served) -> None:
-    """The issue's first reproduction: a signed-out POST /logout of a 1 GB form. The server
+    """The first attack measured: a signed-out POST /logout of a 1 GB form. The server
     answers from the headers alone; it never waits for (or holds) the body."""
     port = served.base_url.rsplit(":", 1)[1]
     for path in ("/logout", "/api/note", "/note"):

@@ -74,8 +74,8 @@ def served(pipeline: Pipeline) -> Iterator[Served]:
     every RAIL_POLL_S too. Which of the two brought a toast is test_web_rail's question (the
     nudge alone: `test_a_toast_arrives_on_the_channel_nudge_not_the_poll`); here it is what
     the page does with it, without a reload. With the nudge as the only way in, the toast
-    twice failed to arrive within 60 s on a loaded machine (cause not found; see issue 22's
-    closing note), which a user would see as a toast up to RAIL_POLL_S late."""
+    twice failed to arrive within 60 s on a loaded machine (cause not
+    found), which a user would see as a toast up to RAIL_POLL_S late."""
     with serve(settings_mod.current(), "--user", str(DAN)) as s:
         yield s
 

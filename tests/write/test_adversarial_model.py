@@ -228,7 +228,8 @@ def test_evidence_from_another_human_is_never_evidence_about_someone(attack) -> 
     )
     assert_after(scene, run, new_rows=["u:17 runs marathons."], chat_calls=2, cara_absent=False)
     # Cara is present, but a group's block holds world facts only (v1): the extraction is shown
-    # what that block could hold, so her private rows stay out of a group's prompt (issue 18)
+    # what that block could hold, so her private rows stay out of a group's prompt
+    # (docs/design.md §11.2)
     assert "pregnant" not in run.extract_prompts[0]
 
 

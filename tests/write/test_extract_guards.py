@@ -1,4 +1,5 @@
-"""Every extraction guard of the seed, each shown dropping what it must and keeping the rest."""
+"""Every extraction guard of docs/design.md §2.1, each shown dropping what it must and keeping
+the rest."""
 
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def test_the_frequent_sweep_finds_rooms_whose_lines_waited_and_skips_fresh_ones(
 def test_a_line_stamped_with_a_time_that_is_not_one_is_refused_naming_it(
     dm: Engine, bad: str
 ) -> None:
-    """A stamp the sweeps cannot order would hide the line from them for good (issue 20 #8)."""
+    """A stamp the sweeps cannot order would hide the line from them for good."""
     with pytest.raises(ValueError, match="^at: .* ISO 8601 time with its UTC offset"):
         with dm.begin() as conn:
             app_side.say(conn, "dm-dan", DAN, "hello", at=bad)

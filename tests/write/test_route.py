@@ -139,8 +139,9 @@ def test_an_answer_that_is_not_the_json_asked_for_is_malformed() -> None:
 
 
 def test_an_e5_store_shows_the_row_a_candidate_restates_and_not_its_unrelated_rows() -> None:
-    # e5's cosines between unrelated sentences about one person sit near 0.8: seed §7's 0.6
-    # would show them all (benchmarks/router_floor.py measured each embedder's floor).
+    # e5's cosines between unrelated sentences about one person sit near 0.8: docs/design.md
+    # §2.2's 0.6 would show them all (benchmarks/router_floor.py measured each embedder's
+    # floor).
     e5 = E5Embedder()
 
     def e5_vec(text: str) -> bytes:

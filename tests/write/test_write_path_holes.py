@@ -1,6 +1,7 @@
-"""The eleven holes of issue 7, one test (or a few) each, on a real SQLite file with a scripted
-model that records the exact prompts it receives. Each test is named for what it guards; each
-failed on the main branch before the guard (checked by breaking the guard once)."""
+"""The write path's eleven holes (docs/design.md §10, §11), one test (or a few) each, on a real
+SQLite file with a scripted model that records the exact prompts it receives. Each test is named
+for what it guards; each failed on the main branch before the guard (checked by breaking the
+guard once)."""
 
 from __future__ import annotations
 
@@ -296,7 +297,7 @@ def test_build_block_is_empty_for_a_persona_not_in_the_room_and_fails_closed_on_
     dm(world, (DAN, "Hello."))
     assert "Xuhui" in reader.build_block("warren", {DAN}, "dm-dan", touch=False).text
     # Cara is not a member of Dan's private chat: saying she is present loads nothing of hers,
-    # and the room is no longer private for Dan either (issue 18: fail closed)
+    # and the room is no longer private for Dan either (docs/design.md §4: fail closed)
     block = reader.build_block("warren", {DAN, CARA}, "dm-dan", touch=False)
     assert "marathons" not in block.text and "Xuhui" not in block.text
     assert reader.build_block("nolan", {DAN}, "dm-dan", touch=False).text == ""

@@ -3,7 +3,7 @@
 At a stop, Celery cancels the tasks still running (`cancel_active_requests`) by asking the
 pool to kill each one's process — which a thread or the worker's own process cannot be:
 the base pool raises NotImplementedError ("TaskPool does not implement kill_job"), logged
-CRITICAL on every stop (issue 20). Nothing needs killing here: the task's message is unacked
+CRITICAL on every stop. Nothing needs killing here: the task's message is unacked
 (acks_late) and goes back to the queue as the worker exits, and a model call in flight ends
 by its own HTTP timeout. The Procfile selects these through Celery's own hook for a pool of
 one's own: CELERY_CUSTOM_WORKER_POOL=memory_worker.tasks.pools.threads:Threads and `--pool custom`.
