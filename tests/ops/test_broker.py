@@ -14,6 +14,9 @@ from tenacity import Retrying, stop_after_delay, wait_fixed
 
 from memory_worker.ops import embedded, inflight
 
+# Every test here starts, kills and starts again Redis servers.
+pytestmark = pytest.mark.processes
+
 
 def test_the_embedded_redis_is_started_once_and_found_again(tmp_path: Path) -> None:
     state = tmp_path / "state"

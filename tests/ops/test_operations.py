@@ -19,6 +19,9 @@ from tenacity import Retrying, stop_after_delay, wait_fixed
 from memory_worker import demo
 from memory_worker.storage import store
 
+# Every test here runs the CLI, a worker, beat or the supervisor as processes.
+pytestmark = pytest.mark.processes
+
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "memory_worker.cli"]
 
@@ -186,7 +189,6 @@ def supervise(
 STUBBORN = f"117.{os.getpid()}"  # this run's own: another engineer's run has another
 
 
-@pytest.mark.processes
 def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:
@@ -218,7 +220,6 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
     assert leftover.stdout.strip() == ""
 
 
-@pytest.mark.processes
 def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
     good_env: dict[str, str], tmp_path: Path, redis_url: str
 ) -> None:
