@@ -107,17 +107,19 @@ BREAKS = [
         (
             (
                 RECALL,
-                "got = visible_memories(\n"
-                "        persona, present, ctx.room, found, consent, members=members, "
-                "proven_scope=proven_scope\n    )",
+                "got = audience.visible(persona, found)",
                 "got = found",
             ),
             (
                 RECALL,
-                "scope = scope_for(\n"
-                "            persona, present, ctx.room, consent, members=members, "
-                "proven_scope=proven_scope\n        )",
+                "scope = audience.scope(persona)",
                 "scope = " + EVERYONE,
+            ),
+            (
+                RECALL,
+                "from memory_worker.core.rows import Row\n",
+                "from memory_worker.core.audience import Consent, Members, scope_for\n"
+                "from memory_worker.core.rows import Row\n",
             ),
         ),
     ),

@@ -192,3 +192,40 @@ def one_to_one(row: Row) -> bool:
     """Formed one-to-one: witnessed by the one human who holds it (`holder`)."""
     who = holder(row)
     return who is not None and set(row.witnessed) == {who}
+
+
+@dataclass(frozen=True)
+class RoomAudience:
+    """Everyone a room's memories could reach, built once from what a room open, a recall or a
+    spell read, and handed on whole: the scope of each persona and the gate every row passes
+    come from this one value, so no two readers can build it differently
+    (docs/design.md §11.1)."""
+
+    room: Room
+    present: frozenset[int]
+    members: Members
+    consent: Consent
+    proven_scope: bool = V1_PROVEN_SCOPE
+
+    def scope(self, persona: str) -> Scope:
+        """Who `persona` may remember here (`scope_for`)."""
+        return scope_for(
+            persona,
+            self.present,
+            self.room,
+            self.consent,
+            members=self.members,
+            proven_scope=self.proven_scope,
+        )
+
+    def visible(self, persona: str, rows: Iterable[Row]) -> list[Row]:
+        """The rows of `rows` that may enter `persona`'s head here (`visible_memories`)."""
+        return visible_memories(
+            persona,
+            self.present,
+            self.room,
+            rows,
+            self.consent,
+            members=self.members,
+            proven_scope=self.proven_scope,
+        )

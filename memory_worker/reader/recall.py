@@ -21,7 +21,6 @@ from datetime import datetime
 import numpy as np
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.core.ranking import RankColumns, scores, take
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
@@ -66,13 +65,8 @@ def recall(
         ctx = read_path.context(conn, room_id, present, [persona])  # the block's own statement
         if ctx is None:
             raise UnknownRoom(room_id)
-        members = Members(ctx.members, frozenset(ctx.personas))
-        mutes = frozenset(m for m in ctx.mutes if m[1] == persona)
-        private = frozenset(m for m in ctx.stays_private if m[1] == persona)
-        consent = Consent(memory_on=ctx.memory_on, mutes=mutes, stays_private=private)
-        scope = scope_for(
-            persona, present, ctx.room, consent, members=members, proven_scope=proven_scope
-        )
+        audience = ctx.audience([persona], present, proven_scope)
+        scope = audience.scope(persona)
         if not scope.world or k <= 0:
             return []  # incognito, or a persona that is not in the room
         scopes = {persona: scope}
@@ -94,9 +88,7 @@ def recall(
         wanted = top(c, scores(c), exclude=block_ids, k=k)
         rows = memories.rows_by_id(conn, wanted)
     found = [rows[i] for i in wanted if i in rows]
-    got = visible_memories(
-        persona, present, ctx.room, found, consent, members=members, proven_scope=proven_scope
-    )
+    got = audience.visible(persona, found)
     if touch and got:
         promise_touch(url, {persona: [r.id for r in got]}, when)
     return got

@@ -19,10 +19,10 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.audience import Consent, Members, Scope, scope_for, visible_memories
+from memory_worker.core.audience import RoomAudience, Scope
 from memory_worker.core.block import Block, Human, Section, render
 from memory_worker.core.ranking import WORLD_GROUP, scores, take
-from memory_worker.core.rows import Room, Row
+from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
 from memory_worker.reader.cache_loader import Fills
 from memory_worker.reader.fill import FILLS
@@ -187,14 +187,8 @@ def _blocks(
     slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
     if not slugs:
         return strangers
-    members = Members(ctx.members, frozenset(ctx.personas))
-    mutes = frozenset(m for m in ctx.mutes if m[1] in slugs)
-    private = frozenset(m for m in ctx.stays_private if m[1] in slugs)
-    consent = Consent(memory_on=ctx.memory_on, mutes=mutes, stays_private=private)
-    scopes = {
-        p: scope_for(p, present, ctx.room, consent, members=members, proven_scope=proven_scope)
-        for p in slugs
-    }
+    audience = ctx.audience(slugs, frozenset(present), proven_scope)
+    scopes = {p: audience.scope(p) for p in slugs}
     topic = ctx.room.topic_embedding
     candidates = cache_loader.load_candidates(
         conn, scopes, when, topic, url, versions=ctx.versions, fills=fills
@@ -210,11 +204,7 @@ def _blocks(
             rows,
             scopes[p],
             ctx.humans,
-            present,
-            ctx.room,
-            consent,
-            members,
-            proven_scope,
+            audience,
         )
         for p in slugs
     }
@@ -229,17 +219,11 @@ def _render(
     rows: Mapping[int, Row],
     scope: Scope,
     humans: Mapping[int, Human],
-    present: frozenset[int],
-    room: Room,
-    consent: Consent,
-    members: Members,
-    proven_scope: bool,
+    audience: RoomAudience,
 ) -> Block:
     """The gate, then the block: every picked row passes the audience rule once more."""
     picked_rows = [rows[i] for ids in picked.values() for i in ids if i in rows]
-    gate = visible_memories(
-        persona, present, room, picked_rows, consent, members=members, proven_scope=proven_scope
-    )
+    gate = audience.visible(persona, picked_rows)
     allowed = {r.id: r for r in gate}
     sections = [
         Section(humans[u], [allowed[i] for i in picked.get(u, []) if i in allowed])

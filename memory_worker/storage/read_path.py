@@ -40,6 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 
 from memory_worker.core import tables as t
+from memory_worker.core.audience import Consent, Members, RoomAudience
 from memory_worker.core.block import Human
 from memory_worker.core.constants import KINDS, SUBJECT_SELF, SUBJECT_WORLD
 from memory_worker.core.read_cache import NEVER_WRITTEN, Version, Versions
@@ -66,6 +67,24 @@ class Context:
     names: dict[str, str]  # display names, by slug, of the same
     # (user_id, persona) for present humans who keep their one-to-one rows out of groups
     stays_private: frozenset[tuple[int, str]] = frozenset()
+
+    def audience(
+        self, personas: Iterable[str], present: frozenset[int], proven_scope: bool
+    ) -> RoomAudience:
+        """The room's audience for `personas` with `present` there, from this statement: what a
+        room open and a recall hand to the block, the gate and the ranking alike."""
+        slugs = frozenset(personas)
+        return RoomAudience(
+            self.room,
+            present,
+            Members(self.members, frozenset(self.personas)),
+            Consent(
+                memory_on=self.memory_on,
+                mutes=frozenset(m for m in self.mutes if m[1] in slugs),
+                stays_private=frozenset(m for m in self.stays_private if m[1] in slugs),
+            ),
+            proven_scope,
+        )
 
 
 Column = ColumnElement[Any]
