@@ -54,11 +54,11 @@ from memory_worker import reader  # noqa: E402
 from memory_worker.core import rank_rows  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core.audience import Consent, Members, visible_memories  # noqa: E402
+from memory_worker.core.model_interfaces import Embedder  # noqa: E402
 from memory_worker.core.ranking import RULE, SEED_RULE, RankColumns, scores, take  # noqa: E402
 from memory_worker.core.rows import Row  # noqa: E402
 from memory_worker.core.vectors import quantise  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
-from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.reader.recall import top  # noqa: E402
 from memory_worker.storage import (
     memories,  # noqa: E402

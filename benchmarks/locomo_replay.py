@@ -35,7 +35,7 @@ from sqlalchemy import select  # noqa: E402
 from memory_worker import app_side, models, reader  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
-from memory_worker.models.base import Embedder  # noqa: E402
+from memory_worker.core.model_interfaces import Embedder  # noqa: E402
 from memory_worker.models.scripted import ScriptedChat, route_payload  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
 from memory_worker.write import extract, pipeline  # noqa: E402

@@ -35,7 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "core": ("core",),
     "storage": ("storage",),
-    "model interfaces": ("models.base",),
+    "model interfaces": ("core.model_interfaces",),
     "models": ("models",),
     "write": ("write",),
     "reader": ("reader",),
@@ -50,9 +50,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
 # The folders are the layers (issue 22): each package of memory_worker holds the layers named
 # here and no other, and beside them only these entry modules.
 FOLDERS: dict[str, set[str]] = {
-    "core": {"leaf", "core"},
+    "core": {"leaf", "core", "model interfaces"},
     "storage": {"storage"},
-    "models": {"model interfaces", "models"},
+    "models": {"models"},
     "write": {"write"},
     "reader": {"reader"},
     "ops": {"ops"},

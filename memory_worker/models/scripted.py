@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     ChatResult,
     MalformedAnswer,
     PromptTooLarge,

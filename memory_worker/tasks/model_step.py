@@ -35,8 +35,12 @@ from memory_worker.core.constants import (
     RETRY_BACKOFF_MAX_S,
 )
 from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.model_interfaces import (
+    MalformedAnswer,
+    PermanentModelError,
+    TransientModelError,
+)
 from memory_worker.core.rows import Spell
-from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
 from memory_worker.ops import broker, inflight, metrics, ratelimit
 from memory_worker.tasks.boundary import QuietTask, reject
 

@@ -134,7 +134,7 @@ def sweep_recent() -> list[str]:
 
 @app.task(
     name="memory_worker.room_topic",
-    autoretry_for=(models.base.TransientModelError,),
+    autoretry_for=(models.TransientModelError,),
     retry_backoff=True,
     max_retries=5,
 )
@@ -158,7 +158,7 @@ def room_topic(room_id: str) -> bool:
 
 @app.task(
     name="memory_worker.reembed_user",
-    autoretry_for=(models.base.TransientModelError,),
+    autoretry_for=(models.TransientModelError,),
     retry_backoff=True,
     max_retries=5,
 )

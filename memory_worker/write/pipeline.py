@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 
 from memory_worker.core import clock
+from memory_worker.core.model_interfaces import ChatModel, Embedder, PromptTooLarge
 from memory_worker.core.rows import Candidate, Spell
-from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, store, users
 from memory_worker.storage.embedder import EmbedderMismatch

@@ -33,9 +33,9 @@ from google.genai import models as sdk_models
 from pydantic import BaseModel, Field, ValidationError
 
 from memory_worker.core.constants import EMBEDDING_DIMS
+from memory_worker.core.model_interfaces import ChatResult, MalformedAnswer, Usage, describe_invalid
 from memory_worker.core.settings import Settings
 from memory_worker.models import gemini
-from memory_worker.models.base import ChatResult, MalformedAnswer, Usage, describe_invalid
 from memory_worker.models.gemini import (
     EMBED_TASK_TYPE,
     GeminiChat,

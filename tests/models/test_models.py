@@ -20,12 +20,12 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from memory_worker import models
-from memory_worker.core.settings import Settings
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     MalformedAnswer,
     PermanentModelError,
     TransientModelError,
 )
+from memory_worker.core.settings import Settings
 from memory_worker.models.gemini import GeminiChat, GeminiEmbedder, parse_duration
 from memory_worker.models.gemini_stub import (
     EMBED_SCALE,
