@@ -295,7 +295,7 @@ class Stack:
             "PYTHONWARNINGS": f"ignore:{local_worker.ROOT_WARNING}",  # by message: see local_worker
         }
         self.beat = subprocess.Popen(
-            [sys.executable, "-m", "celery", "--quiet", "-A", "memory_worker.celery_app",
+            [sys.executable, "-m", "celery", "--quiet", "-A", "memory_worker.tasks.celery_app",
              "beat", "--loglevel", "WARNING",
              "--schedule", str(self.workdir / "beat-schedule")],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -372,7 +372,7 @@ def say(eng: Engine, room: str, human: int, burst: list[str]) -> int:
 def room_quiet(url: str, room: str) -> None:
     """What `events.room_quiet` sends, on this run's broker. With the broker away it fails as
     the app's call would, and the sweep (the cursors are the truth) picks the room up."""
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
 
     try:
@@ -508,7 +508,7 @@ def run(
         quota = Quota.per_minute(
             s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_margin_s
         )
-        from memory_worker.celery_app import app
+        from memory_worker.tasks.celery_app import app
 
         broker = redis.Redis.from_url(url)
         with app.connection_for_write(url) as conn:

@@ -124,8 +124,8 @@ def bench_noop(n: int) -> float:
     from celery import chain
 
     from benchmarks.noop_tasks import DONE_KEY, noop_done, noops
-    from memory_worker.celery_app import app
     from memory_worker.ops import broker
+    from memory_worker.tasks.celery_app import app
 
     r = broker.client(app.conf.broker_url)
     r.delete(DONE_KEY)
@@ -246,7 +246,7 @@ def main() -> None:
         models.clear_cache()
         store.init_db()
         steps = step_cpu(60)
-        from memory_worker.celery_app import app
+        from memory_worker.tasks.celery_app import app
 
         app.conf.broker_url = url
         worker = None
@@ -301,7 +301,7 @@ def main() -> None:
 def bench_slow(stub: GeminiStub, base, tmp: str, n: int, latency: float) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Spells through a model worker of 32 threads (the Procfile's) with a slow model, under
     the default global rate limit: model calls per second against that limit."""
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
 
     per_minute = settings_mod.Settings().model_requests_per_minute
     rate = per_minute / 60.0

@@ -42,7 +42,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "controls": ("controls",),
     "app side": ("app_side",),
     "ops": ("ops",),
-    "tasks": ("tasks", "celery_app"),
+    "tasks": ("tasks",),
     "events": ("events",),
     "shells": ("cli", "demo", "web"),
 }
@@ -59,7 +59,7 @@ FOLDERS: dict[str, set[str]] = {
     "tasks": {"tasks"},
     "web": {"shells"},
 }
-ENTRY_MODULES = {"__init__", "app_side", "celery_app", "cli", "controls", "demo", "events"}
+ENTRY_MODULES = {"__init__", "app_side", "cli", "controls", "demo", "events"}
 
 MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},

@@ -45,7 +45,7 @@ def worker(redis_url: str):  # type: ignore[no-untyped-def]
     settings_mod.configure(settings_mod.current().with_(broker_url=redis_url))
     from celery.contrib.testing.worker import start_worker
 
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
 
     app.conf.broker_url = redis_url
     app.control.purge()  # a host Redis may hold an earlier run's messages
@@ -152,7 +152,7 @@ class Pipeline:
 
 
 def redis_url_of(worker) -> str:  # type: ignore[no-untyped-def]
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
 
     return str(app.conf.broker_url)
 

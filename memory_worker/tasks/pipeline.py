@@ -34,7 +34,6 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
 from memory_worker import models
-from memory_worker.celery_app import app
 from memory_worker.core import messages
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
@@ -44,6 +43,7 @@ from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
 from memory_worker.storage.notices import Notice
 from memory_worker.tasks.boundary import reject
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.model_step import ModelStep
 from memory_worker.write import pipeline
 

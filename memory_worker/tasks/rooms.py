@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection
 
 from memory_worker import models
-from memory_worker.celery_app import app
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, SWEEP_WINDOW_S
 from memory_worker.core.messages import MalformedMessage
@@ -21,6 +20,7 @@ from memory_worker.storage import rooms, store
 from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.storage.spell_context import room_members
 from memory_worker.tasks.boundary import reject
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, start_spell
 from memory_worker.write import pipeline, reembed
 from memory_worker.write.embed import embed_topic, require_store_embedder

@@ -263,9 +263,9 @@ def test_three_worker_processes_started_at_once_never_send_the_stub_more_than_th
     """Issue 20 #3: the quota held in Redis but not at the model — five slots granted at once
     reached it 7–173 ms apart, ten in a sliding second. Measured where the model counts: at
     the stub, as each request arrives, with three worker processes draining one backlog."""
-    from memory_worker.celery_app import app
     from memory_worker.core.constants import QUEUES
     from memory_worker.ops import local_worker
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
     from tests.worker import spare_database
 

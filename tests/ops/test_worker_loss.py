@@ -46,7 +46,7 @@ def test_a_task_whose_worker_child_dies_is_delivered_again_and_the_spell_commits
     pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
     pipeline.stub.hang_next(60.0, kind="chat")  # the first extract hangs until we kill it
 
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
 
     url = other_database(redis_url)

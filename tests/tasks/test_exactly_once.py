@@ -126,7 +126,7 @@ def test_a_spell_redelivered_after_its_worker_died_changes_nothing_a_newer_spell
 
     dm.stub.chat_responder = held
     bees.say(dm.db, bees.KEEPS)
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
 
     url = other_database(redis_url)  # A's own worker, which the session's worker cannot reach

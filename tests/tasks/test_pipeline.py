@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import app_side, events, models
-from memory_worker.celery_app import app
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.settings import Settings
@@ -19,6 +18,7 @@ from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
 from memory_worker.ops import broker, inflight
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.rooms import (
     RECOVERY_PROMISE_S,
     recovery_bound_s,

@@ -14,7 +14,6 @@ from celery.signals import before_task_publish
 from sqlalchemy import insert, select
 
 from memory_worker import app_side, events
-from memory_worker.celery_app import app
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
@@ -28,6 +27,7 @@ from memory_worker.models.scripted import (
 )
 from memory_worker.ops import inflight
 from memory_worker.tasks import pipeline as tasks
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.rooms import on_room_quiet
 from memory_worker.write import pipeline as pipeline_steps
 from tests.scenes import DAN, extract_answer, people, private_chat
