@@ -42,6 +42,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "controls": ("controls",),
     "app side": ("app_side",),
     "ops": ("ops",),
+    "check": ("check",),
     "tasks": ("tasks",),
     "events": ("events",),
     "shells": ("cli", "demo", "web"),
@@ -59,7 +60,7 @@ FOLDERS: dict[str, set[str]] = {
     "tasks": {"tasks"},
     "web": {"shells"},
 }
-ENTRY_MODULES = {"__init__", "app_side", "cli", "controls", "demo", "events"}
+ENTRY_MODULES = {"__init__", "app_side", "check", "cli", "controls", "demo", "events"}
 
 MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},
@@ -72,7 +73,18 @@ MAY_IMPORT: dict[str, set[str]] = {
     "controls": {"leaf", "core", "storage", "controls"},
     "app side": {"leaf", "storage"},
     "ops": {"leaf", "model interfaces", "ops"},
-    "tasks": {"leaf", "core", "storage", "model interfaces", "models", "write", "ops", "tasks"},
+    "check": {"leaf", "storage", "model interfaces", "models", "ops", "check"},
+    "tasks": {
+        "leaf",
+        "core",
+        "storage",
+        "model interfaces",
+        "models",
+        "write",
+        "ops",
+        "check",
+        "tasks",
+    },
     "events": {"leaf", "storage", "tasks", "events"},
     "shells": set(LAYERS),
 }

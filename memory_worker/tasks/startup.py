@@ -26,7 +26,7 @@ class CannotStart(SystemExit):
 
 def check_worker_can_start() -> None:
     """Settings valid, the provider ready, the store migrated — or CannotStart."""
-    from memory_worker.tasks import check
+    from memory_worker import check
 
     try:
         s = settings_mod.current()

@@ -155,7 +155,7 @@ def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: P
         timeout=120,
     )
     assert target.exists() and not (tmp_path / "memory_worker.db").exists()
-    from memory_worker.tasks import check
+    from memory_worker import check
 
     check.require_migrated(f"sqlite:///{target}")
 
