@@ -217,11 +217,24 @@ def test_no_module_of_the_package_imports_itself_back_through_others() -> None:
         - {name}
         for name, path in modules()
     }
+    found = circles(graph)
+    assert not found, "import circle: " + "; ".join(" → ".join(ring) for ring in found)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of `graph` (a node → the nodes it imports), each as its path back to where
+    it began: at least one through every tangle, none twice over the same nodes."""
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
     done: set[str] = set()
 
     def visit(node: str, path: list[str]) -> None:
         if node in path:
-            raise AssertionError("import circle: " + " → ".join([*path[path.index(node) :], node]))
+            ring = [*path[path.index(node) :], node]
+            if frozenset(ring) not in seen:
+                seen.add(frozenset(ring))
+                found.append(ring)
+            return
         if node in done:
             return
         for nxt in sorted(graph.get(node, ())):
@@ -230,6 +243,7 @@ def test_no_module_of_the_package_imports_itself_back_through_others() -> None:
 
     for name in sorted(graph):
         visit(name, [])
+    return found
 
 
 def test_no_import_asks_a_package_for_a_submodule_that_one_of_its_names_hides() -> None:
@@ -258,3 +272,31 @@ def test_no_import_asks_a_package_for_a_submodule_that_one_of_its_names_hides() 
                     if not isinstance(got, types.ModuleType):
                         wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {alias.name}")
     assert not wrong, f"these import a name that hides the submodule it names: {wrong}"
+
+
+def unit_of(module: str) -> str:
+    """The folder a module is in (`memory_worker.write.commit` → `write`), or the module itself
+    when it is an entry module beside the folders (`memory_worker.cli` → `cli`)."""
+    return module.removeprefix("memory_worker.").split(".")[0]
+
+
+def test_no_two_folders_import_each_other() -> None:
+    """The folders import one way (issue 31): drawn as a graph of units — each folder of
+    memory_worker, each entry module beside them — with an edge wherever a module of one imports
+    a module of another (at the top or inside a function), it has no cycle, of two units or
+    more. Two folders that import each other are one folder in two places."""
+    edges: dict[str, dict[str, str]] = {}
+    for name, path in modules():
+        for imported in sorted(imports_of(path)):
+            if not imported.startswith("memory_worker."):
+                continue
+            mine, theirs = unit_of(name), unit_of(imported)
+            if mine != theirs:
+                why = f"{name} imports {imported.removeprefix('memory_worker.')}"
+                edges.setdefault(mine, {}).setdefault(theirs, why)
+    said = [
+        " → ".join(ring)
+        + f" ({'; '.join(edges[a][b] for a, b in zip(ring, ring[1:], strict=False))})"
+        for ring in circles({unit: set(to) for unit, to in edges.items()})
+    ]
+    assert not said, "folders that import each other:\n" + "\n".join(said)
