@@ -139,7 +139,7 @@ def bench_noop(n: int) -> float:
 def demo_tokens() -> list[tuple[str, int, int]]:
     """Run the demo's two spells in-process through the replay cassette; tokens per spell."""
     from memory_worker import demo, models
-    from memory_worker.write import pipeline
+    from memory_worker.write import steps
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,12 +159,12 @@ def demo_tokens() -> list[tuple[str, int, int]]:
             ("demo spell 2", demo.SECOND_SPELL),
         ):
             demo.say_all(store.engine(), lines)
-            spell = pipeline.begin("warren", "dm-dan")
+            spell = steps.begin("warren", "dm-dan")
             assert spell is not None
-            spell = pipeline.run_extract(spell, models.chat_model(s))
-            spell = pipeline.run_embed(spell, models.embedder(s))
-            spell = pipeline.run_route(spell, models.chat_model(s))
-            assert pipeline.run_commit(spell).status == "committed", spell.parked
+            spell = steps.run_extract(spell, models.chat_model(s))
+            spell = steps.run_embed(spell, models.embedder(s))
+            spell = steps.run_route(spell, models.chat_model(s))
+            assert steps.run_commit(spell).status == "committed", spell.parked
             out.append((label, spell.tokens_in, spell.tokens_out))
     return out
 
@@ -172,7 +172,7 @@ def demo_tokens() -> list[tuple[str, int, int]]:
 def step_cpu(n: int) -> dict[str, float]:
     """CPU ms of each step function per spell, in this thread (the stub's threads excluded)."""
     from memory_worker import models
-    from memory_worker.write import pipeline
+    from memory_worker.write import steps
 
     s = settings_mod.current()
     seed_rooms(n)
@@ -180,17 +180,17 @@ def step_cpu(n: int) -> dict[str, float]:
     for i in range(n):
         clock = time.thread_time
         t0 = clock()
-        spell = pipeline.begin("warren", f"dm-{i}")
+        spell = steps.begin("warren", f"dm-{i}")
         t1 = clock()
-        spell = pipeline.run_extract(spell, models.chat_model(s))  # type: ignore[arg-type]
+        spell = steps.run_extract(spell, models.chat_model(s))  # type: ignore[arg-type]
         t2 = clock()
-        spell = pipeline.run_embed(spell, models.embedder(s))
+        spell = steps.run_embed(spell, models.embedder(s))
         t3 = clock()
-        spell = pipeline.run_route(spell, models.chat_model(s))
+        spell = steps.run_route(spell, models.chat_model(s))
         t4 = clock()
-        outcome = pipeline.run_commit(spell)
+        outcome = steps.run_commit(spell)
         t5 = clock()
-        pipeline.run_notify(spell, outcome.row_ids)
+        steps.run_notify(spell, outcome.row_ids)
         t6 = clock()
         if i >= n // 5:  # the first fifth warms caches and connections
             for k, a, b in zip(

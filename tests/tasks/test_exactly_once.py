@@ -181,7 +181,7 @@ def test_a_toast_whose_message_was_lost_is_delivered_by_the_sweep(
 ) -> None:
     from memory_worker.models.scripted import ScriptedChat, sensible_route
     from memory_worker.tasks.rooms import sweep_lagging_rooms
-    from memory_worker.write import pipeline as steps
+    from memory_worker.write import steps
 
     people(pipeline.db)
     lines = private_chat(pipeline.db)
@@ -218,7 +218,7 @@ def committed_without_its_toast(lines: list[int]) -> Spell:
     stub's), as the worker's later spells are."""
     from memory_worker import models
     from memory_worker.models.scripted import ScriptedChat, sensible_route
-    from memory_worker.write import pipeline as steps
+    from memory_worker.write import steps
 
     chat = ScriptedChat({"extract": extract_answer(lines), "route": sensible_route})
     spell = steps.begin("warren", "dm-dan")
