@@ -196,10 +196,10 @@ def _ids(ev: str | list[str]) -> list[str]:
 
 
 def _slice(spell):  # type: ignore[no-untyped-def]
-    from memory_worker.write import spell as spells
+    from memory_worker.write import window
 
     with store.engine().connect() as c:
-        return spells.load_slice(c, spell), spell.present
+        return window.load_slice(c, spell), spell.present
 
 
 def main() -> None:

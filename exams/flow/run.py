@@ -504,7 +504,9 @@ GUARDS: dict[str, Callable[[], Any]] = {
     "the confirmation check": lambda: mock.patch(
         "memory_worker.core.provenance.confirms", lambda line, row: True
     ),
-    "the scoped neighbours": lambda: mock.patch("memory_worker.write.spell.spell_scope", _unscoped),
+    "the scoped neighbours": lambda: mock.patch(
+        "memory_worker.write.window.spell_scope", _unscoped
+    ),
     "the name normaliser": lambda: mock.patch("memory_worker.core.names.fold", _naive_fold),
     "the page's evidence filter": lambda: mock.patch(
         "memory_worker.controls.witnessed_lines", lambda user, lines, joined: set(lines)
