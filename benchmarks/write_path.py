@@ -41,8 +41,12 @@ from sqlalchemy import func, select  # noqa: E402
 from memory_worker import app_side, models
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
-from memory_worker.models.gemini_stub import GeminiStub, default_embed_responder  # noqa: E402
-from memory_worker.models.scripted import gemini_responder, transcript_ids  # noqa: E402
+from memory_worker.models.gemini_stub import (  # noqa: E402
+    GeminiStub,
+    default_embed_responder,
+    gemini_responder,
+)
+from memory_worker.models.scripted import transcript_ids  # noqa: E402
 from memory_worker.ops import embedded, local_worker
 from memory_worker.storage import store
 

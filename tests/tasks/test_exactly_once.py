@@ -24,7 +24,8 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import QUEUES
 from memory_worker.core.rows import Spell
-from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
+from memory_worker.models.gemini_stub import gemini_responder
+from memory_worker.models.scripted import candidate, transcript_ids
 from memory_worker.ops import local_worker, toast_bus
 from tests import bees
 from tests.ops.test_worker_loss import children, other_database

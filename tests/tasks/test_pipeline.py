@@ -15,8 +15,9 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.settings import Settings
 from memory_worker.core.vectors import quantise
+from memory_worker.models.gemini_stub import gemini_responder
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
+from memory_worker.models.scripted import candidate, transcript_ids
 from memory_worker.ops import broker, inflight
 from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.rooms import (

@@ -17,11 +17,11 @@ from memory_worker import app_side, events
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
+from memory_worker.models.gemini_stub import gemini_responder
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import (
     ScriptedChat,
     candidate,
-    gemini_responder,
     sensible_route,
     transcript_ids,
 )
