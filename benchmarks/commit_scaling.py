@@ -122,7 +122,7 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from benchmarks.write_path import extract_two
-    from memory_worker.models.gemini_stub import GeminiStub, gemini_responder
+    from memory_worker.testing.gemini_stub import GeminiStub, gemini_responder
 
     results: dict[int, list[dict]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:

@@ -74,16 +74,16 @@ from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.core.constants import QUEUES  # noqa: E402
 from memory_worker.core.settings import EMBEDDED, Settings  # noqa: E402
-from memory_worker.models.gemini_stub import (  # noqa: E402
-    Fault,
-    GeminiStub,
-    gemini_responder,
-)
 from memory_worker.models.scripted import candidate, transcript_ids  # noqa: E402
 from memory_worker.ops import embedded, local_worker  # noqa: E402
 from memory_worker.ops.ratelimit import Quota  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
 from memory_worker.tasks.rooms import recovery_bound_s  # noqa: E402
+from memory_worker.testing.gemini_stub import (  # noqa: E402
+    Fault,
+    GeminiStub,
+    gemini_responder,
+)
 
 FACTS = {  # a line's words → the fact it states (u:N added in front)
     "I keep bees on the roof.": "keeps bees on the roof.",

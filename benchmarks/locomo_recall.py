@@ -51,7 +51,6 @@ from rich.table import Table  # noqa: E402
 from benchmarks import locomo_replay, router_floor  # noqa: E402
 from benchmarks.locomo_replay import conversations  # noqa: E402
 from memory_worker import reader  # noqa: E402
-from memory_worker.core import rank_rows  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core.audience import Consent, Members, visible_memories  # noqa: E402
 from memory_worker.core.model_interfaces import Embedder  # noqa: E402
@@ -65,6 +64,7 @@ from memory_worker.storage import (
     store,  # noqa: E402
 )
 from memory_worker.storage.rooms import load_room, set_topic_embedding  # noqa: E402
+from memory_worker.testing import rank_rows  # noqa: E402
 from memory_worker.write.embed import embeddable_text  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

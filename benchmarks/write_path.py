@@ -4,7 +4,7 @@ same run.
 
     .venv/bin/python benchmarks/write_path.py [--spells 200] [--rounds 3] [--slow-spells 60]
 
-1. Zero latency: the model is the local Gemini stub (memory_worker/models/gemini_stub.py)
+1. Zero latency: the model is the local Gemini stub (memory_worker/testing/gemini_stub.py)
    answering at once,
    so what is left is our code, the google-genai client's HTTP, Celery, Redis and SQLite.
    Prints spells/s against no-op chains/s, and the worker's CPU ms per spell and per chain
@@ -41,14 +41,14 @@ from sqlalchemy import func, select  # noqa: E402
 from memory_worker import app_side, models
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
-from memory_worker.models.gemini_stub import (  # noqa: E402
+from memory_worker.models.scripted import transcript_ids  # noqa: E402
+from memory_worker.ops import embedded, local_worker
+from memory_worker.storage import store
+from memory_worker.testing.gemini_stub import (  # noqa: E402
     GeminiStub,
     default_embed_responder,
     gemini_responder,
 )
-from memory_worker.models.scripted import transcript_ids  # noqa: E402
-from memory_worker.ops import embedded, local_worker
-from memory_worker.storage import store
 
 MODEL_CALLS_PER_SPELL = 3  # extract, embed, route: each takes a slot of the global rate limit
 

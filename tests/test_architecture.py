@@ -46,6 +46,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "tasks": ("tasks",),
     "events": ("events",),
     "shells": ("cli", "demo", "web"),
+    "testing": ("testing",),
 }
 
 # The folders are the layers (issue 22): each package of memory_worker holds the layers named
@@ -59,6 +60,7 @@ FOLDERS: dict[str, set[str]] = {
     "ops": {"ops"},
     "tasks": {"tasks"},
     "web": {"shells"},
+    "testing": {"testing"},
 }
 ENTRY_MODULES = {"__init__", "app_side", "check", "cli", "controls", "demo", "events"}
 
@@ -87,6 +89,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "events": {"leaf", "storage", "tasks", "events"},
     "shells": set(LAYERS),
+    "testing": set(LAYERS),
 }
 
 # The one import across the rules, each with its reason (the doc lists them too).

@@ -21,8 +21,8 @@ from sqlalchemy import Engine, select
 from memory_worker import models
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.models.gemini_stub import GeminiStub
 from memory_worker.ops import embedded
+from memory_worker.testing.gemini_stub import GeminiStub
 
 SPELL_TIMEOUT_S = 60.0  # generous: a loaded CI machine, a few retries with backoff
 

@@ -81,7 +81,7 @@ def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
 
     google-genai 3.6 talks through httpx2 (or httpx) and lets its exceptions through untouched:
     a timeout arrives as `httpx2.ReadTimeout`/`ConnectTimeout`, a refused connection as
-    `httpx2.ConnectError` (found against memory_worker/models/gemini_stub.py).
+    `httpx2.ConnectError` (found against memory_worker/testing/gemini_stub.py).
     """
     transient: list[type[BaseException]] = []
     other: list[type[BaseException]] = []

@@ -14,9 +14,9 @@ import redis
 
 from memory_worker import events
 from memory_worker.core import settings as settings_mod
-from memory_worker.models.gemini_stub import gemini_responder
 from memory_worker.ops import ratelimit
 from memory_worker.ops.ratelimit import Quota
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline
 

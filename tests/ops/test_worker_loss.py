@@ -15,8 +15,8 @@ import pytest
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import QUEUES
-from memory_worker.models.gemini_stub import gemini_responder
 from memory_worker.ops import local_worker
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline
 

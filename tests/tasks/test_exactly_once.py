@@ -24,9 +24,9 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import QUEUES
 from memory_worker.core.rows import Spell
-from memory_worker.models.gemini_stub import gemini_responder
 from memory_worker.models.scripted import candidate, transcript_ids
 from memory_worker.ops import local_worker, toast_bus
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests import bees
 from tests.ops.test_worker_loss import children, other_database
 from tests.scenes import DAN, extract_answer, people, private_chat
@@ -119,7 +119,7 @@ def test_a_spell_redelivered_after_its_worker_died_changes_nothing_a_newer_spell
     respond = gemini_responder(bees.extract)
 
     def held(body: dict) -> object:  # A's extract (line 1 alone) waits until we let it go
-        from memory_worker.models.gemini_stub import prompt_text
+        from memory_worker.testing.gemini_stub import prompt_text
 
         if transcript_ids(prompt_text(body)) == [1]:
             gate.wait(60)

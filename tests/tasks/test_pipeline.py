@@ -15,7 +15,6 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.settings import Settings
 from memory_worker.core.vectors import quantise
-from memory_worker.models.gemini_stub import gemini_responder
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import candidate, transcript_ids
 from memory_worker.ops import broker, inflight
@@ -26,6 +25,7 @@ from memory_worker.tasks.rooms import (
     sweep,
     sweep_lagging_rooms,
 )
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
 

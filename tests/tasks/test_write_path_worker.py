@@ -17,7 +17,6 @@ from memory_worker import app_side, events
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
-from memory_worker.models.gemini_stub import gemini_responder
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import (
     ScriptedChat,
@@ -29,6 +28,7 @@ from memory_worker.ops import inflight
 from memory_worker.tasks import pipeline as tasks
 from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.rooms import on_room_quiet
+from memory_worker.testing.gemini_stub import gemini_responder
 from memory_worker.write import steps
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.worker import SPELL_TIMEOUT_S, Pipeline, settle

@@ -21,9 +21,9 @@ from sqlalchemy import Engine, select
 from memory_worker import app_side, events
 from memory_worker.core import tables as t
 from memory_worker.core.constants import MODEL_MAX_RETRIES
-from memory_worker.models.gemini_stub import prompt_text, system_text
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.tasks.celery_app import app
+from memory_worker.testing.gemini_stub import prompt_text, system_text
 from tests.scenes import CARA, DAN, people
 from tests.write_helpers import assert_write_rules, notices, plant, rows, run_spell, spell_records
 
