@@ -88,7 +88,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "tasks",
     },
     "events": {"leaf", "storage", "tasks", "events"},
-    "shells": set(LAYERS),
+    "shells": set(LAYERS) - {"testing"},  # the product never imports the stand-ins
     "testing": set(LAYERS),
 }
 
@@ -189,6 +189,18 @@ def test_nothing_outside_the_tests_imports_the_tests(folder: str) -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
+@pytest.mark.parametrize("folder", ["exams", "memory_worker"])
+def test_no_module_of_the_product_imports_the_testing_package(folder: str) -> None:
+    """memory_worker.testing holds stand-ins (a local Gemini API, a reference ranking) for the
+    tests and benchmarks, which may import it. No other module of the package does, at the top
+    or inside a function (issue 31), and neither do the exams: `memory-worker exam` runs them."""
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        if path.is_relative_to(PACKAGE / "testing"):
+            continue
+        bad = {m for m in imports_of(path) if m.startswith("memory_worker.testing")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
 def test_the_layers_table_is_the_one_the_doc_shows() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text()
     for layer, allowed in MAY_IMPORT.items():
@@ -199,6 +211,9 @@ def test_the_layers_table_is_the_one_the_doc_shows() -> None:
             assert f"`{prefix}`" in modules_cell, f"the doc's {layer!r} row lacks {prefix}"
         if may_cell.strip() == "everything":
             assert allowed == set(LAYERS), f"the doc says {layer!r} may import everything"
+            continue
+        if may_cell.strip() == "everything but testing":
+            assert allowed == set(LAYERS) - {"testing"}, f"the doc's {layer!r} row: {allowed}"
             continue
         shown = {x.strip() for x in may_cell.split(",")} - {"—", layer}
         assert shown == allowed - {layer}, f"the doc's {layer!r} row: {shown} != {allowed}"
