@@ -40,7 +40,7 @@ from memory_worker.models.scripted import (  # noqa: E402
     transcript_ids,
 )
 from memory_worker.storage import store  # noqa: E402
-from memory_worker.write import pipeline  # noqa: E402
+from memory_worker.write import steps  # noqa: E402
 from memory_worker.write.extract import prompt_line  # noqa: E402
 
 console = Console(width=160)
@@ -52,11 +52,11 @@ WINDOWS = [(200, 24_000), (50, 6_000), (1_000, 120_000)]  # (lines, chars); the 
 def drain(persona: str, room_id: str, chat: ScriptedChat) -> list[str]:
     """Spells until the cursor reaches the last line, as the worker chains them: the outcomes."""
     outcomes = []
-    while (spell := pipeline.begin(persona, room_id)) is not None:
-        spell = pipeline.run_extract(spell, chat)
-        spell = pipeline.run_embed(spell, HashingEmbedder())
-        spell = pipeline.run_route(spell, chat)
-        outcomes.append(pipeline.run_commit(spell).status)
+    while (spell := steps.begin(persona, room_id)) is not None:
+        spell = steps.run_extract(spell, chat)
+        spell = steps.run_embed(spell, HashingEmbedder())
+        spell = steps.run_route(spell, chat)
+        outcomes.append(steps.run_commit(spell).status)
     return outcomes
 
 

@@ -6,7 +6,7 @@
 For each process count, a fresh store: 40 personas, each in private rooms with its own human;
 every room says three lines. Spells are prepared in-process up to the commit (the real
 extract → embed → route with the google-genai client against the local stub), then committed by
-`pipeline.run_commit` — the commit task's whole body — split round-robin over the processes,
+`steps.run_commit` — the commit task's whole body — split round-robin over the processes,
 which start together. SQLite has one writer at a time (BEGIN IMMEDIATE); PostgreSQL takes a
 per-persona advisory lock, so commits of different personas may run side by side.
 
@@ -62,29 +62,29 @@ def seed(n: int) -> list[tuple[str, str]]:
 
 def prepare(pairs: list[tuple[str, str]]) -> list[dict]:
     """Each spell run up to its commit, in this process, against the stub."""
-    from memory_worker.write import pipeline
+    from memory_worker.write import steps
 
     s = settings_mod.current()
     out = []
     for persona, room in pairs:
-        spell = pipeline.begin(persona, room)
+        spell = steps.begin(persona, room)
         assert spell is not None
-        spell = pipeline.run_extract(spell, models.chat_model(s))
-        spell = pipeline.run_embed(spell, models.embedder(s))
-        spell = pipeline.run_route(spell, models.chat_model(s))
+        spell = steps.run_extract(spell, models.chat_model(s))
+        spell = steps.run_embed(spell, models.embedder(s))
+        spell = steps.run_route(spell, models.chat_model(s))
         out.append(spell.to_json())
     return out
 
 
 def committer(url: str, spells: list[dict], start: mp.Event, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    from memory_worker.write import pipeline
+    from memory_worker.write import steps
 
     settings_mod.configure(settings_mod.Settings(database_url=url))
     store.engine(url).connect().close()  # imported and connected before the clock starts
     out.put("ready")
     start.wait()
     t0 = time.perf_counter()
-    statuses = [pipeline.run_commit(Spell.from_json(s)).status for s in spells]
+    statuses = [steps.run_commit(Spell.from_json(s)).status for s in spells]
     out.put((time.perf_counter() - t0, statuses))
 
 
@@ -122,8 +122,7 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from benchmarks.write_path import extract_two
-    from memory_worker.models.gemini_stub import GeminiStub
-    from memory_worker.models.scripted import gemini_responder
+    from memory_worker.testing.gemini_stub import GeminiStub, gemini_responder
 
     results: dict[int, list[dict]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:

@@ -74,12 +74,16 @@ from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.core.constants import QUEUES  # noqa: E402
 from memory_worker.core.settings import EMBEDDED, Settings  # noqa: E402
-from memory_worker.models.gemini_stub import Fault, GeminiStub  # noqa: E402
-from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids  # noqa: E402
+from memory_worker.models.scripted import candidate, transcript_ids  # noqa: E402
 from memory_worker.ops import embedded, local_worker  # noqa: E402
 from memory_worker.ops.ratelimit import Quota  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
 from memory_worker.tasks.rooms import recovery_bound_s  # noqa: E402
+from memory_worker.testing.gemini_stub import (  # noqa: E402
+    Fault,
+    GeminiStub,
+    gemini_responder,
+)
 
 FACTS = {  # a line's words → the fact it states (u:N added in front)
     "I keep bees on the roof.": "keeps bees on the roof.",
@@ -295,7 +299,7 @@ class Stack:
             "PYTHONWARNINGS": f"ignore:{local_worker.ROOT_WARNING}",  # by message: see local_worker
         }
         self.beat = subprocess.Popen(
-            [sys.executable, "-m", "celery", "--quiet", "-A", "memory_worker.celery_app",
+            [sys.executable, "-m", "celery", "--quiet", "-A", "memory_worker.tasks.celery_app",
              "beat", "--loglevel", "WARNING",
              "--schedule", str(self.workdir / "beat-schedule")],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -372,7 +376,7 @@ def say(eng: Engine, room: str, human: int, burst: list[str]) -> int:
 def room_quiet(url: str, room: str) -> None:
     """What `events.room_quiet` sends, on this run's broker. With the broker away it fails as
     the app's call would, and the sweep (the cursors are the truth) picks the room up."""
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
 
     try:
@@ -508,7 +512,7 @@ def run(
         quota = Quota.per_minute(
             s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_margin_s
         )
-        from memory_worker.celery_app import app
+        from memory_worker.tasks.celery_app import app
 
         broker = redis.Redis.from_url(url)
         with app.connection_for_write(url) as conn:

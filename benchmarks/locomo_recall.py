@@ -51,20 +51,20 @@ from rich.table import Table  # noqa: E402
 from benchmarks import locomo_replay, router_floor  # noqa: E402
 from benchmarks.locomo_replay import conversations  # noqa: E402
 from memory_worker import reader  # noqa: E402
-from memory_worker.core import rank_rows  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core.audience import Consent, Members, visible_memories  # noqa: E402
+from memory_worker.core.model_interfaces import Embedder  # noqa: E402
 from memory_worker.core.ranking import RULE, SEED_RULE, RankColumns, scores, take  # noqa: E402
 from memory_worker.core.rows import Row  # noqa: E402
 from memory_worker.core.vectors import quantise  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
-from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.reader.recall import top  # noqa: E402
 from memory_worker.storage import (
     memories,  # noqa: E402
     store,  # noqa: E402
 )
 from memory_worker.storage.rooms import load_room, set_topic_embedding  # noqa: E402
+from memory_worker.testing import rank_rows  # noqa: E402
 from memory_worker.write.embed import embeddable_text  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

@@ -35,10 +35,10 @@ from sqlalchemy import select  # noqa: E402
 from memory_worker import app_side, models, reader  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
-from memory_worker.models.base import Embedder  # noqa: E402
+from memory_worker.core.model_interfaces import Embedder  # noqa: E402
 from memory_worker.models.scripted import ScriptedChat, route_payload  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
-from memory_worker.write import extract, pipeline  # noqa: E402
+from memory_worker.write import extract, steps  # noqa: E402
 
 DATA = (
     Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo" / "locomo10.json"
@@ -143,10 +143,10 @@ def replay(
             for text, ev in facts
         ]
         started = time.perf_counter()
-        spell = pipeline.begin(PERSONA, "dm")
+        spell = steps.begin(PERSONA, "dm")
         assert spell is not None
         lines, present = _slice(spell)
-        spell = pipeline.run_extract(spell, model)
+        spell = steps.run_extract(spell, model)
         _, rejected = extract.guard(
             extract.ExtractAnswer.model_validate(annotated),
             persona=PERSONA,
@@ -154,9 +154,9 @@ def replay(
             lines=lines,
             already_today={},
         )
-        spell = pipeline.run_embed(spell, embedder)
-        spell = pipeline.run_route(spell, model)
-        outcome = pipeline.run_commit(spell)
+        spell = steps.run_embed(spell, embedder)
+        spell = steps.run_route(spell, model)
+        outcome = steps.run_commit(spell)
         out.spell_ms.append((time.perf_counter() - started) * 1000)
         out.sessions += 1
         out.lines += len(line_of)
@@ -196,10 +196,10 @@ def _ids(ev: str | list[str]) -> list[str]:
 
 
 def _slice(spell):  # type: ignore[no-untyped-def]
-    from memory_worker.write import spell as spells
+    from memory_worker.write import window
 
     with store.engine().connect() as c:
-        return spells.load_slice(c, spell), spell.present
+        return window.load_slice(c, spell), spell.present
 
 
 def main() -> None:

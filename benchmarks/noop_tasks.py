@@ -7,9 +7,9 @@ counts finished chains in Redis.
 
 from __future__ import annotations
 
-from memory_worker.celery_app import app
 from memory_worker.core.constants import QUEUES
 from memory_worker.ops import broker
+from memory_worker.tasks.celery_app import app
 
 DONE_KEY = "mw:bench:noop-done"
 

@@ -67,9 +67,9 @@ from benchmarks.read_path import (  # noqa: E402
 )
 from memory_worker import models, reader  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core.model_interfaces import Embedder  # noqa: E402
 from memory_worker.core.vectors import quantise  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
-from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
 
 REPS = {1_000: 200, 10_000: 60, 100_000: 10}

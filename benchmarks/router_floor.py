@@ -46,10 +46,10 @@ from rich.table import Table  # noqa: E402
 from benchmarks import locomo_replay  # noqa: E402
 from benchmarks.locomo_replay import conversations  # noqa: E402
 from memory_worker.core.constants import NEIGHBOUR_MIN_COSINE  # noqa: E402
+from memory_worker.core.model_interfaces import Embedder  # noqa: E402
 from memory_worker.core.rows import Candidate  # noqa: E402
 from memory_worker.core.vectors import from_b64, quantise, to_b64  # noqa: E402
 from memory_worker.models import named_embedder  # noqa: E402
-from memory_worker.models.base import Embedder  # noqa: E402
 from memory_worker.storage.memories import OpenRow  # noqa: E402
 from memory_worker.write import route  # noqa: E402
 from memory_worker.write.route import neighbour_floor  # noqa: E402

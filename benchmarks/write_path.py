@@ -4,7 +4,7 @@ same run.
 
     .venv/bin/python benchmarks/write_path.py [--spells 200] [--rounds 3] [--slow-spells 60]
 
-1. Zero latency: the model is the local Gemini stub (memory_worker/models/gemini_stub.py)
+1. Zero latency: the model is the local Gemini stub (memory_worker/testing/gemini_stub.py)
    answering at once,
    so what is left is our code, the google-genai client's HTTP, Celery, Redis and SQLite.
    Prints spells/s against no-op chains/s, and the worker's CPU ms per spell and per chain
@@ -41,10 +41,14 @@ from sqlalchemy import func, select  # noqa: E402
 from memory_worker import app_side, models
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
-from memory_worker.models.gemini_stub import GeminiStub, default_embed_responder  # noqa: E402
-from memory_worker.models.scripted import gemini_responder, transcript_ids  # noqa: E402
+from memory_worker.models.scripted import transcript_ids  # noqa: E402
 from memory_worker.ops import embedded, local_worker
 from memory_worker.storage import store
+from memory_worker.testing.gemini_stub import (  # noqa: E402
+    GeminiStub,
+    default_embed_responder,
+    gemini_responder,
+)
 
 MODEL_CALLS_PER_SPELL = 3  # extract, embed, route: each takes a slot of the global rate limit
 
@@ -124,8 +128,8 @@ def bench_noop(n: int) -> float:
     from celery import chain
 
     from benchmarks.noop_tasks import DONE_KEY, noop_done, noops
-    from memory_worker.celery_app import app
     from memory_worker.ops import broker
+    from memory_worker.tasks.celery_app import app
 
     r = broker.client(app.conf.broker_url)
     r.delete(DONE_KEY)
@@ -139,7 +143,7 @@ def bench_noop(n: int) -> float:
 def demo_tokens() -> list[tuple[str, int, int]]:
     """Run the demo's two spells in-process through the replay cassette; tokens per spell."""
     from memory_worker import demo, models
-    from memory_worker.write import pipeline
+    from memory_worker.write import steps
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,12 +163,12 @@ def demo_tokens() -> list[tuple[str, int, int]]:
             ("demo spell 2", demo.SECOND_SPELL),
         ):
             demo.say_all(store.engine(), lines)
-            spell = pipeline.begin("warren", "dm-dan")
+            spell = steps.begin("warren", "dm-dan")
             assert spell is not None
-            spell = pipeline.run_extract(spell, models.chat_model(s))
-            spell = pipeline.run_embed(spell, models.embedder(s))
-            spell = pipeline.run_route(spell, models.chat_model(s))
-            assert pipeline.run_commit(spell).status == "committed", spell.parked
+            spell = steps.run_extract(spell, models.chat_model(s))
+            spell = steps.run_embed(spell, models.embedder(s))
+            spell = steps.run_route(spell, models.chat_model(s))
+            assert steps.run_commit(spell).status == "committed", spell.parked
             out.append((label, spell.tokens_in, spell.tokens_out))
     return out
 
@@ -172,7 +176,7 @@ def demo_tokens() -> list[tuple[str, int, int]]:
 def step_cpu(n: int) -> dict[str, float]:
     """CPU ms of each step function per spell, in this thread (the stub's threads excluded)."""
     from memory_worker import models
-    from memory_worker.write import pipeline
+    from memory_worker.write import steps
 
     s = settings_mod.current()
     seed_rooms(n)
@@ -180,17 +184,17 @@ def step_cpu(n: int) -> dict[str, float]:
     for i in range(n):
         clock = time.thread_time
         t0 = clock()
-        spell = pipeline.begin("warren", f"dm-{i}")
+        spell = steps.begin("warren", f"dm-{i}")
         t1 = clock()
-        spell = pipeline.run_extract(spell, models.chat_model(s))  # type: ignore[arg-type]
+        spell = steps.run_extract(spell, models.chat_model(s))  # type: ignore[arg-type]
         t2 = clock()
-        spell = pipeline.run_embed(spell, models.embedder(s))
+        spell = steps.run_embed(spell, models.embedder(s))
         t3 = clock()
-        spell = pipeline.run_route(spell, models.chat_model(s))
+        spell = steps.run_route(spell, models.chat_model(s))
         t4 = clock()
-        outcome = pipeline.run_commit(spell)
+        outcome = steps.run_commit(spell)
         t5 = clock()
-        pipeline.run_notify(spell, outcome.row_ids)
+        steps.run_notify(spell, outcome.row_ids)
         t6 = clock()
         if i >= n // 5:  # the first fifth warms caches and connections
             for k, a, b in zip(
@@ -246,7 +250,7 @@ def main() -> None:
         models.clear_cache()
         store.init_db()
         steps = step_cpu(60)
-        from memory_worker.celery_app import app
+        from memory_worker.tasks.celery_app import app
 
         app.conf.broker_url = url
         worker = None
@@ -301,7 +305,7 @@ def main() -> None:
 def bench_slow(stub: GeminiStub, base, tmp: str, n: int, latency: float) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Spells through a model worker of 32 threads (the Procfile's) with a slow model, under
     the default global rate limit: model calls per second against that limit."""
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
 
     per_minute = settings_mod.Settings().model_requests_per_minute
     rate = per_minute / 60.0

@@ -26,11 +26,11 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from memory_worker.check import StoreNotReady, unreachable
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import RAIL_POLL_S
 from memory_worker.core.settings import ConfigError, redact
 from memory_worker.storage import store
-from memory_worker.tasks.check import StoreNotReady, unreachable
 from memory_worker.web import serve
 
 
@@ -41,7 +41,7 @@ def _init_db(_: argparse.Namespace) -> int:
 
 
 def _check(_: argparse.Namespace) -> int:
-    from memory_worker.tasks import check
+    from memory_worker import check
 
     findings = check.run(settings_mod.current())
     for f in findings:
@@ -169,7 +169,7 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
     otherwise say "unknown room" about a store the reader did not know they had switched to),
     else a note. The store's name goes to stderr, so `block`'s output stays the block.
     """
-    from memory_worker.tasks import check
+    from memory_worker import check
 
     _existing_store()
     url = settings_mod.current().database_url
@@ -184,8 +184,8 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
 
 
 def _empty_fix() -> str:
+    from memory_worker.check import EMPTY_HINT
     from memory_worker.demo import DEMO_STORE
-    from memory_worker.tasks.check import EMPTY_HINT
 
     demo = f"; the demo's store is MW_DATABASE_URL=sqlite:///{DEMO_STORE}"
     return EMPTY_HINT + (demo if DEMO_STORE.exists() else " (or run `make demo` for one)")

@@ -184,8 +184,8 @@ def run() -> None:
     seed(eng)
 
     from memory_worker import events
-    from memory_worker.celery_app import app
     from memory_worker.ops import local_worker
+    from memory_worker.tasks.celery_app import app
 
     worker = local_worker.start(s, log=DEMO_DIR / "worker.log")
     try:

@@ -132,7 +132,7 @@ def _statements_compiled_per_test_under_mutmut() -> None:
 
 # --- a real broker and a real worker --------------------------------------------------------
 
-from memory_worker.models.gemini_stub import GeminiStub  # noqa: E402
+from memory_worker.testing.gemini_stub import GeminiStub  # noqa: E402
 from tests.worker import pipeline, redis_url, worker  # noqa: E402,F401
 
 

@@ -35,31 +35,34 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "core": ("core",),
     "storage": ("storage",),
-    "model interfaces": ("models.base",),
+    "model interfaces": ("core.model_interfaces",),
     "models": ("models",),
     "write": ("write",),
     "reader": ("reader",),
     "controls": ("controls",),
     "app side": ("app_side",),
     "ops": ("ops",),
-    "tasks": ("tasks", "celery_app"),
+    "check": ("check",),
+    "tasks": ("tasks",),
     "events": ("events",),
     "shells": ("cli", "demo", "web"),
+    "testing": ("testing",),
 }
 
 # The folders are the layers (docs/architecture.md): each package of memory_worker holds the
 # layers named here and no other, and beside them only these entry modules.
 FOLDERS: dict[str, set[str]] = {
-    "core": {"leaf", "core"},
+    "core": {"leaf", "core", "model interfaces"},
     "storage": {"storage"},
-    "models": {"model interfaces", "models"},
+    "models": {"models"},
     "write": {"write"},
     "reader": {"reader"},
     "ops": {"ops"},
     "tasks": {"tasks"},
     "web": {"shells"},
+    "testing": {"testing"},
 }
-ENTRY_MODULES = {"__init__", "app_side", "celery_app", "cli", "controls", "demo", "events"}
+ENTRY_MODULES = {"__init__", "app_side", "check", "cli", "controls", "demo", "events"}
 
 MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},
@@ -72,9 +75,21 @@ MAY_IMPORT: dict[str, set[str]] = {
     "controls": {"leaf", "core", "storage", "controls"},
     "app side": {"leaf", "storage"},
     "ops": {"leaf", "model interfaces", "ops"},
-    "tasks": {"leaf", "core", "storage", "model interfaces", "models", "write", "ops", "tasks"},
+    "check": {"leaf", "storage", "model interfaces", "models", "ops", "check"},
+    "tasks": {
+        "leaf",
+        "core",
+        "storage",
+        "model interfaces",
+        "models",
+        "write",
+        "ops",
+        "check",
+        "tasks",
+    },
     "events": {"leaf", "storage", "tasks", "events"},
-    "shells": set(LAYERS),
+    "shells": set(LAYERS) - {"testing"},  # the product never imports the stand-ins
+    "testing": set(LAYERS),
 }
 
 # The one import across the rules, each with its reason (the doc lists them too).
@@ -174,6 +189,18 @@ def test_nothing_outside_the_tests_imports_the_tests(folder: str) -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
+@pytest.mark.parametrize("folder", ["exams", "memory_worker"])
+def test_no_module_of_the_product_imports_the_testing_package(folder: str) -> None:
+    """memory_worker.testing holds stand-ins (a local Gemini API, a reference ranking) for the
+    tests and benchmarks, which may import it. No other module of the package does, at the top
+    or inside a function (issue 31), and neither do the exams: `memory-worker exam` runs them."""
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        if path.is_relative_to(PACKAGE / "testing"):
+            continue
+        bad = {m for m in imports_of(path) if m.startswith("memory_worker.testing")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
 def test_the_layers_table_is_the_one_the_doc_shows() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text()
     for layer, allowed in MAY_IMPORT.items():
@@ -184,6 +211,9 @@ def test_the_layers_table_is_the_one_the_doc_shows() -> None:
             assert f"`{prefix}`" in modules_cell, f"the doc's {layer!r} row lacks {prefix}"
         if may_cell.strip() == "everything":
             assert allowed == set(LAYERS), f"the doc says {layer!r} may import everything"
+            continue
+        if may_cell.strip() == "everything but testing":
+            assert allowed == set(LAYERS) - {"testing"}, f"the doc's {layer!r} row: {allowed}"
             continue
         shown = {x.strip() for x in may_cell.split(",")} - {"—", layer}
         assert shown == allowed - {layer}, f"the doc's {layer!r} row: {shown} != {allowed}"
@@ -205,11 +235,24 @@ def test_no_module_of_the_package_imports_itself_back_through_others() -> None:
         - {name}
         for name, path in modules()
     }
+    found = circles(graph)
+    assert not found, "import circle: " + "; ".join(" → ".join(ring) for ring in found)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of `graph` (a node → the nodes it imports), each as its path back to where
+    it began: at least one through every tangle, none twice over the same nodes."""
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
     done: set[str] = set()
 
     def visit(node: str, path: list[str]) -> None:
         if node in path:
-            raise AssertionError("import circle: " + " → ".join([*path[path.index(node) :], node]))
+            ring = [*path[path.index(node) :], node]
+            if frozenset(ring) not in seen:
+                seen.add(frozenset(ring))
+                found.append(ring)
+            return
         if node in done:
             return
         for nxt in sorted(graph.get(node, ())):
@@ -218,6 +261,7 @@ def test_no_module_of_the_package_imports_itself_back_through_others() -> None:
 
     for name in sorted(graph):
         visit(name, [])
+    return found
 
 
 def test_no_import_asks_a_package_for_a_submodule_that_one_of_its_names_hides() -> None:
@@ -246,3 +290,31 @@ def test_no_import_asks_a_package_for_a_submodule_that_one_of_its_names_hides() 
                     if not isinstance(got, types.ModuleType):
                         wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {alias.name}")
     assert not wrong, f"these import a name that hides the submodule it names: {wrong}"
+
+
+def unit_of(module: str) -> str:
+    """The folder a module is in (`memory_worker.write.commit` → `write`), or the module itself
+    when it is an entry module beside the folders (`memory_worker.cli` → `cli`)."""
+    return module.removeprefix("memory_worker.").split(".")[0]
+
+
+def test_no_two_folders_import_each_other() -> None:
+    """The folders import one way (issue 31): drawn as a graph of units — each folder of
+    memory_worker, each entry module beside them — with an edge wherever a module of one imports
+    a module of another (at the top or inside a function), it has no cycle, of two units or
+    more. Two folders that import each other are one folder in two places."""
+    edges: dict[str, dict[str, str]] = {}
+    for name, path in modules():
+        for imported in sorted(imports_of(path)):
+            if not imported.startswith("memory_worker."):
+                continue
+            mine, theirs = unit_of(name), unit_of(imported)
+            if mine != theirs:
+                why = f"{name} imports {imported.removeprefix('memory_worker.')}"
+                edges.setdefault(mine, {}).setdefault(theirs, why)
+    said = [
+        " → ".join(ring)
+        + f" ({'; '.join(edges[a][b] for a, b in zip(ring, ring[1:], strict=False))})"
+        for ring in circles({unit: set(to) for unit, to in edges.items()})
+    ]
+    assert not said, "folders that import each other:\n" + "\n".join(said)

@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 from memory_worker import app_side, cli
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 from tests.scenes import DAN, people, private_chat
 
 pytestmark = pytest.mark.store
@@ -57,10 +57,10 @@ def test_parked_lists_the_spells_an_operator_must_see(
 ) -> None:
     people(db)
     private_chat(db)
-    spell = pipeline.begin("warren", "dm-dan")
+    spell = steps.begin("warren", "dm-dan")
     assert spell is not None
     spell.parked = "malformed model answer (asked twice)"
-    pipeline.run_commit(spell)
+    steps.run_commit(spell)
     with db.begin() as conn:
         app_side.say(conn, "dm-dan", DAN, "One more thing.")
     assert cli.main(["parked"]) == 0

@@ -22,8 +22,8 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core import verdict as verdict_mod
 from memory_worker.core.verdict import Verdict, follow_problem, prompts_hash, tail_hash
-from memory_worker.models.gemini_stub import GeminiStub, system_text
 from memory_worker.storage import store, verdicts
+from memory_worker.testing.gemini_stub import GeminiStub, system_text
 from tests.scenes import people, private_chat
 
 pytestmark = [pytest.mark.slow, pytest.mark.store]

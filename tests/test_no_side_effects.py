@@ -18,7 +18,7 @@ APP_MODULES = (
     "memory_worker.controls",
     "memory_worker.tasks.pipeline",
     "memory_worker.tasks.rooms",
-    "memory_worker.celery_app",
+    "memory_worker.tasks.celery_app",
     "memory_worker.cli",
     "memory_worker.demo",
 )
@@ -54,7 +54,7 @@ def test_the_process_that_starts_the_embedded_redis_stops_it_when_it_exits(
 ) -> None:
     state = tmp_path / "state"
     code = (
-        "from memory_worker.celery_app import app\n"
+        "from memory_worker.tasks.celery_app import app\n"
         "assert app.conf.broker_url.startswith('redis://')\n"  # first use resolves the broker
         "import pathlib, sys\n"
         f"print(pathlib.Path({str(state)!r}, 'redis.pid').read_text().strip())\n"
@@ -67,7 +67,7 @@ def test_the_process_that_starts_the_embedded_redis_stops_it_when_it_exits(
 
 
 STARTER = (
-    "from memory_worker.celery_app import app\n"
+    "from memory_worker.tasks.celery_app import app\n"
     "import pathlib, sys\n"
     "print(app.conf.broker_url, flush=True)\n"  # first use starts the embedded Redis
     "sys.stdin.readline()\n"  # until the test has its own client connected
@@ -116,7 +116,7 @@ def test_under_the_supervisor_no_worker_owns_the_broker(tmp_path: Path) -> None:
     state.mkdir()
     (state / embedded.SUPERVISOR_PID).write_text(str(os.getpid()))  # this test plays it
     code = (
-        "from memory_worker.celery_app import app\n"
+        "from memory_worker.tasks.celery_app import app\n"
         "assert app.conf.broker_url.startswith('redis://')\n"
         "import pathlib\n"
         f"print(pathlib.Path({str(state)!r}, 'redis.pid').read_text().strip())\n"

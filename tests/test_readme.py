@@ -162,7 +162,7 @@ class Shell:
     def wait_for_a_worker(self) -> None:
         """A worker started by `memory-worker run` answers a ping over the broker."""
         ping = (
-            "from memory_worker.celery_app import app\n"
+            "from memory_worker.tasks.celery_app import app\n"
             "import sys; sys.exit(0 if app.control.ping(timeout=1) else 1)"
         )
         deadline = time.monotonic() + 120

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from memory_worker import cli
+from memory_worker import check, cli
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import verdict
 from memory_worker.storage import store, verdicts
-from memory_worker.tasks import check, startup
+from memory_worker.tasks import startup
 
 pytestmark = pytest.mark.store
 CASSETTE = Path(cli.__file__).resolve().parent / "demo_cassette.json"

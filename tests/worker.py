@@ -21,8 +21,8 @@ from sqlalchemy import Engine, select
 from memory_worker import models
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.models.gemini_stub import GeminiStub
 from memory_worker.ops import embedded
+from memory_worker.testing.gemini_stub import GeminiStub
 
 SPELL_TIMEOUT_S = 60.0  # generous: a loaded CI machine, a few retries with backoff
 
@@ -45,7 +45,7 @@ def worker(redis_url: str):  # type: ignore[no-untyped-def]
     settings_mod.configure(settings_mod.current().with_(broker_url=redis_url))
     from celery.contrib.testing.worker import start_worker
 
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
 
     app.conf.broker_url = redis_url
     app.control.purge()  # a host Redis may hold an earlier run's messages
@@ -152,7 +152,7 @@ class Pipeline:
 
 
 def redis_url_of(worker) -> str:  # type: ignore[no-untyped-def]
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
 
     return str(app.conf.broker_url)
 

@@ -13,7 +13,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
 from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 
 EMB = HashingEmbedder()
 
@@ -30,17 +30,17 @@ class SpellRun:
 
 def run_spell(persona: str, room_id: str, chat) -> SpellRun:  # type: ignore[no-untyped-def]
     """begin → extract → embed → route → commit → notify, as the chain runs them."""
-    spell = pipeline.begin(persona, room_id)
+    spell = steps.begin(persona, room_id)
     if spell is None:
         return SpellRun(None)
-    spell = pipeline.run_extract(spell, chat)
-    spell = pipeline.run_embed(spell, HashingEmbedder())
-    spell = pipeline.run_route(spell, chat)
-    outcome = pipeline.run_commit(spell)
+    spell = steps.run_extract(spell, chat)
+    spell = steps.run_embed(spell, HashingEmbedder())
+    spell = steps.run_route(spell, chat)
+    outcome = steps.run_commit(spell)
     if outcome.status == "stale":
-        spell = pipeline.run_route(spell, chat)
-        outcome = pipeline.run_commit(spell)
-    toasts = pipeline.run_notify(spell, outcome.row_ids)
+        spell = steps.run_route(spell, chat)
+        outcome = steps.run_commit(spell)
+    toasts = steps.run_notify(spell, outcome.row_ids)
     return SpellRun(outcome.status, outcome.row_ids, spell, len(toasts))
 
 

@@ -44,7 +44,7 @@ from memory_worker.core.audience import Scope
 from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.storage import store, users
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 
 EMBEDDER = HashingEmbedder()
 SPELLS_PER_WORLD = 40
@@ -241,18 +241,18 @@ def spell(world: World, room: Room, hostile: Hostile, tally: Tally) -> list[Flow
     check of what its model calls were shown."""
     persona = world.rng.choice(room.personas)
     chat = hostile.chat()
-    begun = pipeline.begin(persona, room.id)
+    begun = steps.begin(persona, room.id)
     if begun is None:
         return []
     tally.spells += 1
-    s: Spell = pipeline.run_extract(begun, chat)
-    s = pipeline.run_embed(s, EMBEDDER)
-    s = pipeline.run_route(s, chat)
-    outcome = pipeline.run_commit(s)
+    s: Spell = steps.run_extract(begun, chat)
+    s = steps.run_embed(s, EMBEDDER)
+    s = steps.run_route(s, chat)
+    outcome = steps.run_commit(s)
     while outcome.status == "stale":
-        s = pipeline.run_route(s, chat)
-        outcome = pipeline.run_commit(s)
-    pipeline.run_notify(s, outcome.row_ids)
+        s = steps.run_route(s, chat)
+        outcome = steps.run_commit(s)
+    steps.run_notify(s, outcome.row_ids)
     tally.asked += bool(chat.calls)
     tally.rows += len(outcome.row_ids)
     return prompt_flows(world, chat.calls, f"spell {s.key}")
@@ -504,7 +504,9 @@ GUARDS: dict[str, Callable[[], Any]] = {
     "the confirmation check": lambda: mock.patch(
         "memory_worker.core.provenance.confirms", lambda line, row: True
     ),
-    "the scoped neighbours": lambda: mock.patch("memory_worker.write.spell.spell_scope", _unscoped),
+    "the scoped neighbours": lambda: mock.patch(
+        "memory_worker.write.window.spell_scope", _unscoped
+    ),
     "the name normaliser": lambda: mock.patch("memory_worker.core.names.fold", _naive_fold),
     "the page's evidence filter": lambda: mock.patch(
         "memory_worker.controls.witnessed_lines", lambda user, lines, joined: set(lines)

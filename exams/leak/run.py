@@ -25,10 +25,10 @@ from memory_worker import app_side, models, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import render_line
 from memory_worker.core.constants import V1_PROVEN_SCOPE
-from memory_worker.models.base import ChatModel, TransientModelError
+from memory_worker.core.model_interfaces import ChatModel, TransientModelError
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import store
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 
 HERE = Path(__file__).resolve().parent
 CASSETTE = HERE / "cassette.json"
@@ -293,12 +293,12 @@ def plant(extractor: str = "honest") -> None:
 
 def remember(persona: str, room_id: str, model: ChatModel) -> None:
     """One spell through the real write path (extract → embed → route → commit)."""
-    spell = pipeline.begin(persona, room_id)
+    spell = steps.begin(persona, room_id)
     assert spell is not None
-    spell = pipeline.run_extract(spell, model)
-    spell = pipeline.run_embed(spell, models.embedder())
-    spell = pipeline.run_route(spell, model)
-    outcome = pipeline.run_commit(spell)
+    spell = steps.run_extract(spell, model)
+    spell = steps.run_embed(spell, models.embedder())
+    spell = steps.run_route(spell, model)
+    outcome = steps.run_commit(spell)
     if outcome.status != "committed" or not outcome.row_ids:
         raise SystemExit(f"the plant did not take in {room_id}: {outcome} {spell.dropped}")
 

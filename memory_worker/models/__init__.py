@@ -16,8 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.settings import Settings
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     ChatModel,
     ChatResult,
     Embedder,
@@ -27,6 +26,7 @@ from memory_worker.models.base import (
     TransientModelError,
     Usage,
 )
+from memory_worker.core.settings import Settings
 
 __all__ = [
     "PROVIDERS",

@@ -49,8 +49,7 @@ from google.genai import types
 from pydantic import ValidationError
 
 from memory_worker.core.constants import EMBEDDING_DIMS
-from memory_worker.core.settings import Settings
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     ChatResult,
     MalformedAnswer,
     ModelError,
@@ -61,6 +60,7 @@ from memory_worker.models.base import (
     Usage,
     describe_invalid,
 )
+from memory_worker.core.settings import Settings
 
 # The Gemini API rejects a batchEmbedContents call with more than this many texts.
 EMBED_BATCH_MAX = 100
@@ -81,7 +81,7 @@ def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
 
     google-genai 3.6 talks through httpx2 (or httpx) and lets its exceptions through untouched:
     a timeout arrives as `httpx2.ReadTimeout`/`ConnectTimeout`, a refused connection as
-    `httpx2.ConnectError` (found against memory_worker/models/gemini_stub.py).
+    `httpx2.ConnectError` (found against memory_worker/testing/gemini_stub.py).
     """
     transient: list[type[BaseException]] = []
     other: list[type[BaseException]] = []

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from memory_worker.core.settings import Settings
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     ChatModel,
     ChatResult,
     Embedder,
@@ -23,6 +22,7 @@ from memory_worker.models.base import (
     T,
     TransientModelError,
 )
+from memory_worker.core.settings import Settings
 from memory_worker.ops import metrics, ratelimit
 
 QUOTA_NAME = "model"  # one quota for chat and embeddings: the API counts them together

@@ -30,8 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from memory_worker.core.settings import Settings
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     ChatResult,
     MalformedAnswer,
     PermanentModelError,
@@ -39,6 +38,7 @@ from memory_worker.models.base import (
     Usage,
     describe_invalid,
 )
+from memory_worker.core.settings import Settings
 
 CASSETTE_VERSION = 1
 

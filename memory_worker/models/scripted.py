@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     ChatResult,
     MalformedAnswer,
     PromptTooLarge,
@@ -24,7 +23,6 @@ from memory_worker.models.base import (
     Usage,
     describe_invalid,
 )
-from memory_worker.models.gemini_stub import prompt_text, system_text
 
 ENDINGS = ("sold", "no longer", "quit", "stopped", "ended")
 
@@ -86,19 +84,6 @@ class ScriptedChat:
         except ValidationError as e:
             raise MalformedAnswer(f"{purpose}: {describe_invalid(e, schema)}", raw) from e
         return ChatResult(parsed, Usage(len(prompt) // 4, len(raw) // 4, True), raw)
-
-
-def gemini_responder(extract: object) -> Callable[[dict[str, Any]], object]:
-    """A stub-server chat responder: `extract` (dict, or callable of the prompt) for call A,
-    `sensible_route` for call B — told apart by their system instructions."""
-
-    def respond(body: dict[str, Any]) -> object:
-        prompt = prompt_text(body)
-        if system_text(body).startswith("You are a smart memory manager"):
-            return sensible_route(prompt)
-        return extract(prompt) if callable(extract) else extract
-
-    return respond
 
 
 def candidate(

@@ -54,7 +54,7 @@ def start(
         "celery",
         "--quiet",
         "-A",
-        "memory_worker.celery_app",
+        "memory_worker.tasks.celery_app",
         "worker",
         "-Q",
         ",".join(queues),

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import redis
 
 from memory_worker.core.constants import REDIS_RATE_KEY
-from memory_worker.models.base import TransientModelError
+from memory_worker.core.model_interfaces import TransientModelError
 
 MAX_WAIT_S = 5.0  # past this, hand the call back to the queue (MW_MODEL_QUOTA_MAX_WAIT_S)
 TOKEN_WINDOW_MS = 60_000  # Gemini counts tokens per minute

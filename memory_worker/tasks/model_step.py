@@ -12,7 +12,7 @@ One place for what a model step may go through:
   counted by the task itself (the `faults` keyword it retries with), since Celery's one
   `retries` counter counts both; Celery's own limit is off (`max_retries = None`).
 
-Token counts ride on the Spell: each step adds its call's usage (`memory_worker.write.pipeline`).
+Token counts ride on the Spell: each step adds its call's usage (`memory_worker.write.steps`).
 A task body names only its step:
 
     @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
@@ -35,8 +35,12 @@ from memory_worker.core.constants import (
     RETRY_BACKOFF_MAX_S,
 )
 from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.model_interfaces import (
+    MalformedAnswer,
+    PermanentModelError,
+    TransientModelError,
+)
 from memory_worker.core.rows import Spell
-from memory_worker.models.base import MalformedAnswer, PermanentModelError, TransientModelError
 from memory_worker.ops import broker, inflight, metrics, ratelimit
 from memory_worker.tasks.boundary import QuietTask, reject
 

@@ -1,6 +1,6 @@
 """The chain's tasks: extract → embed → route → commit, whose last act is the toast.
 
-Each is a thin shell over `memory_worker.write.pipeline`: the JSON message in (checked at the
+Each is a thin shell over `memory_worker.write.steps`: the JSON message in (checked at the
 boundary, `memory_worker.tasks.boundary`), the step, the JSON message out. What a model fault
 means (retry, park) is the `ModelStep` base class's business (`memory_worker.tasks.model_step`);
 the commit retries only a locked database or a broker away.
@@ -34,7 +34,6 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.exc import OperationalError
 
 from memory_worker import models
-from memory_worker.celery_app import app
 from memory_worker.core import messages
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
@@ -44,8 +43,9 @@ from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
 from memory_worker.storage.notices import Notice
 from memory_worker.tasks.boundary import reject
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.model_step import ModelStep
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 
 log = logging.getLogger(__name__)
 Message = dict[str, Any]
@@ -53,19 +53,17 @@ Message = dict[str, Any]
 
 @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
 def extract(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
-    return self.run_step(
-        spell, lambda s: pipeline.run_extract(s, models.chat_model()), faults, slot
-    )
+    return self.run_step(spell, lambda s: steps.run_extract(s, models.chat_model()), faults, slot)
 
 
 @app.task(name="memory_worker.embed", bind=True, base=ModelStep)
 def embed(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
-    return self.run_step(spell, lambda s: pipeline.run_embed(s, models.embedder()), faults, slot)
+    return self.run_step(spell, lambda s: steps.run_embed(s, models.embedder()), faults, slot)
 
 
 @app.task(name="memory_worker.route", bind=True, base=ModelStep)
 def route(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
-    return self.run_step(spell, lambda s: pipeline.run_route(s, models.chat_model()), faults, slot)
+    return self.run_step(spell, lambda s: steps.run_route(s, models.chat_model()), faults, slot)
 
 
 class ToastNotPublished(MemoryWorkerError):
@@ -92,21 +90,21 @@ def commit(self: Task, spell: Message) -> Message:
     except MalformedMessage as e:
         reject(self.name, e)
     started = time.perf_counter()
-    outcome = pipeline.run_commit(s)
+    outcome = steps.run_commit(s)
     metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
     if outcome.status == "stale":
         if s.reroutes >= STALE_REROUTES_MAX:
             s.parked = f"open rows kept changing under the router ({s.reroutes} re-routes)"
-            outcome = pipeline.run_commit(s)
+            outcome = steps.run_commit(s)
         else:
             s.reroutes += 1
             log.info("spell %s: open rows changed since routing; routing again", s.key)
             chain(route.s(s.to_json()), commit.s()).apply_async()
             raise Ignore()
     spell_log.finished(s, outcome.status, len(outcome.row_ids))
-    waiting, told = deliver(pipeline.place_toasts(s.persona, s.room_id))
+    waiting, told = deliver(steps.place_toasts(s.persona, s.room_id))
     inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
-    if outcome.status in ("committed", "skipped") and pipeline.has_lines_after(s):
+    if outcome.status in ("committed", "skipped") and steps.has_lines_after(s):
         start_spell(s.persona, s.room_id, s.witnessed)  # a backlog's next window, or new lines
     if told < waiting:  # the commit again (it finds itself recorded), its toasts with it
         raise ToastNotPublished(f"{waiting - told} toast(s) of {s.persona}/{s.room_id}")
@@ -128,7 +126,7 @@ def notify_toast(result: Message) -> int:
         checked = messages.parse(messages.CommitResult, result, "commit result")
     except MalformedMessage as e:
         reject("memory_worker.notify_toast", e)
-    return deliver_all(pipeline.pending_toasts(Spell.from_json(checked.spell.model_dump()).key))
+    return deliver_all(steps.pending_toasts(Spell.from_json(checked.spell.model_dump()).key))
 
 
 @app.task(
@@ -143,7 +141,7 @@ def deliver_toasts(spell_key: str) -> int:
         spell_key = messages.spell_key(spell_key)
     except MalformedMessage as e:
         reject("memory_worker.deliver_toasts", e)
-    return deliver_all(pipeline.pending_toasts(spell_key))
+    return deliver_all(steps.pending_toasts(spell_key))
 
 
 def deliver(waiting: list[Notice]) -> tuple[int, int]:
@@ -158,7 +156,7 @@ def deliver(waiting: list[Notice]) -> tuple[int, int]:
             bus, toast_bus.ToastPosted(n.id, n.user_id, n.persona, n.room_id, n.row_ids)
         )
     ]
-    pipeline.mark_delivered(told)
+    steps.mark_delivered(told)
     return len(waiting), len(told)
 
 
@@ -185,7 +183,7 @@ def start_spell(persona: str, room_id: str, members: Sequence[int] = ()) -> str 
         log.info("%s/%s: a spell is in flight; not starting another", persona, room_id)
         return None
     try:
-        spell = pipeline.begin(persona, room_id, members)
+        spell = steps.begin(persona, room_id, members)
         if spell is not None:
             spell.inflight, spell.renewed = token, time.time()
             spell_chain(spell).apply_async()

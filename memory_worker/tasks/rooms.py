@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection
 
 from memory_worker import models
-from memory_worker.celery_app import app
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, SWEEP_WINDOW_S
 from memory_worker.core.messages import MalformedMessage
@@ -21,8 +20,9 @@ from memory_worker.storage import rooms, store
 from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.storage.spell_context import room_members
 from memory_worker.tasks.boundary import reject
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, start_spell
-from memory_worker.write import pipeline, reembed
+from memory_worker.write import reembed, steps
 from memory_worker.write.embed import embed_topic, require_store_embedder
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def sweep_lagging_rooms(*, recent: bool = False, now: float | None = None) -> li
             on_room_quiet.delay(room_id)
         if lapse_s is not None:  # a persona held: look again when its claim would lapse
             on_room_quiet.apply_async((room_id,), countdown=lapse_s)
-    for spell_key in pipeline.waiting_toasts(iso(now - s.sweep_lag_s)):
+    for spell_key in steps.waiting_toasts(iso(now - s.sweep_lag_s)):
         deliver_toasts.delay(spell_key)
     return lagging
 
@@ -134,7 +134,7 @@ def sweep_recent() -> list[str]:
 
 @app.task(
     name="memory_worker.room_topic",
-    autoretry_for=(models.base.TransientModelError,),
+    autoretry_for=(models.TransientModelError,),
     retry_backoff=True,
     max_retries=5,
 )
@@ -158,7 +158,7 @@ def room_topic(room_id: str) -> bool:
 
 @app.task(
     name="memory_worker.reembed_user",
-    autoretry_for=(models.base.TransientModelError,),
+    autoretry_for=(models.TransientModelError,),
     retry_backoff=True,
     max_retries=5,
 )

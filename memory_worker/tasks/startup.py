@@ -1,6 +1,6 @@
 """What a worker or beat process does as it starts: check the config, step back, serve metrics.
 
-Connected to Celery's signals by `memory_worker.celery_app`. A bad setting, a provider that
+Connected to Celery's signals by `memory_worker.tasks.celery_app`. A bad setting, a provider that
 lacks what it needs (a key, a cassette) or a store that was never initialised stops the
 process at once with the variable or the command named — not every spell an hour later.
 """
@@ -26,7 +26,7 @@ class CannotStart(SystemExit):
 
 def check_worker_can_start() -> None:
     """Settings valid, the provider ready, the store migrated — or CannotStart."""
-    from memory_worker.tasks import check
+    from memory_worker import check
 
     try:
         s = settings_mod.current()

@@ -121,7 +121,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def banner(base: str, database_url: str, *, empty: bool, toasts_on_redis: bool) -> list[str]:
     """What serve says once it listens: where, which store (its password redacted), toasts."""
-    from memory_worker.tasks.check import EMPTY_HINT
+    from memory_worker.check import EMPTY_HINT
 
     state = f" — empty: {EMPTY_HINT}" if empty else ""
     return [

@@ -32,8 +32,7 @@ from memory_worker.core.rows import (
 from memory_worker.core.vectors import from_b64
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, spells, users
-from memory_worker.write import extract, guards, route
-from memory_worker.write import spell as spells_mod
+from memory_worker.write import extract, guards, route, window
 
 # Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.
 FINAL = ("committed", "skipped", "covered")
@@ -76,7 +75,7 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     ]
     room = rooms.load_room(conn, spell.room_id)
     subjects = {c.subject for c in candidates}
-    rows = memories.open_rows(conn, spells_mod.spell_scope(spell, room), subjects)
+    rows = memories.open_rows(conn, window.spell_scope(spell, room), subjects)
     if spell.candidates and route.fingerprint(rows) != spell.seen_open_rows:
         return Outcome("stale", [], [])
 

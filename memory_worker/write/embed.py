@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterable, Mapping
 
 from memory_worker.core.constants import HUMAN_PREFIX
+from memory_worker.core.model_interfaces import Embedder
 from memory_worker.core.rows import Candidate
 from memory_worker.core.vectors import quantise, to_b64
-from memory_worker.models.base import Embedder
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import store
 

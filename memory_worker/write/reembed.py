@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memory_worker.core.model_interfaces import Embedder
 from memory_worker.core.vectors import quantise
-from memory_worker.models.base import Embedder
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, rooms, store, users
 from memory_worker.write.embed import embeddable_text, humans_named, require_store_embedder

@@ -5,7 +5,7 @@ of the embedder that made the vectors (`neighbour_floor`, docs/design.md §2.2: 
 measured on LoCoMo for the others) — a dot product over one persona's rows, no vector database.
 The model sees them as numbers ("0", "1", …), never raw ids (mem0's guard against an invented
 id), and a number it was not shown for that candidate is never trusted. The pool is what the
-spell's scope admits (`write.spell.spell_scope`: the block's rule for the room with all the
+spell's scope admits (`write.window.spell_scope`: the block's rule for the room with all the
 spell's witnesses present) — so the router can never see, let alone change, a row about
 someone absent, nor a world row someone here never witnessed. One call covers every
 candidate of the spell; a decision that fails its schema drops its candidate only.

@@ -20,7 +20,6 @@ from memory_worker.core.constants import (
     KINDS,
     TAKE_PER_HUMAN,
 )
-from memory_worker.core.rank_rows import columns, pick
 from memory_worker.core.ranking import (
     RULE,
     SEED_RULE,
@@ -35,6 +34,7 @@ from memory_worker.core.rows import Candidate, Row
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import build_block
 from memory_worker.storage import memories, rooms, store, users
+from memory_worker.testing.rank_rows import columns, pick
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DAN, CARA = 42, 17

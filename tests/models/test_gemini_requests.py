@@ -7,7 +7,7 @@ tests hold it to what google-genai 3.6 would do with the same call.
   pure functions, so they are called here, unmocked, and their body compared with ours as
   canonical JSON (so 0 and 0.0 differ, as they do on the wire).
 * The wire: the SDK's `generate_content` / `embed_content` and our providers call the stub
-  (memory_worker/models/gemini_stub.py) through one real client; the stub must record the same
+  (memory_worker/testing/gemini_stub.py) through one real client; the stub must record the same
   path, body and headers from both.
 * Answers: the same scripted answers (thought parts, several candidates, blocks, continuation
   hops, …) are read by the SDK's response objects, with the provider's pre-issue-10 code
@@ -33,9 +33,9 @@ from google.genai import models as sdk_models
 from pydantic import BaseModel, Field, ValidationError
 
 from memory_worker.core.constants import EMBEDDING_DIMS
+from memory_worker.core.model_interfaces import ChatResult, MalformedAnswer, Usage, describe_invalid
 from memory_worker.core.settings import Settings
 from memory_worker.models import gemini
-from memory_worker.models.base import ChatResult, MalformedAnswer, Usage, describe_invalid
 from memory_worker.models.gemini import (
     EMBED_TASK_TYPE,
     GeminiChat,
@@ -46,7 +46,7 @@ from memory_worker.models.gemini import (
     model_errors,
     response_schema,
 )
-from memory_worker.models.gemini_stub import Fault, GeminiStub
+from memory_worker.testing.gemini_stub import Fault, GeminiStub
 from memory_worker.write.extract import ExtractAnswer
 from memory_worker.write.route import RouteAnswer
 

@@ -1,7 +1,7 @@
 """The model providers against a real google-genai client and a stub of the API on loopback.
 
 Nothing in the SDK is mocked: each test drives real HTTP through
-`memory_worker/models/gemini_stub.py`, so a
+`memory_worker/testing/gemini_stub.py`, so a
 change in what google-genai sends or raises breaks these tests rather than production.
 """
 
@@ -20,24 +20,24 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from memory_worker import models
-from memory_worker.core.settings import Settings
-from memory_worker.models.base import (
+from memory_worker.core.model_interfaces import (
     MalformedAnswer,
     PermanentModelError,
     TransientModelError,
 )
+from memory_worker.core.settings import Settings
 from memory_worker.models.gemini import GeminiChat, GeminiEmbedder, parse_duration
-from memory_worker.models.gemini_stub import (
+from memory_worker.models.hashing import HashingEmbedder, tokens
+from memory_worker.models.local import E5Embedder
+from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
+from memory_worker.models.scripted import ScriptedChat
+from memory_worker.testing.gemini_stub import (
     EMBED_SCALE,
     GeminiStub,
     prompt_text,
     system_text,
     token_estimate,
 )
-from memory_worker.models.hashing import HashingEmbedder, tokens
-from memory_worker.models.local import E5Embedder
-from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
-from memory_worker.models.scripted import ScriptedChat
 
 REPO = Path(__file__).resolve().parents[2]
 

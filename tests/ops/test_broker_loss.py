@@ -22,9 +22,9 @@ from sqlalchemy import Engine, select
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.settings import EMBEDDED
-from memory_worker.models.gemini_stub import GeminiStub
 from memory_worker.ops import embedded, local_worker
 from memory_worker.storage import notices
+from memory_worker.testing.gemini_stub import GeminiStub
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.processes]
 

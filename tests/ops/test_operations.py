@@ -116,7 +116,7 @@ def test_a_worker_with_a_bad_config_refuses_to_start_naming_what_is_missing(
         "-m",
         "celery",
         "-A",
-        "memory_worker.celery_app",
+        "memory_worker.tasks.celery_app",
         "worker",
         "--pool",
         "solo",
@@ -137,7 +137,7 @@ def test_a_bad_setting_stops_a_worker_or_beat_with_one_line_and_no_traceback(
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
     name, _, value = setting.partition("=")
     env = {**clean, **good_env, name: value}
-    cmd = [sys.executable, "-m", "celery", "-A", "memory_worker.celery_app", process]
+    cmd = [sys.executable, "-m", "celery", "-A", "memory_worker.tasks.celery_app", process]
     out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     said = (out.stdout + out.stderr).strip().splitlines()
@@ -158,7 +158,7 @@ def test_alembic_from_the_command_line_migrates_the_configured_store(tmp_path: P
         timeout=120,
     )
     assert target.exists() and not (tmp_path / "memory_worker.db").exists()
-    from memory_worker.tasks import check
+    from memory_worker import check
 
     check.require_migrated(f"sqlite:///{target}")
 
@@ -230,7 +230,7 @@ def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
     node = f"live{os.getpid()}@%h"
     procfile = tmp_path / "Procfile"
     procfile.write_text(
-        "w: exec celery -A memory_worker.celery_app worker -Q events --pool solo "
+        "w: exec celery -A memory_worker.tasks.celery_app worker -Q events --pool solo "
         f"--hostname {node} --without-mingle --without-gossip --loglevel WARNING\n"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}

@@ -90,8 +90,8 @@ def test_the_procfile_runs_from_a_fresh_checkout_and_stops_cleanly(
     from memory_worker.core import settings as settings_mod
 
     settings_mod.configure(settings_mod.current().with_(broker_url=redis_url))
-    from memory_worker.celery_app import app
     from memory_worker.core.constants import QUEUES
+    from memory_worker.tasks.celery_app import app
 
     with app.connection_for_write(broker_url) as conn:
         for queue in QUEUES:

@@ -14,9 +14,9 @@ import redis
 
 from memory_worker import events
 from memory_worker.core import settings as settings_mod
-from memory_worker.models.scripted import gemini_responder
 from memory_worker.ops import ratelimit
 from memory_worker.ops.ratelimit import Quota
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline
 
@@ -263,9 +263,9 @@ def test_three_worker_processes_started_at_once_never_send_the_stub_more_than_th
     """The quota once held in Redis but not at the model — five slots granted at once
     reached it 7–173 ms apart, ten in a sliding second. Measured where the model counts: at
     the stub, as each request arrives, with three worker processes draining one backlog."""
-    from memory_worker.celery_app import app
     from memory_worker.core.constants import QUEUES
     from memory_worker.ops import local_worker
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
     from tests.worker import spare_database
 

@@ -15,8 +15,8 @@ import pytest
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import QUEUES
-from memory_worker.models.scripted import gemini_responder
 from memory_worker.ops import local_worker, runner
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline, spare_database
 
@@ -35,7 +35,7 @@ def test_a_stopped_worker_hands_its_running_model_call_back_and_the_next_one_com
     pipeline.stub.hang_next(120.0, kind="chat")  # the first extract hangs past its timeout
     monkeypatch.setenv("REMAP_SIGTERM", "SIGQUIT")  # as the Procfile runs the workers
     monkeypatch.setenv("CELERY_CUSTOM_WORKER_POOL", "memory_worker.tasks.pools.threads:Threads")
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
 
     url = spare_database(redis_url, 4)

@@ -15,8 +15,8 @@ import pytest
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import QUEUES
-from memory_worker.models.scripted import gemini_responder
 from memory_worker.ops import local_worker
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import extract_answer, people, private_chat
 from tests.worker import Pipeline
 
@@ -46,7 +46,7 @@ def test_a_task_whose_worker_child_dies_is_delivered_again_and_the_spell_commits
     pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
     pipeline.stub.hang_next(60.0, kind="chat")  # the first extract hangs until we kill it
 
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
 
     url = other_database(redis_url)

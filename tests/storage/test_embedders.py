@@ -22,7 +22,7 @@ from memory_worker.models.local import E5Embedder, threads_in_use
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import store, users
 from memory_worker.storage.embedder import EmbedderMismatch
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 from memory_worker.write.embed import embeddable_text
 from memory_worker.write.reembed import reembed_rows_naming, reembed_store
 from tests.reader.test_reader import DAN, NOW, add_row
@@ -67,7 +67,7 @@ def dan(db: Engine) -> dict[str, int]:
 
 def test_the_first_embedder_to_write_claims_the_store(db: Engine) -> None:
     assert store_identity() is None
-    pipeline.run_embed(spell_with("u:42 sails."), HashingEmbedder())
+    steps.run_embed(spell_with("u:42 sails."), HashingEmbedder())
     assert store_identity() == store_embedder.Identity("hashing", 768)
 
 
@@ -75,8 +75,8 @@ def test_the_first_embedder_to_write_claims_the_store(db: Engine) -> None:
 def test_another_embedder_is_refused_and_the_spell_parks_saying_how_to_switch(
     db: Engine, other
 ) -> None:  # type: ignore[no-untyped-def]
-    pipeline.run_embed(spell_with("u:42 sails."), HashingEmbedder())
-    parked = pipeline.run_embed(spell_with("u:42 rows."), other)
+    steps.run_embed(spell_with("u:42 sails."), HashingEmbedder())
+    parked = steps.run_embed(spell_with("u:42 rows."), other)
     assert parked.parked and "memory-worker reembed" in parked.parked
     assert (
         "hashing's (768 dims)" in parked.parked and f"{other.name} ({other.dims}" in parked.parked
@@ -104,7 +104,7 @@ def test_reembed_switches_every_row_and_topic_and_resumes_where_it_stopped(
     assert sorted(len(v) for v in got.values()) == [384, 384, 768]
     have = store_identity()
     assert have is not None and (have.name, have.pending_name) == ("hashing", e5.name)
-    refused = pipeline.run_embed(spell_with("u:42 sails."), HashingEmbedder())
+    refused = steps.run_embed(spell_with("u:42 sails."), HashingEmbedder())
     assert refused.parked  # during the switch only the new embedder may write
 
     rest = reembed_store(e5, batch=2)

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, func, select
 
 from memory_worker import app_side
 from memory_worker.core import tables as t
-from memory_worker.write import spell as spells
+from memory_worker.write import window
 from tests.scenes import DAN, people
 
 pytestmark = pytest.mark.store
@@ -48,8 +48,8 @@ def test_a_spell_never_passes_a_line_that_a_still_open_transaction_will_commit(
     writer.start()
     b_done.wait(1.0)  # without the lock B commits at once; with it, B waits for A
     with db.connect() as conn:  # a spell reading the room now
-        spell = spells.begin_spell(conn, "warren", "dm-dan")
-        read = {ln.id for ln in spells.load_slice(conn, spell)} if spell else set()
+        spell = window.begin_spell(conn, "warren", "dm-dan")
+        read = {ln.id for ln in window.load_slice(conn, spell)} if spell else set()
     a_tx.commit()
     a.close()
     writer.join(30)

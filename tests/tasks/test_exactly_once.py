@@ -24,8 +24,9 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import QUEUES
 from memory_worker.core.rows import Spell
-from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
+from memory_worker.models.scripted import candidate, transcript_ids
 from memory_worker.ops import local_worker, toast_bus
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests import bees
 from tests.ops.test_worker_loss import children, other_database
 from tests.scenes import DAN, extract_answer, people, private_chat
@@ -118,7 +119,7 @@ def test_a_spell_redelivered_after_its_worker_died_changes_nothing_a_newer_spell
     respond = gemini_responder(bees.extract)
 
     def held(body: dict) -> object:  # A's extract (line 1 alone) waits until we let it go
-        from memory_worker.models.gemini_stub import prompt_text
+        from memory_worker.testing.gemini_stub import prompt_text
 
         if transcript_ids(prompt_text(body)) == [1]:
             gate.wait(60)
@@ -126,7 +127,7 @@ def test_a_spell_redelivered_after_its_worker_died_changes_nothing_a_newer_spell
 
     dm.stub.chat_responder = held
     bees.say(dm.db, bees.KEEPS)
-    from memory_worker.celery_app import app
+    from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
 
     url = other_database(redis_url)  # A's own worker, which the session's worker cannot reach
@@ -181,7 +182,7 @@ def test_a_toast_whose_message_was_lost_is_delivered_by_the_sweep(
 ) -> None:
     from memory_worker.models.scripted import ScriptedChat, sensible_route
     from memory_worker.tasks.rooms import sweep_lagging_rooms
-    from memory_worker.write import pipeline as steps
+    from memory_worker.write import steps
 
     people(pipeline.db)
     lines = private_chat(pipeline.db)
@@ -218,7 +219,7 @@ def committed_without_its_toast(lines: list[int]) -> Spell:
     stub's), as the worker's later spells are."""
     from memory_worker import models
     from memory_worker.models.scripted import ScriptedChat, sensible_route
-    from memory_worker.write import pipeline as steps
+    from memory_worker.write import steps
 
     chat = ScriptedChat({"extract": extract_answer(lines), "route": sensible_route})
     spell = steps.begin("warren", "dm-dan")

@@ -11,20 +11,21 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import app_side, events, models
-from memory_worker.celery_app import app
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.settings import Settings
 from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.models.scripted import candidate, gemini_responder, transcript_ids
+from memory_worker.models.scripted import candidate, transcript_ids
 from memory_worker.ops import broker, inflight
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.rooms import (
     RECOVERY_PROMISE_S,
     recovery_bound_s,
     sweep,
     sweep_lagging_rooms,
 )
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
 from tests.worker import Pipeline
 

@@ -15,7 +15,6 @@ from celery.signals import before_task_publish
 from sqlalchemy import insert, select
 
 from memory_worker import app_side, events
-from memory_worker.celery_app import app
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
@@ -23,14 +22,15 @@ from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import (
     ScriptedChat,
     candidate,
-    gemini_responder,
     sensible_route,
     transcript_ids,
 )
 from memory_worker.ops import inflight
 from memory_worker.tasks import pipeline as tasks
+from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.rooms import on_room_quiet
-from memory_worker.write import pipeline as pipeline_steps
+from memory_worker.testing.gemini_stub import gemini_responder
+from memory_worker.write import steps
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.worker import SPELL_TIMEOUT_S, Pipeline, settle
 
@@ -196,18 +196,18 @@ def test_notify_toast_accepts_every_status_the_commit_returns_through_the_real_w
     people(pipeline.db)
     lines = private_chat(pipeline.db)
     chat = ScriptedChat({"extract": lambda _: extract_answer(lines), "route": sensible_route})
-    spell = pipeline_steps.begin("warren", "dm-dan")
+    spell = steps.begin("warren", "dm-dan")
     assert spell is not None
-    spell = pipeline_steps.run_route(
-        pipeline_steps.run_embed(pipeline_steps.run_extract(spell, chat), HashingEmbedder()), chat
+    spell = steps.run_route(
+        steps.run_embed(steps.run_extract(spell, chat), HashingEmbedder()), chat
     )
-    assert pipeline_steps.run_commit(spell).status == "committed"  # its toast is now waiting
+    assert steps.run_commit(spell).status == "committed"  # its toast is now waiting
     settled = Spell.from_json({**spell.to_json(), "candidates": [], "decisions": []})
     tasks.notify_toast.apply_async(({"spell": settled.to_json(), "row_ids": [], "status": status},))
     deadline = time.monotonic() + SPELL_TIMEOUT_S
-    while pipeline_steps.pending_toasts(spell.key) and time.monotonic() < deadline:
+    while steps.pending_toasts(spell.key) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert pipeline_steps.pending_toasts(spell.key) == []
+    assert steps.pending_toasts(spell.key) == []
 
 
 def test_hole6_no_task_message_repr_event_or_result_carries_memory_text(

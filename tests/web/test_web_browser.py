@@ -16,7 +16,8 @@ from sqlalchemy import Engine, select
 from memory_worker import events
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.models.scripted import candidate, gemini_responder
+from memory_worker.models.scripted import candidate
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import DAN, extract_answer, people, private_chat
 from tests.web_server import Served, serve
 from tests.worker import Pipeline

@@ -9,7 +9,8 @@ from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
 from memory_worker import app_side, events
-from memory_worker.models.scripted import candidate, gemini_responder
+from memory_worker.models.scripted import candidate
+from memory_worker.testing.gemini_stub import gemini_responder
 from memory_worker.web.app import create_app
 from tests.scenes import CARA, DAN, people
 from tests.worker import Pipeline

@@ -16,8 +16,8 @@ from sqlalchemy import Engine, select
 from memory_worker import events
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
-from memory_worker.models.scripted import gemini_responder
 from memory_worker.ops import toast_bus
+from memory_worker.testing.gemini_stub import gemini_responder
 from tests import scenes
 from tests.scenes import CARA, DAN, extract_answer
 from tests.test_controls import add_notice, add_row

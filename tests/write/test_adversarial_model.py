@@ -19,11 +19,11 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import app_side, events
-from memory_worker.celery_app import app
 from memory_worker.core import tables as t
 from memory_worker.core.constants import MODEL_MAX_RETRIES
-from memory_worker.models.gemini_stub import prompt_text, system_text
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
+from memory_worker.tasks.celery_app import app
+from memory_worker.testing.gemini_stub import prompt_text, system_text
 from tests.scenes import CARA, DAN, people
 from tests.write_helpers import assert_write_rules, notices, plant, rows, run_spell, spell_records
 
@@ -328,7 +328,7 @@ def test_an_answer_that_is_never_json_parks_the_spell_after_its_retries_and_writ
 ) -> None:  # type: ignore[no-untyped-def]
     scene, runner = attack
     if runner.mode == "in-process":
-        from memory_worker.models.base import MalformedAnswer
+        from memory_worker.core.model_interfaces import MalformedAnswer
 
         with pytest.raises(MalformedAnswer):  # the task shell parks it; here it propagates
             runner.spell("dm-dan", scene.ids["warren_loaf"], lambda p: "I refuse.", sensible_route)
@@ -356,7 +356,7 @@ def test_a_malformed_answer_that_repeats_the_chat_parks_without_keeping_a_word_o
     scene, runner = attack
     said = ("stole money", "Wuyuan Road", "loaf", "Xuhui")
     if runner.mode == "in-process":
-        from memory_worker.models.base import MalformedAnswer
+        from memory_worker.core.model_interfaces import MalformedAnswer
 
         with pytest.raises(MalformedAnswer) as caught:
             runner.spell("dm-dan", scene.ids["warren_loaf"], echo, sensible_route)

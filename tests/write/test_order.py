@@ -14,7 +14,7 @@ from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, sensible_route
 from memory_worker.storage import rooms
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 from tests import bees
 from tests.scenes import DAN, people
 from tests.write_helpers import notices, rows
@@ -37,15 +37,15 @@ def chat() -> ScriptedChat:
 def routed(spell: Spell | None) -> Spell:
     assert spell is not None
     model = chat()
-    spell = pipeline.run_extract(spell, model)
-    spell = pipeline.run_embed(spell, HashingEmbedder())
-    return pipeline.run_route(spell, model)
+    spell = steps.run_extract(spell, model)
+    spell = steps.run_embed(spell, HashingEmbedder())
+    return steps.run_route(spell, model)
 
 
 def committed(spell: Spell) -> str:
-    outcome = pipeline.run_commit(spell)
+    outcome = steps.run_commit(spell)
     if outcome.status == "stale":
-        outcome = pipeline.run_commit(routed(Spell.from_json({**spell.to_json(), "decisions": []})))
+        outcome = steps.run_commit(routed(Spell.from_json({**spell.to_json(), "decisions": []})))
     return outcome.status
 
 
@@ -57,31 +57,31 @@ def test_a_late_spell_whose_lines_are_covered_changes_nothing_and_toasts_nothing
     dm: Engine,
 ) -> None:
     bees.say(dm, bees.KEEPS)
-    late = routed(pipeline.begin("warren", "dm-dan"))  # lines 1..1, held back (a 429's delay)
+    late = routed(steps.begin("warren", "dm-dan"))  # lines 1..1, held back (a 429's delay)
     bees.say(dm, bees.MORE)
-    assert committed(routed(pipeline.begin("warren", "dm-dan"))) == "committed"  # 1..2
+    assert committed(routed(steps.begin("warren", "dm-dan"))) == "committed"  # 1..2
     bees.say(dm, bees.STOPPED)
-    assert committed(routed(pipeline.begin("warren", "dm-dan"))) == "committed"  # 3: CLOSE
+    assert committed(routed(steps.begin("warren", "dm-dan"))) == "committed"  # 3: CLOSE
     (bee,) = bee_rows(dm)
     assert bee["valid_to"] is not None
     before_rows, before_notices = rows(dm), notices(dm)
 
-    assert pipeline.run_commit(late).status == "covered"
+    assert steps.run_commit(late).status == "covered"
     assert rows(dm) == before_rows  # the bee fact stays closed, nothing re-added
     assert notices(dm) == before_notices  # no second "noted"
-    assert pipeline.run_notify(late) == []
-    assert pipeline.run_commit(late).status == "covered"  # and so on every redelivery
+    assert steps.run_notify(late) == []
+    assert steps.run_commit(late).status == "covered"  # and so on every redelivery
 
 
 def test_a_late_spell_reaching_past_the_cursor_keeps_only_what_cites_unread_lines(
     dm: Engine,
 ) -> None:
     bees.say(dm, bees.KEEPS)
-    early = routed(pipeline.begin("warren", "dm-dan"))  # 1..1: commits first
+    early = routed(steps.begin("warren", "dm-dan"))  # 1..1: commits first
     bees.say(dm, bees.MORE)
     bees.say(dm, bees.STOPPED)
     bees.say(dm, bees.NEWS)
-    late = routed(pipeline.begin("warren", "dm-dan"))  # 1..4, routed before anything committed
+    late = routed(steps.begin("warren", "dm-dan"))  # 1..4, routed before anything committed
     assert committed(early) == "committed"
     with dm.begin() as conn:  # a newer spell read lines 2..3 and closed the bee fact
         (bee,) = [r for r in rows(dm) if r["text"] == bees.FACTS[bees.KEEPS]]
@@ -92,7 +92,7 @@ def test_a_late_spell_reaching_past_the_cursor_keeps_only_what_cites_unread_line
         )
         conn.execute(t.cursors.update().values(last_line_id=3))
 
-    assert pipeline.run_commit(late).status == "committed"
+    assert steps.run_commit(late).status == "committed"
     texts = [(r["text"], r["valid_to"]) for r in rows(dm)]
     assert (bees.FACTS[bees.KEEPS], None) not in texts  # not re-added as open
     assert (bees.FACTS[bees.NEWS], None) in texts  # the unread line is still mined
@@ -100,36 +100,36 @@ def test_a_late_spell_reaching_past_the_cursor_keeps_only_what_cites_unread_line
 
 def test_the_toast_is_written_with_its_rows_and_delivered_once(dm: Engine) -> None:
     bees.say(dm, bees.KEEPS)
-    spell = routed(pipeline.begin("warren", "dm-dan"))
-    assert pipeline.run_commit(spell).status == "committed"
+    spell = routed(steps.begin("warren", "dm-dan"))
+    assert steps.run_commit(spell).status == "committed"
     (notice,) = notices(dm)  # in the commit's transaction: no rows without their toast
     assert notice["delivered"] == 0
-    assert [n.id for n in pipeline.run_notify(spell)] == [notice["id"]]
+    assert [n.id for n in steps.run_notify(spell)] == [notice["id"]]
     assert notices(dm)[0]["delivered"] == 1
-    assert pipeline.run_notify(spell) == []
+    assert steps.run_notify(spell) == []
 
 
 def test_undelivered_toasts_are_found_by_the_sweep_query(dm: Engine) -> None:
     bees.say(dm, bees.KEEPS)
-    spell = routed(pipeline.begin("warren", "dm-dan"))
-    pipeline.run_commit(spell)  # the notify_toast message is lost
-    assert pipeline.waiting_toasts("9999-01-01") == [spell.key]
-    assert pipeline.waiting_toasts("2000-01-01") == []  # a grace period for the chain's own
-    pipeline.run_notify(spell)
-    assert pipeline.waiting_toasts("9999-01-01") == []
+    spell = routed(steps.begin("warren", "dm-dan"))
+    steps.run_commit(spell)  # the notify_toast message is lost
+    assert steps.waiting_toasts("9999-01-01") == [spell.key]
+    assert steps.waiting_toasts("2000-01-01") == []  # a grace period for the chain's own
+    steps.run_notify(spell)
+    assert steps.waiting_toasts("9999-01-01") == []
 
 
 def test_a_parked_spell_resolves_when_a_later_spell_covers_its_lines(
     dm: Engine, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bees.say(dm, bees.KEEPS)
-    parked = pipeline.begin("warren", "dm-dan")
+    parked = steps.begin("warren", "dm-dan")
     assert parked is not None
     parked.parked = "model unavailable after 5 retries"
-    assert pipeline.run_commit(parked).status == "parked"
+    assert steps.run_commit(parked).status == "parked"
     assert cli.main(["parked"]) == 0 and "1 parked spell(s)" in capsys.readouterr().out
     bees.say(dm, bees.MORE)
-    assert committed(routed(pipeline.begin("warren", "dm-dan"))) == "committed"
+    assert committed(routed(steps.begin("warren", "dm-dan"))) == "committed"
     assert cli.main(["parked"]) == 0 and "0 parked spell(s)" in capsys.readouterr().out
 
 

@@ -14,7 +14,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, sensible_route
-from memory_worker.write import pipeline
+from memory_worker.write import steps
 from tests.scenes import DAN, extract_answer, people, private_chat
 
 pytestmark = pytest.mark.store
@@ -39,16 +39,16 @@ def cursor(eng: Engine, persona: str = "warren", room: str = "dm-dan") -> int:
 
 
 def routed(spell: Spell, chat: ScriptedChat) -> Spell:
-    spell = pipeline.run_extract(spell, chat)
-    spell = pipeline.run_embed(spell, HashingEmbedder())
-    return pipeline.run_route(spell, chat)
+    spell = steps.run_extract(spell, chat)
+    spell = steps.run_embed(spell, HashingEmbedder())
+    return steps.run_route(spell, chat)
 
 
 def full_spell(chat: ScriptedChat) -> tuple[Spell, list[int]]:
-    spell = pipeline.begin("warren", "dm-dan")
+    spell = steps.begin("warren", "dm-dan")
     assert spell is not None
     spell = routed(spell, chat)
-    outcome = pipeline.run_commit(spell)
+    outcome = steps.run_commit(spell)
     return spell, outcome.row_ids
 
 
@@ -77,7 +77,7 @@ def test_a_spell_commits_its_rows_and_moves_the_cursor(world) -> None:  # type: 
 def test_committing_the_same_spell_twice_writes_nothing_and_returns_the_same_rows(world) -> None:  # type: ignore[no-untyped-def]
     db, lines = world
     spell, row_ids = full_spell(chat_for(lines))
-    again = pipeline.run_commit(spell)
+    again = steps.run_commit(spell)
     assert again.status == "committed" and again.row_ids == row_ids
     assert len(all_rows(db)) == 2
 
@@ -85,22 +85,22 @@ def test_committing_the_same_spell_twice_writes_nothing_and_returns_the_same_row
 def test_every_step_run_twice_gives_the_same_result(world) -> None:  # type: ignore[no-untyped-def]
     db, lines = world
     chat = chat_for(lines)
-    begun = pipeline.begin("warren", "dm-dan")
-    assert begun is not None and pipeline.begin("warren", "dm-dan") == begun
-    once = pipeline.run_extract(Spell.from_json(begun.to_json()), chat)
-    twice = pipeline.run_extract(Spell.from_json(begun.to_json()), chat)
+    begun = steps.begin("warren", "dm-dan")
+    assert begun is not None and steps.begin("warren", "dm-dan") == begun
+    once = steps.run_extract(Spell.from_json(begun.to_json()), chat)
+    twice = steps.run_extract(Spell.from_json(begun.to_json()), chat)
     assert once.candidates == twice.candidates
-    e1 = pipeline.run_embed(Spell.from_json(once.to_json()), HashingEmbedder())
-    e2 = pipeline.run_embed(Spell.from_json(once.to_json()), HashingEmbedder())
+    e1 = steps.run_embed(Spell.from_json(once.to_json()), HashingEmbedder())
+    e2 = steps.run_embed(Spell.from_json(once.to_json()), HashingEmbedder())
     assert e1.candidates == e2.candidates
-    r1 = pipeline.run_route(Spell.from_json(e1.to_json()), chat)
-    r2 = pipeline.run_route(Spell.from_json(e1.to_json()), chat)
+    r1 = steps.run_route(Spell.from_json(e1.to_json()), chat)
+    r2 = steps.run_route(Spell.from_json(e1.to_json()), chat)
     assert r1.decisions == r2.decisions and r1.seen_open_rows == r2.seen_open_rows
-    c1 = pipeline.run_commit(r1)
-    c2 = pipeline.run_commit(r2)
+    c1 = steps.run_commit(r1)
+    c2 = steps.run_commit(r2)
     assert c1.row_ids == c2.row_ids and len(all_rows(db)) == 2
-    t1 = pipeline.run_notify(r1, c1.row_ids)
-    t2 = pipeline.run_notify(r1, c1.row_ids)
+    t1 = steps.run_notify(r1, c1.row_ids)
+    t2 = steps.run_notify(r1, c1.row_ids)
     assert len(t1) == 1 and t2 == []
 
 
@@ -154,29 +154,29 @@ def test_a_close_sets_valid_to_and_writes_no_row(world) -> None:  # type: ignore
 def test_a_stale_view_of_the_open_rows_is_caught_and_rerouting_adds_nothing_twice(world) -> None:  # type: ignore[no-untyped-def]
     db, lines = world
     chat = chat_for(lines)
-    first = pipeline.begin("warren", "dm-dan")
+    first = steps.begin("warren", "dm-dan")
     assert first is not None
     # Two spells over the same lines, both routed before either commits.
     a = routed(Spell.from_json(first.to_json()), chat)
     with db.begin() as conn:
         app_side.say(conn, "dm-dan", "warren", "Good luck.")
-    b_begun = pipeline.begin("warren", "dm-dan")
+    b_begun = steps.begin("warren", "dm-dan")
     assert b_begun is not None and b_begun.last_line_id != a.last_line_id
     b = routed(b_begun, chat)
-    assert pipeline.run_commit(a).status == "committed"
-    assert pipeline.run_commit(b).status == "stale"
-    b = pipeline.run_route(b, chat)  # what the commit task does on 'stale'
-    outcome = pipeline.run_commit(b)
+    assert steps.run_commit(a).status == "committed"
+    assert steps.run_commit(b).status == "stale"
+    b = steps.run_route(b, chat)  # what the commit task does on 'stale'
+    outcome = steps.run_commit(b)
     assert outcome.status == "committed" and outcome.row_ids == []
     assert len(all_rows(db)) == 2
 
 
 def test_a_parked_spell_records_why_and_leaves_the_cursor(world) -> None:  # type: ignore[no-untyped-def]
     db, _ = world
-    spell = pipeline.begin("warren", "dm-dan")
+    spell = steps.begin("warren", "dm-dan")
     assert spell is not None
     spell.parked = "malformed model answer"
-    assert pipeline.run_commit(spell).status == "parked"
+    assert steps.run_commit(spell).status == "parked"
     assert cursor(db) == 0
     with db.connect() as c:
         status, reason = c.execute(select(t.spells.c.status, t.spells.c.reason)).one()
@@ -196,18 +196,18 @@ def test_a_skipped_spell_calls_no_model_and_never_mines_those_lines_later(world,
         else:
             conn.execute(t.rooms.update().values(incognito=1))
     chat = chat_for(lines)
-    spell = pipeline.begin("warren", "dm-dan")
+    spell = steps.begin("warren", "dm-dan")
     assert spell is not None and spell.skipped
     spell = routed(spell, chat)
     assert chat.calls == []
-    assert pipeline.run_commit(spell).status == "skipped"
+    assert steps.run_commit(spell).status == "skipped"
     assert all_rows(db) == [] and cursor(db) == lines[-1]
 
 
 def test_the_toast_is_one_notice_per_human_naming_its_rows(world) -> None:  # type: ignore[no-untyped-def]
     db, lines = world
     spell, row_ids = full_spell(chat_for(lines))
-    toasts = pipeline.run_notify(spell, row_ids)
+    toasts = steps.run_notify(spell, row_ids)
     assert [x.user_id for x in toasts] == [DAN]
     with db.connect() as c:
         notice = c.execute(select(t.notices)).mappings().one()
@@ -246,12 +246,12 @@ def test_a_human_who_muted_the_persona_is_not_in_the_present_set_the_model_sees(
             "route": sensible_route,
         }
     )
-    spell = pipeline.begin("warren", "g1")
+    spell = steps.begin("warren", "g1")
     assert spell is not None and spell.present == [17] and spell.witnessed == [17, DAN]
     spell = routed(spell, chat)
     (_, _, prompt) = chat.calls[0]
     assert "- u:17 (Cara)" in prompt and "u:42 (Dan)" not in prompt
-    assert pipeline.run_commit(spell).status == "committed"
+    assert steps.run_commit(spell).status == "committed"
     assert [r["text"] for r in all_rows(db)] == ["u:17 runs marathons."]
     assert json.loads(all_rows(db)[0]["witnessed"]) == [17, DAN]  # the audience, muted or not
 
@@ -269,6 +269,6 @@ def test_a_spell_begins_with_the_rooms_members_now_whoever_the_caller_last_saw(
         app_side.add_room(conn, "g1", "group", [f"u:{DAN}", "u:17", "warren"])
         app_side.say(conn, "g1", DAN, "I bought a flat.")
         conn.execute(t.persona_memory_mute.insert().values(user_id=DAN, persona="warren"))
-    spell = pipeline.begin("warren", "g1", guess)
+    spell = steps.begin("warren", "g1", guess)
     assert spell is not None and spell.present == [17] and spell.witnessed == [17, DAN]
-    assert spell == pipeline.begin("warren", "g1")
+    assert spell == steps.begin("warren", "g1")

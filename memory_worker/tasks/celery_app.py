@@ -1,4 +1,4 @@
-"""The Celery app: `celery -A memory_worker.celery_app worker -Q model,embed,...`.
+"""The Celery app: `celery -A memory_worker.tasks.celery_app worker -Q model,embed,...`.
 
 Config comes from `celeryconfig` by module name. Importing this module starts nothing: the
 broker is resolved (`memory_worker.ops.broker.url()`, which may start the embedded Redis) when the

@@ -40,6 +40,7 @@ from typing import Any
 
 from memory_worker.core.settings import Settings
 from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.models.scripted import sensible_route
 
 # The factor the default embed responder scales unit vectors by: Gemini's 768-dim vectors are
 # not normalised, so neither are the stub's, and a test can prove the client normalises.
@@ -101,6 +102,19 @@ def embed_texts(body: dict[str, Any]) -> list[str]:
 def default_chat_responder(body: dict[str, Any]) -> dict[str, Any]:
     """Answers `{}`: fine for a schema with no required fields; set `chat_responder` for more."""
     return {}
+
+
+def gemini_responder(extract: object) -> Callable[[dict[str, Any]], object]:
+    """A stub-server chat responder: `extract` (dict, or callable of the prompt) for call A,
+    `sensible_route` for call B — told apart by their system instructions."""
+
+    def respond(body: dict[str, Any]) -> object:
+        prompt = prompt_text(body)
+        if system_text(body).startswith("You are a smart memory manager"):
+            return sensible_route(prompt)
+        return extract(prompt) if callable(extract) else extract
+
+    return respond
 
 
 def default_embed_responder(texts: list[str], dims: int) -> list[list[float]]:

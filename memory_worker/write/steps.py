@@ -12,14 +12,13 @@ import time
 from collections.abc import Sequence
 
 from memory_worker.core import clock
+from memory_worker.core.model_interfaces import ChatModel, Embedder, PromptTooLarge
 from memory_worker.core.rows import Candidate, Spell
-from memory_worker.models.base import ChatModel, Embedder, PromptTooLarge
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, store, users
 from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.storage.spell_context import spell_context
-from memory_worker.write import commit, embed, extract, route
-from memory_worker.write import spell as spells
+from memory_worker.write import commit, embed, extract, route, window
 from memory_worker.write.ask import ask_json
 
 log = logging.getLogger(__name__)
@@ -27,9 +26,9 @@ log = logging.getLogger(__name__)
 
 def begin(persona: str, room_id: str, members: Sequence[int] = ()) -> Spell | None:
     """The spell for a persona in a room now, or None when it has no new lines (`members`:
-    the room's humans as the caller last saw them, `spell.begin_spell`)."""
+    the room's humans as the caller last saw them, `window.begin_spell`)."""
     with store.engine().connect() as conn:
-        spell = spells.begin_spell(conn, persona, room_id, members)
+        spell = window.begin_spell(conn, persona, room_id, members)
     if spell is not None:
         spell.began = time.time()
     return spell
@@ -47,10 +46,10 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
             spell.skipped = "the room or its people no longer allow memory"
             return spell
         room, persona_name = ctx.room, ctx.persona_name
-        lines = spells.load_slice(conn, spell)
+        lines = window.load_slice(conn, spell)
         names = {u: ctx.names[u] for u in spell.present if u in ctx.names}
         room_people = {u: ctx.names[u] for u in spell.witnessed if u in ctx.names}
-        known = extract.known_rows(conn, spells.spell_scope(spell, room))
+        known = extract.known_rows(conn, window.spell_scope(spell, room))
         already = extract.rows_today(conn, spell.persona, clock.today(), spell.present)
     while True:
         system, prompt = extract.build_prompt(
@@ -110,7 +109,7 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
         return spell
     cands = [Candidate.from_json(c) for c in spell.candidates]
     with store.engine().connect() as conn:
-        scope = spells.spell_scope(spell, rooms.load_room(conn, spell.room_id))
+        scope = window.spell_scope(spell, rooms.load_room(conn, spell.room_id))
         rows = memories.open_rows(conn, scope, {c.subject for c in cands})
         persona_name = users.persona_name(conn, spell.persona)
         vectors_of = store_embedder.identity(conn)  # the writer embedded the candidates

@@ -150,7 +150,7 @@ def _broker(s: Settings) -> Finding:
 def _provider(s: Settings) -> Finding:
     problems = s.provider_problems()
     if not problems and s.provider == "replay" and s.cassette is not None:
-        from memory_worker.models.base import ModelError
+        from memory_worker.core.model_interfaces import ModelError
         from memory_worker.models.replay import load_cassette
 
         try:
