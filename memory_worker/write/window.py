@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.audience import Consent, Members, Scope, scope_for
+from memory_worker.core.audience import Consent, Members, RoomAudience, Scope
 from memory_worker.core.constants import LINE_MAX_CHARS
 from memory_worker.core.rows import Line, Room, Spell
 from memory_worker.storage import rooms
@@ -107,6 +107,11 @@ def spell_scope(spell: Spell, room: Room) -> Scope:
     present — each of them hears whatever a row it writes may say — and its eligible humans
     allowing (docs/design.md §11.2). A world row shows here only when all of them are in its
     audience."""
-    members = Members(frozenset(spell.witnessed), frozenset({spell.persona}))
-    consent = Consent(memory_on=dict.fromkeys(spell.present, True))
-    return scope_for(spell.persona, spell.witnessed, room, consent, members=members)
+    witnesses = frozenset(spell.witnessed)
+    audience = RoomAudience(
+        room,
+        witnesses,
+        Members(witnesses, frozenset({spell.persona})),
+        Consent(memory_on=dict.fromkeys(spell.present, True)),
+    )
+    return audience.scope(spell.persona)

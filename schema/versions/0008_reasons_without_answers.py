@@ -3,7 +3,7 @@
 Before this, a malformed answer's reason ended "; answer: " and up to 300 characters of the
 answer, which may repeat what someone said; `spells.reason` is kept and shown to operators and
 a human's delete never reached it. New reasons say what failed in the schema's words only
-(`models.base.describe_invalid`); this cuts the quote off the reasons already stored.
+(`core.model_interfaces.describe_invalid`); this cuts the quote off the reasons already stored.
 
 Revision ID: 0008
 Revises: 0007
