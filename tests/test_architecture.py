@@ -193,7 +193,7 @@ def test_nothing_outside_the_tests_imports_the_tests(folder: str) -> None:
 def test_no_module_of_the_product_imports_the_testing_package(folder: str) -> None:
     """memory_worker.testing holds stand-ins (a local Gemini API, a reference ranking) for the
     tests and benchmarks, which may import it. No other module of the package does, at the top
-    or inside a function (issue 31), and neither do the exams: `memory-worker exam` runs them."""
+    or inside a function, and neither do the exams: `memory-worker exam` runs them."""
     for path in sorted((ROOT / folder).rglob("*.py")):
         if path.is_relative_to(PACKAGE / "testing"):
             continue
@@ -299,7 +299,7 @@ def unit_of(module: str) -> str:
 
 
 def test_no_two_folders_import_each_other() -> None:
-    """The folders import one way (issue 31): drawn as a graph of units — each folder of
+    """The folders import one way: drawn as a graph of units — each folder of
     memory_worker, each entry module beside them — with an edge wherever a module of one imports
     a module of another (at the top or inside a function), it has no cycle, of two units or
     more. Two folders that import each other are one folder in two places."""
