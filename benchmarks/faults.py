@@ -386,12 +386,14 @@ def room_quiet(url: str, room: str) -> None:
         pass
 
 
-def wipe(client: redis.Redis) -> None:
+def wipe(client: redis.Redis, claims: bool = False) -> None:
     """Every queued, unacked and scheduled message of ours gone (FLUSHDB, minus the keys of
-    anyone else who shares this database)."""
+    anyone else who shares this database); with `claims`, the spells' in-flight claims and
+    the quota's windows too."""
+    ours = ("unacked", "_kombu", "mw:") if claims else ("unacked", "_kombu")
     for key in client.scan_iter():
         name = key.decode()
-        if name in QUEUES or name.startswith(("unacked", "_kombu")):
+        if name in QUEUES or name.startswith(ours):
             client.delete(key)
 
 
@@ -512,12 +514,10 @@ def run(
         quota = Quota.per_minute(
             s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_margin_s
         )
-        from memory_worker.tasks.celery_app import app
-
         broker = redis.Redis.from_url(url)
-        with app.connection_for_write(url) as conn:
-            for queue in QUEUES:
-                conn.default_channel.queue_purge(queue)
+        # A run starts from an empty broker: a message an earlier run left unacked on this
+        # database would come back to these workers, its spell read from another store.
+        wipe(broker, claims=True)
         placed = seed(eng, rooms)
         cold = fault == "coldstart"
         first: dict[str, int] = {}

@@ -101,6 +101,14 @@ def commit(self: Task, spell: Message) -> Message:
             log.info("spell %s: open rows changed since routing; routing again", s.key)
             chain(route.s(s.to_json()), commit.s()).apply_async()
             raise Ignore()
+    if outcome.status == "foreign":
+        log.warning(
+            "spell %s: its last line is not a line of its room in this store (a message that "
+            "outlived its store, or a line deleted since); dropped, the room's cursor unmoved",
+            s.key,
+        )
+        inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
+        raise Ignore()
     spell_log.finished(s, outcome.status, len(outcome.row_ids))
     waiting, told = deliver(steps.place_toasts(s.persona, s.room_id))
     inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)

@@ -40,7 +40,7 @@ FINAL = ("committed", "skipped", "covered")
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # 'committed' | 'skipped' | 'covered' | 'parked' | 'stale'
+    status: str  # 'committed' | 'skipped' | 'covered' | 'parked' | 'stale' | 'foreign'
     row_ids: list[int]
     closed_ids: list[int]
 
@@ -50,6 +50,8 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     done = _recorded(conn, spell)
     if done is not None:
         return done
+    if not _lines_are_here(conn, spell):
+        return Outcome("foreign", [], [])
     # Order is part of exactly-once: lines the cursor already covers were read by a newer
     # spell, whose decisions stand. A late spell (a retry delay, a redelivery) changes nothing
     # for them — never reopens or re-adds what that spell closed — and toasts nothing.
@@ -278,6 +280,16 @@ def _recorded(conn: Connection, spell: Spell) -> Outcome | None:
     if got is None or got[0] not in FINAL:
         return None
     return Outcome(got[0], got[1], [])
+
+
+def _lines_are_here(conn: Connection, spell: Spell) -> bool:
+    """A spell's last line must be a line of its room in this store. A message can outlive the
+    store it was read from (a store restored from a backup, or replaced, under a queue that
+    kept its messages): committed, its cursor would jump past lines not yet said here, and
+    they would never be read. Such a spell is neither applied nor recorded — its key may
+    yet name a real spell of this store — and the room's own lines get spells of their own."""
+    line = rooms.lines_by_id(conn, [spell.last_line_id]).get(spell.last_line_id)
+    return line is not None and line.room_id == spell.room_id
 
 
 def _advance_cursor(conn: Connection, spell: Spell, now: str) -> None:

@@ -272,3 +272,31 @@ def test_a_spell_begins_with_the_rooms_members_now_whoever_the_caller_last_saw(
     spell = steps.begin("warren", "g1", guess)
     assert spell is not None and spell.present == [17] and spell.witnessed == [17, DAN]
     assert spell == steps.begin("warren", "g1")
+
+
+def test_a_spell_from_a_message_that_outlived_its_store_moves_no_cursor_and_records_nothing(
+    world,  # type: ignore[no-untyped-def]
+) -> None:
+    """A queue keeps its messages while the store is restored from a backup (or replaced): a
+    spell read from the old store names lines this one does not have. Committed, it would
+    move the cursor past lines not yet said here, and they would never be read."""
+    db, lines = world
+    chat = chat_for(lines)
+    spell = steps.begin("warren", "dm-dan")
+    assert spell is not None
+    spell = routed(spell, chat)
+    ahead = Spell.from_json(spell.to_json())
+    ahead.last_line_id = max(lines) + 5  # the old store's room had said more
+    with db.begin() as conn:  # a line of another room holds the id another message names
+        app_side.add_room(conn, "dm-elsewhere", "private", ["u:42", "warren"])
+        other = app_side.say(conn, "dm-elsewhere", "u:42", "Hello there.")
+    elsewhere = Spell.from_json(spell.to_json())
+    elsewhere.last_line_id = other
+    for foreign in (ahead, elsewhere):
+        assert steps.run_commit(foreign).status == "foreign"
+    assert cursor(db) == 0 and all_rows(db) == []
+    with db.connect() as c:
+        assert c.execute(select(t.spells)).all() == []  # its key may yet be a real spell's
+    outcome = steps.run_commit(spell)  # the room's own spell still commits its lines
+    assert outcome.status == "committed" and outcome.row_ids
+    assert cursor(db) == spell.last_line_id
