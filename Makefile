@@ -35,11 +35,10 @@ demo: $(STAMP) ## the main job end to end on a fresh machine: no servers, no API
 	$(BIN)/memory-worker demo
 
 CHROMIUM := /usr/bin/chromium
-# pytest-xdist: the suite on three processes. Most of its time is spent waiting on workers,
-# brokers and browsers it starts (the CPU is busy about 40 % of a two-process run on two
-# cores), so a third process fills the waits: 229 s against 263-377 s with two on two cores.
-# Each process has its own embedded Redis, Redis databases, PostgreSQL database and folders.
-TEST_PROCESSES ?= 3
+# pytest-xdist: the suite on two processes. Most of its time is spent waiting on workers,
+# brokers and browsers it starts, so two halve the wall time even on two cores; each process
+# has its own embedded Redis, PostgreSQL database and temporary folders.
+TEST_PROCESSES ?= 2
 
 # Coverage ([tool.coverage] in pyproject.toml): the suite's own processes, combined. The floor
 # holds over the pure core and the two paths, a little below the figure measured when it was
