@@ -93,6 +93,7 @@ def test_a_step_renews_the_claim_only_when_it_was_taken_more_than_ten_seconds_ag
     from memory_worker.ops import broker
     from memory_worker.tasks.model_step import renew_claim
 
+    assert settings_mod.current().inflight_ttl_s == 60  # renews past a sixth of it: 10 s
     client = broker.client(redis_url)
     claimant = SimpleNamespace(conf=SimpleNamespace(broker_url=redis_url))
     token = inflight.claim(client, "warren", "dm-renew", ttl_s=5)
@@ -116,7 +117,8 @@ def test_a_shorter_claim_is_taken_and_renewed_for_mw_inflight_ttl_s(redis_url: s
     from memory_worker.ops import broker
     from memory_worker.tasks.model_step import renew_claim
 
-    settings_mod.configure(settings_mod.current().with_(broker_url=redis_url, inflight_ttl_s=12))
+    before = settings_mod.current()
+    settings_mod.configure(before.with_(broker_url=redis_url, inflight_ttl_s=12))
     client = broker.client(redis_url)
     claimant = SimpleNamespace(conf=SimpleNamespace(broker_url=redis_url))
     token = inflight.claim(client, "warren", "dm-short", settings_mod.current().inflight_ttl_s)
@@ -131,6 +133,7 @@ def test_a_shorter_claim_is_taken_and_renewed_for_mw_inflight_ttl_s(redis_url: s
         assert spell.renewed == 1_002.0
     finally:
         inflight.release(client, "warren", "dm-short", token)
+        settings_mod.configure(before)  # the next test on this process renews at the default
 
 
 def test_hole7_a_backlog_drains_window_by_window_through_the_worker(pipeline: Pipeline) -> None:
