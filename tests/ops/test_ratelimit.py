@@ -263,7 +263,7 @@ def test_three_worker_processes_started_at_once_never_send_the_stub_more_than_th
     """The quota once held in Redis but not at the model — five slots granted at once
     reached it 7–173 ms apart, ten in a sliding second. Measured where the model counts: at
     the stub, as each request arrives, with three worker processes draining one backlog."""
-    from memory_worker.core.constants import QUEUES
+    from benchmarks import faults
     from memory_worker.ops import local_worker
     from memory_worker.tasks.celery_app import app
     from memory_worker.tasks.rooms import on_room_quiet
@@ -282,10 +282,9 @@ def test_three_worker_processes_started_at_once_never_send_the_stub_more_than_th
     s = settings_mod.current().with_(
         broker_url=url, model_requests_per_minute=300, model_quota_margin_s=MARGIN_S
     )
-    with app.connection_for_write(url) as conn:
-        for queue in QUEUES:  # only our queues: this may be the host's Redis
-            conn.default_channel.queue_purge(queue)
-    redis.Redis.from_url(url).delete(*ratelimit._keys("model"))
+    # From an empty broker database: queues, unacked messages an earlier run's killed workers
+    # left (they would come back to these workers), claims and the quota's windows.
+    faults.wipe(redis.Redis.from_url(url), claims=True)
     with app.connection_for_write(url) as conn:
         for room in rooms:  # the backlog is there before any worker is
             on_room_quiet.apply_async((room,), connection=conn)
