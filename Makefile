@@ -12,10 +12,14 @@ help: ## this list
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes), so a fresh clone
 # gets what the last green run had; the ranges in pyproject.toml say what the code supports.
+# The lock lists every dependency, so pip installs it as it is (--no-deps: no resolver, which in
+# the pip a venv starts with fails on a pinned package asked for with an extra once a newer
+# release of it is out), and `pip check` says whether anything a package needs is missing.
 $(STAMP): pyproject.toml requirements/test.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --require-hashes -r requirements/test.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/test.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip check --quiet
 	$(BIN)/python requirements/verify.py requirements/test.txt
 	touch $(STAMP)
 
@@ -80,7 +84,7 @@ recall: $(STAMP) ## regenerate docs/recall.md from LoCoMo (~10 min)
 
 # Regenerate docs/performance.md and its plot from one run of both benchmarks.
 perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
-	$(BIN)/pip install --quiet --require-hashes -r requirements/bench.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/bench.txt
 	$(BIN)/python -m benchmarks.report
 
 # The exams, large: the flow exam (10,000 random spells against a hostile model, every output

@@ -39,11 +39,13 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SKIPPED = {
     "make test": "this test runs inside `make test`",
-    **dict.fromkeys(  # the same three steps `make install` runs before this test can run at all
+    **dict.fromkeys(  # the same steps `make install` runs before this test can run at all
         (
             "python3 -m venv /tmp/mw-deploy",
-            "/tmp/mw-deploy/bin/pip install --quiet --require-hashes -r requirements/runtime.txt",
+            "/tmp/mw-deploy/bin/pip install --quiet --no-deps --require-hashes"
+            " -r requirements/runtime.txt",
             "/tmp/mw-deploy/bin/pip install --quiet --no-deps --no-build-isolation .",
+            "/tmp/mw-deploy/bin/pip check",
             "/tmp/mw-deploy/bin/python requirements/verify.py requirements/runtime.txt",
         ),
         "a deployer's install from the lock: `make install` runs the same steps for .venv",
