@@ -12,14 +12,17 @@ help: ## this list
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes), so a fresh clone
 # gets what the last green run had; the ranges in pyproject.toml say what the code supports.
-# The lock lists every dependency, so pip installs it as it is (--no-deps: no resolver, which in
-# the pip a venv starts with fails on a pinned package asked for with an extra once a newer
-# release of it is out), and `pip check` says whether anything a package needs is missing.
-$(STAMP): pyproject.toml requirements/test.txt
+# The pip a new venv comes with installs uv from its own lock (requirements/uv.txt), and uv
+# installs the lock as it is: every dependency is in it, so no resolver runs (--no-deps), and
+# `uv pip check` says whether anything a package needs is missing. uv fetches and installs in
+# parallel: about 4 s against pip's 28 s here, most of a fresh clone's install.
+UV_PIP = $(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps
+$(STAMP): pyproject.toml requirements/test.txt requirements/uv.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/test.txt
-	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
-	$(BIN)/pip check --quiet
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/uv.txt
+	$(UV_PIP) --require-hashes -r requirements/test.txt
+	$(UV_PIP) --no-build-isolation -e .
+	$(BIN)/uv pip check --python $(BIN)/python --quiet
 	$(BIN)/python requirements/verify.py requirements/test.txt
 	touch $(STAMP)
 
@@ -34,6 +37,7 @@ lock: $(STAMP) ## move every lock in requirements/ to the newest versions pyproj
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra test -o requirements/test.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in -o requirements/runtime.txt
 	$(LOCK) -c requirements/bench.txt pyproject.toml requirements/build.in --extra postgres -o requirements/postgres.txt
+	$(LOCK) -c requirements/bench.txt requirements/uv.in -o requirements/uv.txt
 
 demo: $(STAMP) ## the main job end to end on a fresh machine: no servers, no API key
 	$(BIN)/memory-worker demo
@@ -84,7 +88,7 @@ recall: $(STAMP) ## regenerate docs/recall.md from LoCoMo (~10 min)
 
 # Regenerate docs/performance.md and its plot from one run of both benchmarks.
 perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
-	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/bench.txt
+	$(UV_PIP) --require-hashes -r requirements/bench.txt
 	$(BIN)/python -m benchmarks.report
 
 # The exams, large: the flow exam (10,000 random spells against a hostile model, every output
