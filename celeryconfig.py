@@ -17,7 +17,6 @@ from memory_worker.core.constants import (
     QUEUES,
     SWEEP_HOUR_UTC,
     VISIBILITY_TIMEOUT_S,
-    WORKER_SOFT_SHUTDOWN_S,
 )
 
 # Messages are JSON, never pickle.
@@ -45,15 +44,15 @@ broker_connection_retry_on_startup = True
 broker_connection_max_retries = None  # a broker that went away is waited for, not given up on
 
 # A stop hands unfinished work back quickly: with REMAP_SIGTERM=SIGQUIT (the Procfile sets it)
-# SIGTERM starts a soft shutdown — running tasks get WORKER_SOFT_SHUTDOWN_S, then the worker
-# cancels them and their messages go back to the queue (acks_late), as do held ETA retries.
-worker_soft_shutdown_timeout = WORKER_SOFT_SHUTDOWN_S
+# SIGTERM starts a soft shutdown — running tasks get MW_WORKER_SOFT_SHUTDOWN_S (10 s), then the
+# worker cancels them and their messages go back to the queue (acks_late), as do held ETA retries.
+worker_soft_shutdown_timeout = settings_mod.current_or_exit().worker_soft_shutdown_s
 
 
 class _HoldingWork:
     """Truthy while this worker holds a task: running, or waiting on its ETA (a retry's
     countdown). Celery sleeps the whole soft-shutdown timeout whenever this setting is true,
-    so a plain True made every idle stop wait 10 s; held ETA tasks still get the wait their
+    so a plain True made every idle stop wait it out; held ETA tasks still get the wait their
     hand-back needs (Celery's own advice for this setting)."""
 
     def __bool__(self) -> bool:

@@ -77,7 +77,7 @@ QUEUES = (QUEUE_MODEL, QUEUE_EMBED, QUEUE_COMMIT, QUEUE_NOTIFY, QUEUE_EVENTS)
 # An unacked message goes back on the queue after this long: longer than the longest task (a
 # model call's timeout, the quota wait, a commit), so a running task is not handed out twice.
 VISIBILITY_TIMEOUT_S = 600
-WORKER_SOFT_SHUTDOWN_S = 10.0  # on SIGTERM, tasks get this long; then they go back to the queue
+WORKER_SOFT_SHUTDOWN_S = 10.0  # MW_WORKER_SOFT_SHUTDOWN_S's default: a task's time after SIGTERM
 MODEL_MAX_RETRIES = 5  # 429/5xx/timeouts: then the spell is parked
 DB_MAX_RETRIES = 5  # ours: "database is locked" past the busy timeout, then the task fails
 RETRY_BACKOFF_MAX_S = 120.0  # a retry's countdown (held unacked): below VISIBILITY_TIMEOUT_S

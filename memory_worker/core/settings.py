@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from memory_worker.core.constants import INFLIGHT_TTL_S
+from memory_worker.core.constants import INFLIGHT_TTL_S, WORKER_SOFT_SHUTDOWN_S
 from memory_worker.core.errors import MemoryWorkerError
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (docs/design.md §9)
@@ -152,6 +152,16 @@ class Settings(BaseSettings):
         le=600_000,
         validation_alias=AliasChoices("MW_MODEL_TIMEOUT_MS", "model_timeout_ms"),
     )
+    # On SIGTERM (a stop) a worker's running tasks get this long to finish; then Celery cancels
+    # them and their messages go back to the queue (celeryconfig.py). `memory-worker run`
+    # waits this, then a model call's own timeout, before SIGKILL (`runner.stop_timeout`).
+    worker_soft_shutdown_s: float = Field(
+        WORKER_SOFT_SHUTDOWN_S,
+        gt=0,
+        le=600,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_WORKER_SOFT_SHUTDOWN_S", "worker_soft_shutdown_s"),
+    )
     cassette: Path | None = Field(  # the replay provider's file
         None, validation_alias=AliasChoices("MW_CASSETTE", "cassette")
     )
@@ -250,6 +260,15 @@ class Settings(BaseSettings):
         gt=0,
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_LIVENESS_EVERY_S", "liveness_every_s"),
+    )
+    # `memory-worker run` starts a process that exited again after this long, doubled for each
+    # quick death in a row (runner.RESTART_WAIT_MAX_S at most): a crash loop backs off.
+    restart_backoff_s: float = Field(
+        0.5,
+        gt=0,
+        le=60,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_RESTART_BACKOFF_S", "restart_backoff_s"),
     )
     # Prometheus metrics and /healthz on 127.0.0.1:<port>; 0 = off (one port per process).
     metrics_port: int = Field(

@@ -36,7 +36,6 @@ from typing import IO, cast
 from tenacity import RetryCallState, wait_exponential
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.constants import WORKER_SOFT_SHUTDOWN_S
 from memory_worker.core.settings import EMBEDDED
 from memory_worker.ops import embedded
 
@@ -46,7 +45,7 @@ CRASH_LOOP_MAX = 5  # ...this many times in a row is left down
 LIVENESS_MISSES = 3  # pings in a row unanswered, the broker up, before a worker is restarted
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
 _HOSTNAME = re.compile(r"--hostname[= ]+(\S+)")
-_restart_wait = wait_exponential(multiplier=0.5, max=30)
+RESTART_WAIT_MAX_S = 30.0  # the longest wait before a process that exited is started again
 
 
 @dataclass
@@ -96,9 +95,10 @@ def _pump(name: str, stream: IO[bytes], width: int) -> None:
 
 
 class Supervisor:
-    def __init__(self, processes: list[Process], stop_timeout: float):
+    def __init__(self, processes: list[Process], stop_timeout: float, restart_backoff_s: float):
         self.processes = processes
         self.stop_timeout = stop_timeout
+        self.restart_wait = wait_exponential(multiplier=restart_backoff_s, max=RESTART_WAIT_MAX_S)
         self.width = max((len(p.name) for p in processes), default=4)
         self.stopping = threading.Event()
         # `celery` from the same environment as this supervisor, activated or not.
@@ -136,7 +136,7 @@ class Supervisor:
                 p.given_up = True
                 self.say(f"{p.name} exited {code} {p.quick_deaths} times at start: left down")
                 return
-            delay = _restart_wait(cast(RetryCallState, _State(p.quick_deaths + 1)))
+            delay = self.restart_wait(cast(RetryCallState, _State(p.quick_deaths + 1)))
             p.next_start = now + delay
             self.say(f"{p.name} exited {code}; starting it again in {delay:.1f}s")
         if now >= p.next_start:
@@ -219,7 +219,7 @@ def _signal_group(p: Process, sig: int) -> None:
 def stop_timeout(s: settings_mod.Settings) -> float:
     """How long a stop waits before SIGKILL: the workers' soft shutdown, then a model call's
     own timeout (a thread inside an HTTP call cannot be interrupted), then a margin."""
-    return WORKER_SOFT_SHUTDOWN_S + s.model_timeout_ms / 1000 + STOP_MARGIN_S
+    return s.worker_soft_shutdown_s + s.model_timeout_ms / 1000 + STOP_MARGIN_S
 
 
 def run(procfile: Path, only: list[str] | None = None, stop_after: float | None = None) -> int:
@@ -243,7 +243,8 @@ def _supervise(
     stop_after: float | None,
     started_broker: bool,
 ) -> int:
-    sup = Supervisor(processes, stop_timeout(s) if stop_after is None else stop_after)
+    stop_wait = stop_timeout(s) if stop_after is None else stop_after
+    sup = Supervisor(processes, stop_wait, s.restart_backoff_s)
     stop_now = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop_now.set())

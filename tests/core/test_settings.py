@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from memory_worker.core.constants import WORKER_SOFT_SHUTDOWN_S
 from memory_worker.core.settings import EMBEDDED, ConfigError, Settings, redact
 
 
@@ -149,3 +150,22 @@ def test_a_worker_steps_back_from_the_cores_by_mw_worker_nice_10_unless_told_oth
     assert after == min(before + 10, 19)
     before, after = _niceness_after_yield({"MW_WORKER_NICE": "0"})
     assert after == before
+
+
+def _celery_setting(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`app.conf.<name>` as a worker started with `env` would read it."""
+    code = f"from memory_worker.tasks.celery_app import app; print(app.conf.{name})"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MW_WORKER_SOFT")}
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True
+    )
+
+
+def test_a_workers_soft_shutdown_is_mw_worker_soft_shutdown_s_and_a_bad_one_is_named() -> None:
+    default = _celery_setting("worker_soft_shutdown_timeout", {})
+    assert default.returncode == 0, default.stderr
+    assert float(default.stdout) == WORKER_SOFT_SHUTDOWN_S
+    told = _celery_setting("worker_soft_shutdown_timeout", {"MW_WORKER_SOFT_SHUTDOWN_S": "2.5"})
+    assert float(told.stdout) == 2.5
+    bad = _celery_setting("worker_soft_shutdown_timeout", {"MW_WORKER_SOFT_SHUTDOWN_S": "0"})
+    assert bad.returncode != 0 and "MW_WORKER_SOFT_SHUTDOWN_S" in bad.stderr, bad.stderr

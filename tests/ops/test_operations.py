@@ -202,6 +202,8 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
         **os.environ,
         "MW_STATE_DIR": str(tmp_path / "state"),
         "REDIS_URL": "redis://127.0.0.1:1/0",
+        # the shipped backoff at a tenth: waits of 0.1, 0.2, 0.4 and 0.8 s (1 to 8 s)
+        "MW_RESTART_BACKOFF_S": "0.05",
     }
     proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=2)
     try:
@@ -209,6 +211,7 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
             with attempt:
                 assert len(marks.read_text().split()) >= 3  # steady was started again, twice
                 assert "run      | broken exited 3 5 times at start: left down\n" in lines
+        assert "run      | broken exited 3; starting it again in 0.1s\n" in lines  # the setting
         assert (tmp_path / "state").is_dir()
     finally:
         proc.send_signal(signal.SIGTERM)

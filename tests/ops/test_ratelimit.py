@@ -65,6 +65,7 @@ def test_a_quota_refuses_rates_that_are_not_positive_and_finite(bad: float) -> N
         Quota.per_minute(bad, 1000)
 
 
+@pytest.mark.slow  # real quota windows, seconds of them
 def test_many_threads_never_get_more_than_the_quota_in_any_sliding_second(
     client: redis.Redis,
 ) -> None:
@@ -90,6 +91,7 @@ def test_many_threads_never_get_more_than_the_quota_in_any_sliding_second(
     assert len(times) >= 10  # and it does let calls through: ~5 a second
 
 
+@pytest.mark.slow  # real quota windows, seconds of them
 def test_a_call_woken_late_from_its_slot_never_goes_beside_the_calls_granted_after_it(
     client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,7 +31,9 @@ def test_a_stopped_worker_hands_its_running_model_call_back_and_the_next_one_com
     people(pipeline.db)
     lines = private_chat(pipeline.db)
     pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
-    pipeline.use_timeout(15_000)  # longer than the soft shutdown: the stop cancels the task
+    # The shipped logic at a fifth of its time: a 2 s soft shutdown (10 s), a call's timeout
+    # (5 s) longer than it, so the stop cancels the task while its call is still in flight.
+    pipeline.use_timeout(5_000)
     pipeline.stub.hang_next(120.0, kind="chat")  # the first extract hangs past its timeout
     monkeypatch.setenv("REMAP_SIGTERM", "SIGQUIT")  # as the Procfile runs the workers
     monkeypatch.setenv("CELERY_CUSTOM_WORKER_POOL", "memory_worker.tasks.pools.threads:Threads")
@@ -42,7 +44,7 @@ def test_a_stopped_worker_hands_its_running_model_call_back_and_the_next_one_com
     with app.connection_for_write(url) as conn:
         for queue in QUEUES:
             conn.default_channel.queue_purge(queue)
-    s = settings_mod.current().with_(broker_url=url)
+    s = settings_mod.current().with_(broker_url=url, worker_soft_shutdown_s=2.0)
     said = tmp_path / "stopped.log"
     first = local_worker.start(
         s, pool="custom", concurrency=2, name="stopped", loglevel="INFO", log=said
@@ -58,7 +60,7 @@ def test_a_stopped_worker_hands_its_running_model_call_back_and_the_next_one_com
         first.send_signal(signal.SIGTERM)  # as `memory-worker run` stops it
         # It exits on its own within the supervisor's stop timeout: the soft shutdown, then
         # the call's own HTTP timeout. No SIGKILL needed, nothing left unacked.
-        first.wait(timeout=runner.stop_timeout(settings_mod.current()))
+        first.wait(timeout=runner.stop_timeout(s))
         log = said.read_text()
         assert "CRITICAL" not in log and "kill_job" not in log
         assert "left to the exit" in log  # the stop did cancel the running task

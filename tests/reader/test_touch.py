@@ -76,6 +76,7 @@ def test_flush_reports_a_queue_it_could_not_drain_in_time() -> None:
     assert toucher.flush(10)
 
 
+@pytest.mark.slow  # a race stress: 100 rounds of eight threads, seconds of them
 def test_touches_promised_at_once_by_a_processs_first_openers_all_land() -> None:
     """The queue and its thread are made at first use; openers racing to be first must share
     one queue, not each build one and lose what the other queued there."""

@@ -38,7 +38,7 @@ from tests.web import test_web_security
 from tests.web.test_web_security import snapshot
 from tests.web_server import Served, serve
 
-pytestmark = pytest.mark.store
+pytestmark = [pytest.mark.store, pytest.mark.processes]  # a `memory-worker serve` a test
 
 SECRET = "s" * 48
 BASE = "http://127.0.0.1"
