@@ -54,12 +54,16 @@ TEST_PROCESSES ?= 2
 COVERED := 'memory_worker/core/*,memory_worker/write/*,memory_worker/reader/*'
 COVERAGE_FLOOR ?= 97
 
+# mypy runs beside the suite (its output printed after it): the suite mostly waits on the
+# processes it starts, and a fresh clone's mypy (no cache) takes 10 s of CPU it can have then.
 test: $(STAMP) ## everything CI runs: lint, types, the whole suite, coverage with its floor
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
 	@test -x $(CHROMIUM) || echo "note: no $(CHROMIUM): the browser tests are skipped (apt-get install -y chromium runs them)"
-	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(TEST_PROCESSES) --cov --cov-report=
+	$(BIN)/mypy > $(VENV)/mypy.out 2>&1 & types=$$!; \
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) --cov --cov-report=; tests=$$?; \
+	wait $$types; typed=$$?; echo "mypy:"; cat $(VENV)/mypy.out; \
+	test $$tests -eq 0 -a $$typed -eq 0
 	$(BIN)/coverage report --include=$(COVERED) --skip-covered --fail-under=$(COVERAGE_FLOOR)
 
 # The inner loop while developing: lint, types, and the tests that start no worker, browser

@@ -20,7 +20,7 @@ from memory_worker.tasks.rooms import RECOVERY_PROMISE_S, recovery_bound_s
 from tests.worker import spare_database
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.faults]
-ROOMS = 4
+ROOMS = 3
 
 # The defaults' logic at a tenth of their time: the sweep every 3 s (30 s), its grace 3 s
 # (30 s), the toast lag 1 s (10 s), the in-flight claim 6 s (60 s; 5 s is the least it takes).
