@@ -255,7 +255,10 @@ def test_spells_under_load_never_send_more_than_the_quota_in_any_sliding_second(
 # measured after the gate, with three workers starting at once on two cores, the p99 was
 # 0.01-0.04 s with the other engineers' load and 0.09-0.18 s with a core held busy at nice 0.
 # Before the gate the wake-up jitter came on top: 0.25 s failed once in six runs in make test.
-MARGIN_S = 0.25
+# make test runs three test processes on two cores, whose workers start at nice 10 beside them:
+# a stall past 0.25 s once put 3 calls in a window of 2 there, so the margin is 0.5 s, as the
+# README tells a deployer on a saturated host.
+MARGIN_S = 0.5
 
 
 @pytest.mark.pipeline
