@@ -223,6 +223,9 @@ class PersonaRows:
     importance: np.ndarray  # int16 (the store's 1..10), else float64: `narrow`
     recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
     chars: np.ndarray  # int32
+    # int8: 1 for a row formed one-to-one (witnessed by the one human who holds it:
+    # `audience.one_to_one`), which stays out of groups when its holder says so
+    alone: np.ndarray
     slots: np.ndarray | None = None  # int32
     vectors: Vectors | None = None
     # Rows with a requirement beyond `groups` (named humans, a private world row): their ids,
@@ -241,7 +244,15 @@ class PersonaRows:
 
     @property
     def base_bytes(self) -> int:
-        cols = (self.ids, self.groups, self.kinds, self.importance, self.recalled_day, self.chars)
+        cols = (
+            self.ids,
+            self.groups,
+            self.kinds,
+            self.importance,
+            self.recalled_day,
+            self.chars,
+            self.alone,
+        )
         slots = 4 * len(self)  # int32 a row, whether made yet or not: the bound counts them
         required = sum(ENTRY_OVERHEAD_BYTES // 4 + a.nbytes for a in self.required.values())
         return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required
@@ -280,7 +291,7 @@ class PersonaRows:
         rows keep their vector slots; the changed ones have none until `ReadCache.fill`, and
         their old slots are zeroed (`Vectors.forget`)."""
         keep = ~np.isin(self.ids, np.fromiter(changed, dtype=np.int64, count=len(changed)))
-        names = ("ids", "groups", "kinds", "importance", "recalled_day", "chars")
+        names = ("ids", "groups", "kinds", "importance", "recalled_day", "chars", "alone")
         cols = {n: np.concatenate([getattr(self, n)[keep], getattr(fresh, n)]) for n in names}
         if self.slots is not None and self.vectors is not None:
             gone = self.slots[~keep]
@@ -301,6 +312,7 @@ class PersonaRows:
             importance=cols["importance"],
             recalled_day=cols["recalled_day"],
             chars=cols["chars"],
+            alone=cols["alone"],
             slots=cols.get("slots"),
             vectors=self.vectors,
             required=required,
@@ -344,7 +356,8 @@ _NO_IDS = np.zeros(0, dtype=np.int64)
 
 
 # A pack (`packed`): the columns of one persona's rows in one blob, for the store to keep
-# (schema/versions/0015). Each column at a width that holds its values exactly.
+# (schema/versions/0015; 0016 dropped the packs made before `alone`). Each column at a width
+# that holds its values exactly.
 PACKED_COLUMNS = (
     ("ids", "<i8", np.int64),
     ("groups", "<i8", np.int64),
@@ -352,6 +365,7 @@ PACKED_COLUMNS = (
     ("importance", "<f8", np.float64),  # held as `narrow` makes it
     ("recalled_day", "<f8", np.float64),
     ("chars", "<i4", np.int32),
+    ("alone", "<i1", np.int8),
 )
 
 
@@ -416,6 +430,7 @@ def unpacked(blob: bytes, version: Version) -> PersonaRows:
         importance=cols["importance"],
         recalled_day=cols["recalled_day"],
         chars=cols["chars"],
+        alone=cols["alone"],
         required=required,
     )
 

@@ -70,6 +70,13 @@ def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
     for (named, private_to), ids in rows.required.items():
         if not (scope.admits_named(named) and scope.admits_private_to(private_to)):
             mask[np.searchsorted(rows.ids, ids)] = False
+        elif (
+            private_to is not None and len(private_to) == 1 and private_to[0] in scope.private_only
+        ):
+            at = np.searchsorted(rows.ids, ids)  # a world row its one witness keeps private
+            mask[at[rows.alone[at] == 1]] = False
+    for u in scope.private_only:  # rows about them formed one-to-one: their private chats only
+        mask &= ~((rows.groups == u) & (rows.alone == 1))
     return np.flatnonzero(mask)
 
 
@@ -445,16 +452,18 @@ def _group(ref: str | None) -> int:
 
 def columns_of(rows: Sequence[Any], version: Version) -> PersonaRows:
     """PersonaRows, sorted by id, from fetched (id, persona, is_world, ref, kind, importance,
-    recalled, chars, named, private_to)."""
+    recalled, chars, named, private_to, witnessed)."""
     if not rows:
         z, zi = np.zeros(0), np.zeros(0, dtype=np.int64)
-        return PersonaRows(version, zi, zi, zi, z, z, zi)
+        return PersonaRows(version, zi, zi, zi, z, z, zi, np.zeros(0, dtype=np.int8))
     # Transpose first: numpy probing 100,000 SQLAlchemy Row objects one by one is 50× slower.
     cols = list(zip(*rows, strict=True))
     n = len(rows)
     groups_of = {ref: _group(ref) for ref in set(cols[3])}
     groups = np.fromiter(map(groups_of.__getitem__, cols[3]), dtype=np.int64, count=n)
-    groups[np.array(cols[2], dtype=bool)] = WORLD_GROUP
+    is_world = np.array(cols[2], dtype=bool)
+    alone = _alone(groups, is_world, cols[9], cols[10])
+    groups[is_world] = WORLD_GROUP
     ids = np.array(cols[0], dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     return PersonaRows(
@@ -466,7 +475,31 @@ def columns_of(rows: Sequence[Any], version: Version) -> PersonaRows:
         importance=narrow(np.array(cols[5], dtype=np.float64))[order],
         recalled_day=_days(cols[6])[order],
         chars=np.array(cols[7], dtype=np.int32)[order],
+        alone=alone[order],
     )
+
+
+def _alone(
+    groups: np.ndarray,
+    is_world: np.ndarray,
+    private_to: Sequence[str | None],
+    witnessed: Sequence[str | None],
+) -> np.ndarray:
+    """1 where a row was formed one-to-one (`audience.one_to_one`): witnessed by the one human
+    who holds it — whom it concerns, or the one human a world row stays with."""
+    one_of = {value: _one_human(value) for value in {*private_to, *witnessed}}
+    n = len(groups)
+    only_witness = np.fromiter(map(one_of.__getitem__, witnessed), dtype=np.int64, count=n)
+    kept_by = np.fromiter(map(one_of.__getitem__, private_to), dtype=np.int64, count=n)
+    holder = np.where(is_world, kept_by, groups)
+    alone: np.ndarray = ((only_witness != NO_ONE) & (only_witness == holder)).astype(np.int8)
+    return alone
+
+
+def _one_human(stored: str | None) -> int:
+    """The one human of a stored id list, else NO_ONE (none, or more than one)."""
+    ids = id_list(stored)
+    return ids[0] if ids is not None and len(ids) == 1 else NO_ONE
 
 
 def _requirements(

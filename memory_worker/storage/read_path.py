@@ -273,6 +273,7 @@ def _open_rows_statement(
         func.length(_pm.text),
         _pm.named,
         _pm.private_to,
+        _pm.witnessed,
     ).where(
         _pm.persona.in_(personas), _pm.valid_to.is_(None)
     )  # no ORDER BY: the index walks (persona, valid_to, subject); numpy sorts ids for less
@@ -350,8 +351,8 @@ def open_rows(
     between: Callable[[], object] | None = None,
 ) -> Sequence[Any]:
     """Every open row of these personas (of those with these `ids`, if given) as (id, persona,
-    is_world, ref, kind code, importance, recalled, chars, named, private_to), in no order;
-    `recalled` is Unix days on SQLite, else a stamp; `named` and `private_to` as stored.
+    is_world, ref, kind code, importance, recalled, chars, named, private_to, witnessed), in no
+    order; `recalled` is Unix days on SQLite, else a stamp; the id lists as stored.
     `between` (a background reader) is called between parts of the read."""
     sqlite = store.is_sqlite(conn)
     if ids is None:

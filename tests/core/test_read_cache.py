@@ -431,6 +431,7 @@ def _columns(version: int, stamp: int, ids: list[int]) -> PersonaRows:
         importance=np.full(n, 0.5),
         recalled_day=np.zeros(n),
         chars=np.full(n, 20, dtype=np.int64),
+        alone=np.zeros(n, dtype=np.int8),
     )
 
 

@@ -109,7 +109,7 @@ def test_a_sweep_lets_go_of_what_the_change_log_no_longer_reaches_and_reads_no_r
 def test_catching_up_keeps_an_entrys_place_in_the_lru_and_brings_back_nothing_let_go_of() -> None:
     def rows(n: int, version: int = 1) -> PersonaRows:
         z, zi = np.zeros(n), np.arange(n, dtype=np.int64)
-        return PersonaRows(Version(version, version), zi, zi, zi, z, z, zi)
+        return PersonaRows(Version(version, version), zi, zi, zi, z, z, zi, zi.astype(np.int8))
 
     size = rows(100).nbytes
     cache = ReadCache(max_bytes=2 * size + size // 2)  # room for two entries

@@ -25,7 +25,7 @@ from memory_worker.app_side import UnknownRoom
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.core.constants import KINDS
-from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache
+from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache, packed, unpacked
 from memory_worker.core.rows import Room, Row, human_id, id_json
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import blocks_for_room, build_block, cache_loader, fill, format_block
@@ -639,6 +639,8 @@ worlds = st.tuples(
     st.sets(st.tuples(st.sampled_from(HUMANS), st.sampled_from(PERSONAS)), max_size=2),  # mutes
     st.none() | st.sets(st.sampled_from(HUMANS), max_size=3),  # members (None: the present)
     st.sets(st.sampled_from(PERSONAS), min_size=1),  # persona members
+    # "bring up what I told you privately when I'm in a group" off (the group scope)
+    st.sets(st.tuples(st.sampled_from(HUMANS), st.sampled_from(PERSONAS)), max_size=2),
 )
 
 
@@ -666,10 +668,11 @@ class World:
 def load_world(url: str, world: tuple) -> World:  # type: ignore[type-arg]
     """The drawn world in the store: a room "r" whose members may not be who the app says is
     present (a stranger present, a member absent), rows that name humans, private world rows."""
-    specs, present, kind, incognito, memory_on, mutes, humans, personas = world
+    specs, present, kind, incognito, memory_on, mutes, humans, personas, stays_private = world
     humans = set(present) if humans is None else humans
     with store.transaction(url) as c:
-        for table in (t.persona_memory, t.persona_memory_mute, t.room_members, t.rooms):
+        kept = t.persona_memory_stays_private
+        for table in (t.persona_memory, t.persona_memory_mute, kept, t.room_members, t.rooms):
             c.execute(delete(table))
         app_side.add_room(c, "r", kind, [*(f"u:{u}" for u in sorted(humans)), *sorted(personas)])
         c.execute(update(t.rooms).values(incognito=int(incognito)))
@@ -678,6 +681,8 @@ def load_world(url: str, world: tuple) -> World:  # type: ignore[type-arg]
             c.execute(update(t.users).where(t.users.c.id == u).values(memory_on=int(on)))
         for u, p in mutes:
             c.execute(insert(t.persona_memory_mute).values(user_id=u, persona=p))
+        for u, p in stays_private:
+            c.execute(insert(kept).values(user_id=u, persona=p))
         for persona, subject, cp, witnessed, kind_, imp, closed, named, sources in specs:
             row_id = add_row(
                 c,
@@ -697,7 +702,11 @@ def load_world(url: str, world: tuple) -> World:  # type: ignore[type-arg]
                 .values(named=id_json(named) if named else None, private_to=id_json(private))
             )
         rows = [Row.from_mapping(m) for m in c.execute(select(t.persona_memory)).mappings()]
-    consent = Consent(memory_on={u: memory_on.get(u, True) for u in HUMANS}, mutes=frozenset(mutes))
+    consent = Consent(
+        memory_on={u: memory_on.get(u, True) for u in HUMANS},
+        mutes=frozenset(mutes),
+        stays_private=frozenset(stays_private),
+    )
     room = Room(id="r", kind=kind, incognito=incognito)
     return World(set(present), room, consent, Members(frozenset(humans), frozenset(personas)), rows)
 
@@ -758,13 +767,40 @@ def test_the_audience_index_for_dan_skips_promises_to_anyone_else(shared_url: st
         ("warren", "world", DAN, set(), "event", 5, False),
     ]
     specs = [(*spec, set(), None) for spec in specs]
-    world = (specs, {DAN}, "private", False, {}, set(), None, set(PERSONAS))
+    world = (specs, {DAN}, "private", False, {}, set(), None, set(PERSONAS), set())
     w = load_world(shared_url, world)
     got = visible_ids(
         shared_url, scope_for("warren", w.present, w.room, w.consent, members=w.members)
     )
     by_id = {r.id: (r.subject, r.counterpart) for r in w.rows}
     assert sorted((by_id[i] for i in got), key=str) == [("self", "u:42"), ("world", None)]
+
+
+def test_under_the_group_scope_the_audience_index_leaves_out_what_a_human_keeps_private(
+    shared_url: str,
+) -> None:
+    """Dan keeps what he told warren one-to-one out of groups: the index must leave those rows
+    out before the take, or the gate drops them after it and the block comes out short."""
+    specs = [  # persona, subject, counterpart, witnessed, kind, importance, closed, named, sources
+        ("warren", "u:42", DAN, {DAN}, "fact", 5, False, set(), None),  # Dan's, one-to-one
+        ("warren", "u:42", DAN, {DAN, CARA}, "fact", 5, False, set(), None),  # said in company
+        ("warren", "self", DAN, {DAN}, "promise", 5, False, set(), None),  # promised him alone
+        ("warren", "world", DAN, {DAN}, "event", 5, False, set(), {DAN}),  # his, one-to-one
+        ("warren", "u:17", DAN, {CARA}, "fact", 5, False, set(), None),  # Cara's: she said nothing
+    ]
+    world = (specs, {DAN, CARA}, "group", False, {}, set(), None, set(PERSONAS), {(DAN, "warren")})
+    w = load_world(shared_url, world)
+    scope = scope_for("warren", w.present, w.room, w.consent, members=w.members, proven_scope=False)
+    assert scope.private_only == {DAN}
+    got = visible_ids(shared_url, scope)
+    assert got == {r.id for r in w.allowed("warren", proven=False)}
+    seen = sorted((r.subject, tuple(r.witnessed)) for r in w.rows if r.id in got)
+    assert seen == [("u:17", (CARA,)), ("u:42", (CARA, DAN))]
+    with store.engine(shared_url).connect() as c:  # a cold open's pack knows it too
+        rows = cache_loader.columns_of(read_path.open_rows(c, ["warren"]), NEVER_WRITTEN)
+    again = unpacked(packed(rows), NEVER_WRITTEN)
+    assert again.alone.tolist() == rows.alone.tolist() == [1, 0, 1, 1, 1]
+    assert again.ids[cache_loader.visible_index(again, scope)].tolist() == sorted(got)
 
 
 @pytest.mark.parametrize("prepared", [True, False])
