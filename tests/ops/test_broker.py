@@ -100,16 +100,25 @@ def test_the_apps_publish_starts_a_killed_embedded_broker_again_and_its_message_
         app.stdin.flush()
         assert app.stdout.readline().strip() == "True"
         assert client.llen("events") == 1
+        kept = client.lindex("events", 0)
         pid = int((state / "redis.pid").read_text())
         os.kill(pid, signal.SIGKILL)
         wait_until_gone(pid)
-        app.stdin.write("publish\n")  # the app's next call, the broker gone
-        app.stdin.flush()
-        app.stdout.readline()  # True, or False past MW_PUBLISH_TIMEOUT_S on a slow host
+        # The app's next call, the broker gone: True, or False past MW_PUBLISH_TIMEOUT_S on a
+        # slow host (that message is left to the sweep, as the README says); the call after
+        # that finds the broker back and lands.
+        sent = 0
+        for _ in range(3):
+            app.stdin.write("publish\n")
+            app.stdin.flush()
+            sent += 1
+            if app.stdout.readline().strip() == "True":
+                break
         assert embedded.running_url(state) == url  # the app started it: same address
         for attempt in Retrying(stop=stop_after_delay(10), wait=wait_fixed(0.05), reraise=True):
-            with attempt:  # the queue kept (append-only file), and the new message beside it
-                assert client.llen("events") == 2
+            with attempt:  # the queue kept (append-only file), and a new message beside it
+                queue = client.lrange("events", 0, -1)
+                assert kept in queue and 2 <= len(queue) <= 1 + sent
     finally:
         app.stdin.close()
         app.wait(timeout=30)
