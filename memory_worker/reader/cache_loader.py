@@ -70,14 +70,21 @@ def visible_index(rows: PersonaRows, scope: Scope) -> np.ndarray:
     for (named, private_to), ids in rows.required.items():
         if not (scope.admits_named(named) and scope.admits_private_to(private_to)):
             mask[np.searchsorted(rows.ids, ids)] = False
-        elif (
-            private_to is not None and len(private_to) == 1 and private_to[0] in scope.private_only
-        ):
-            at = np.searchsorted(rows.ids, ids)  # a world row its one witness keeps private
-            mask[at[rows.alone[at] == 1]] = False
-    for u in scope.private_only:  # rows about them formed one-to-one: their private chats only
-        mask &= ~((rows.groups == u) & (rows.alone == 1))
+    if scope.private_only:  # only under the group scope: a room open otherwise pays nothing
+        _leave_out_kept_private(mask, rows, scope.private_only)
     return np.flatnonzero(mask)
+
+
+def _leave_out_kept_private(mask: np.ndarray, rows: PersonaRows, keepers: frozenset[int]) -> None:
+    """Clear the rows formed one-to-one with a human who keeps those out of groups: rows
+    about them and promises to them (`groups`), and world rows they alone hold (`required`)."""
+    alone = rows.alone == 1
+    for u in keepers:
+        mask &= ~((rows.groups == u) & alone)
+    for (_, private_to), ids in rows.required.items():
+        if private_to is not None and len(private_to) == 1 and private_to[0] in keepers:
+            at = np.searchsorted(rows.ids, ids)
+            mask[at[alone[at]]] = False
 
 
 def visible_view(rows: PersonaRows, scope: Scope, key: Key | None = None) -> View:
