@@ -28,6 +28,7 @@ from memory_worker.core import toasts
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
 from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.names import sentence_key
 from memory_worker.core.provenance import witnesses
 from memory_worker.core.rows import Line, Row, concerned, human_id, human_ref
 from memory_worker.storage import memories, notices, rooms, store, users
@@ -141,11 +142,23 @@ def _delete_rows(conn: Connection, user_id: int, ids: list[int]) -> None:
     gone = [i for i in ids if i in found and found[i] not in shared]
     if not gone:
         return
-    closed = memories.rows_closed_by(conn, gone)
-    memories.reopen(conn, [r.id for r in closed if concerns_user(r, user_id) and r.id not in gone])
+    closed = [
+        r
+        for r in memories.rows_closed_by(conn, gone)
+        if concerns_user(r, user_id) and r.id not in gone
+    ]
+    # A copy of the same sentence that a wider row closed (the commit's exactly-once across
+    # audiences) is the same memory: it goes too, never comes back.
+    copies = [r for r in closed if _same_sentence(r, found.get(r.closed_by or 0))]
+    memories.reopen(conn, [r.id for r in closed if r not in copies])
     places = _places(conn, [found[i] for i in gone])
     memories.delete_rows(conn, gone)
     _redact_toasts(conn, places, set(gone))
+    _delete_rows(conn, user_id, [r.id for r in copies])
+
+
+def _same_sentence(row: Row, closer: Row | None) -> bool:
+    return closer is not None and sentence_key(row.text) == sentence_key(closer.text)
 
 
 def _places(conn: Connection, rows: list[Row]) -> set[tuple[str, str]]:

@@ -4,6 +4,8 @@ group says where what it noted may come up."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from sqlalchemy import Engine
 
@@ -32,10 +34,16 @@ def world(db: Engine) -> Engine:
     return db
 
 
+NOTED = itertools.count(5)
+
+
 def note_in(db: Engine, room: str) -> list[str]:
+    """Dan tells Warren a new fact in `room` (a new one each time: the same sentence twice is
+    one memory, toasted once)."""
+    km = next(NOTED)
     with db.begin() as c:
-        line = app_side.say(c, room, DAN, "I run every Sunday.")
-    fact = candidate(f"u:{DAN}", "preference", f"u:{DAN} runs every Sunday.", 5, [line])
+        line = app_side.say(c, room, DAN, f"I run {km} km every Sunday.")
+    fact = candidate(f"u:{DAN}", "preference", f"u:{DAN} runs {km} km every Sunday.", 5, [line])
     run_spell(
         "warren", room, ScriptedChat({"extract": {"candidates": [fact]}, "route": sensible_route})
     )

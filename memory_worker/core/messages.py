@@ -75,6 +75,7 @@ class SpellMessage(_Strict):
     last_line_id: LineId
     present: list[UserId] = []
     witnessed: list[UserId] = []
+    label: list[UserId] | None = []
     candidates: list[CandidateMessage] = []
     decisions: list[DecisionMessage] = []
     seen_open_rows: StrictStr | None = None

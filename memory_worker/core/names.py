@@ -32,7 +32,9 @@ from functools import lru_cache
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u034f\u180b\u180c\u180d\u180e")
 _APOSTROPHES = str.maketrans({"’": "'", "ʼ": "'", "‘": "'", "`": "'", "´": "'"})
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*'?")
-_HUMAN_REF = re.compile(r"\bu\s*:\s*(\d+)", re.IGNORECASE)
+# "u:17", and "user 17" (the word and an id: "User17", "user #17", "USER_17") — on folded text,
+# so any width or case.
+_HUMAN_REF = re.compile(r"\b(?:u\s*:|user\s*[:#_\-]?)\s*(\d+)", re.IGNORECASE)
 # Scripts written without spaces between words: a name in them is found as a substring.
 _UNSPACED = re.compile(
     r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
@@ -91,6 +93,12 @@ def fold(text: str, *, keep_case: bool = False) -> str:
 def words(text: str) -> list[str]:
     """Folded words, possessives dropped: "Wu's" and "Wu’s" are "wu"."""
     return [w for w in (_clean(m) for m in _WORD.findall(fold(text))) if w]
+
+
+def sentence_key(text: str) -> str:
+    """A row's sentence normalised — folded words, punctuation and case aside — so the same
+    sentence written twice is seen as one (the commit's exactly-once across audiences)."""
+    return " ".join(words(text))
 
 
 def _clean(word: str) -> str:

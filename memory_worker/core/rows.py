@@ -214,6 +214,9 @@ class Spell:
     last_line_id: int  # the last line of the slice: with persona and room, the spell's key
     present: list[int] = field(default_factory=list)  # humans the model may write about
     witnessed: list[int] = field(default_factory=list)  # every human in the room
+    # The label of its model calls (`core.labels`): who heard every line it reads, with their
+    # switches then; None: every line a dispatch (public). Empty: nobody, so nothing is written.
+    label: list[int] | None = field(default_factory=list)
     candidates: list[Json] = field(default_factory=list)  # Candidate.to_json()
     decisions: list[Json] = field(default_factory=list)  # Decision.to_json()
     seen_open_rows: str | None = None  # fingerprint of the open rows the router saw
@@ -242,6 +245,7 @@ class Spell:
         `asdict` gives, without its deep walk: each step sends one)."""
         d = dict(self.__dict__)
         d["present"], d["witnessed"] = list(self.present), list(self.witnessed)
+        d["label"] = None if self.label is None else list(self.label)
         d["candidates"] = [{**c, "evidence": list(c["evidence"])} for c in self.candidates]
         d["decisions"] = [dict(x) for x in self.decisions]
         d["dropped"] = dict(self.dropped)

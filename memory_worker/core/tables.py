@@ -250,6 +250,26 @@ persona_memory_stays_private = Table(
     PrimaryKeyConstraint("user_id", "persona"),
 )
 
+switch_log = Table(
+    "switch_log",
+    metadata,
+    # Every change of a switch a line is judged by, with when it took effect (0017): the
+    # store's triggers write it, so a line is judged with the switches of its own time
+    # (`core.labels`), whoever changed them. `switch`: 'memory_on' (user_id), 'mute' (user_id,
+    # persona) or 'kit' (room_id). `after_line`: the store's last line id at the change.
+    Column("id", Integer, Identity(), primary_key=True),
+    Column("switch", Text, nullable=False),
+    Column("user_id", Integer, nullable=True),
+    Column("persona", Text, nullable=True),
+    Column("room_id", Text, nullable=True),
+    Column("was", Integer, nullable=False),
+    Column("now", Integer, nullable=False),
+    Column("after_line", Integer, nullable=False),
+    Index("ix_switch_log_user", "user_id"),
+    Index("ix_switch_log_room", "room_id"),
+    sqlite_autoincrement=True,
+)
+
 exam_verdicts = Table(
     "exam_verdicts",
     metadata,

@@ -215,42 +215,6 @@ def set_audience(
         ADD_AUDIENCE.execute(conn, {"row_id": row_id, "user_id": uid})
 
 
-WORLD_OUTSIDE = Prepared(
-    lambda: (
-        select(pm.id, pm.subject, pm.text, pm.embedding, pm.counterpart, pm.private_to, pm.named)
-        .where(
-            pm.persona == bindparam("persona"),
-            pm.valid_to.is_(None),
-            pm.subject == SUBJECT_WORLD,
-            pm.private_to.is_not(None),
-            pm.id.not_in(select(ma.row_id).where(ma.user_id == bindparam("user_id"))),
-        )
-        .order_by(pm.id)
-    )
-)
-
-
-def world_rows_outside(conn: Connection, persona: str, user_id: int) -> list[OpenRow]:
-    """The persona's open world rows held by others, not by this human: those a line of
-    theirs might confirm (`provenance.carries`). Never shown to a model."""
-    found: Any = WORLD_OUTSIDE.execute(conn, {"persona": persona, "user_id": user_id})
-    return [
-        OpenRow(i, subject, text, _blob(e), cp, id_list(p), id_list(n) or ())
-        for i, subject, text, e, cp, p, n in found.all()
-    ]
-
-
-def add_evidence(conn: Connection, row_id: int, line_ids: Iterable[int]) -> None:
-    """More lines a row rests on: a human who stated it joined its audience with them."""
-    now = conn.execute(select(pm.evidence).where(pm.id == row_id)).scalar_one()
-    have = [int(i) for i in json.loads(now or "[]")]
-    more = [i for i in line_ids if i not in have]
-    if more:
-        conn.execute(
-            update(t.persona_memory).where(pm.id == row_id).values(evidence=json.dumps(have + more))
-        )
-
-
 INSERTED = (  # the columns a new row takes from its call; the rest are an open row's own
     "persona",
     "subject",
@@ -339,6 +303,34 @@ def _row(m: Mapping[Any, Any]) -> Row:
     row = Row.from_mapping(m)
     row.embedding = _blob(row.embedding)
     return row
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """An open row as the commit's exactly-once check reads it: whom it concerns, its
+    sentence, and who it was formed with (a world row: its audience; None: public)."""
+
+    id: int
+    subject: str
+    counterpart: str | None
+    text: str
+    private_to: tuple[int, ...] | None
+    witnessed: tuple[int, ...]
+
+
+def open_sentences(conn: Connection, persona: str, subjects: Iterable[str]) -> list[Sentence]:
+    """The persona's open rows about these subjects, under every audience: the commit's code
+    compares sentences across audiences; none of it is shown to a model."""
+    wanted = sorted(set(subjects))
+    if not wanted:
+        return []
+    query = select(pm.id, pm.subject, pm.counterpart, pm.text, pm.private_to, pm.witnessed).where(
+        pm.persona == persona, pm.subject.in_(wanted), pm.valid_to.is_(None)
+    )
+    return [
+        Sentence(int(i), subject, cp, text, id_list(p), tuple(id_list(w) or ()))
+        for i, subject, cp, text, p, w in conn.execute(query)
+    ]
 
 
 def _rows(conn: Connection, where: ColumnElement[bool]) -> list[Row]:

@@ -132,6 +132,18 @@ def reword(conn: Connection, notice_id: int, text: str, row_ids: list[int]) -> N
     conn.execute(update(t.notices).where(n.id == notice_id).values(**values))
 
 
+def add_row(conn: Connection, row_id: int, also: int) -> None:
+    """The toasts that list row `row_id` list row `also` too: the same sentence, stored again
+    for more people (the commit's exactly-once across audiences), so undoing the toast reaches
+    both copies."""
+    like = conn.execute(select(n.id, n.row_ids).where(n.row_ids.like(f"%{int(row_id)}%")))
+    for notice_id, ids in like.all():
+        listed = [int(i) for i in json.loads(ids or "[]")]
+        if row_id in listed and also not in listed:
+            values = dict(row_ids=json.dumps([*listed, also]))
+            conn.execute(update(t.notices).where(n.id == notice_id).values(**values))
+
+
 # --- the outbox -------------------------------------------------------------------------------
 
 

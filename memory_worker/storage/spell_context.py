@@ -44,6 +44,7 @@ class SpellContext:
     persona_name: str  # the persona's display name (its slug if the app never named it)
     cursor: int  # the last line this persona has read in the room (0: none yet)
     joined: dict[int, int]  # human members → the room's last line id when they joined
+    persona_since: int = 0  # the room's last line id when the persona joined (0: founding)
 
     def witnesses(self, line_id: int) -> list[int]:
         """The human members who had joined before line `line_id` was said, sorted."""
@@ -122,6 +123,7 @@ def spell_context(
     muted: set[int] = set()
     persona_name, cursor = persona, 0
     joined: dict[int, int] = {}
+    persona_since = 0
     row: Any
     for row in found:
         tag, k, a, b, n1, n2, n3, _ = row
@@ -138,6 +140,8 @@ def spell_context(
             uid = human_id(k)
             if uid is not None:
                 joined[uid] = int(n1)
+            elif k == persona:
+                persona_since = int(n1)
         else:
             cursor = int(n1)
     if room is None:
@@ -152,4 +156,5 @@ def spell_context(
         persona_name=persona_name,
         cursor=cursor,
         joined=joined,
+        persona_since=persona_since,
     )

@@ -14,25 +14,22 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from memory_worker.core import provenance, toasts
+from memory_worker.core import labels, provenance, toasts
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import SUBJECT_WORLD
-from memory_worker.core.names import fold
-from memory_worker.core.provenance import Audience
+from memory_worker.core.labels import Label
 from memory_worker.core.rows import (
     Candidate,
     Decision,
-    Line,
     Room,
     Spell,
     concerned,
     concerns,
-    human_id,
 )
 from memory_worker.core.vectors import from_b64
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, spells, users
-from memory_worker.write import extract, guards, route, window
+from memory_worker.write import copies, extract, guards, route, window
 
 # Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.
 FINAL = ("committed", "skipped", "covered")
@@ -81,126 +78,77 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     if spell.candidates and route.fingerprint(rows) != spell.seen_open_rows:
         return Outcome("stale", [], [])
 
-    # Who the new rows may reach: the spell's humans who still let the persona remember them
-    # (a switch may have flipped since the spell began). Their audience is decided here, from
-    # the store's facts alone: who said each cited line, and who witnessed it.
+    # Who the new rows may reach: at most the label of the calls that wrote them — the
+    # humans who heard every line they read, with their switches then (`core.labels`) — read
+    # again here from the store, and of those the ones who still let the persona remember
+    # them. Never from what the model wrote or cited.
+    label = window.spell_label(conn, spell)
     allowing = set(users.eligible_humans(conn, spell.persona, spell.present))
-    open_texts = {(r.subject, r.text.strip().lower()): r.id for r in rows}
-    shown = {r.id: r for r in rows}  # only rows the audience allows can be closed
+    reach: Label = None if label is None else label & frozenset(allowing)
+    shown = {r.id: r for r in rows}  # only rows the call's label allows can be closed
     already = extract.rows_today(conn, spell.persona, today, spell.present)
     writing = [d for d in decisions if d.event in ("ADD", "UPDATE")]
     allowed, _ = extract.cap([candidates[d.candidate] for d in writing], already)
     allowed_ids = {id(c) for c in allowed}
-    cited = rooms.lines_by_id(conn, {i for c in candidates for i in c.evidence})
-    lines = {i: line for i, line in cited.items() if line.room_id == spell.room_id}
     named = _named(conn, spell, [candidates[d.candidate] for d in writing])
-    joins = _confirmations(conn, spell, candidates, allowing, lines)
+    same = copies.Copies.load(conn, spell.persona, subjects)
 
     row_ids: list[int] = []
     closed: list[int] = []
+    untold: set[int] = set()  # rows whose human was told of the same sentence already
     for d in decisions:
         c = candidates[d.candidate]
-        label = _label(c, allowing, lines)
-        if label == ():
-            continue  # nobody left who lets the persona remember it
+        audience = _audience(c, reach)
+        if audience == labels.NOBODY:
+            continue  # nobody left who heard it and lets the persona remember it
         old = d.old_row_id
         if d.event in ("ADD", "UPDATE"):
-            if id(c) not in allowed_ids or (c.subject, c.text.lower()) in open_texts:
-                continue  # over today's cap, or the very same sentence is already open
-            if joins.covers(c):
-                continue  # a row the speaker just joined already says it
-            replaces = d.event == "UPDATE" and old is not None and _may_change(shown, old, c, label)
-            new_id = _insert_row(conn, spell, c, now, named[id(c)], label)
+            if id(c) not in allowed_ids:
+                continue  # over today's cap
+            formed = copies.formed_with(c.subject, audience, frozenset(spell.witnessed))
+            found = same.find(c, formed)
+            if found.held:
+                continue  # the same sentence is open already, for everyone this one reaches
+            replaces = (
+                d.event == "UPDATE" and old is not None and _may_change(shown, old, c, audience)
+            )
+            new_id = _insert_row(conn, spell, c, now, named[id(c)], audience)
             row_ids.append(new_id)
-            open_texts[(c.subject, c.text.lower())] = new_id
-            if replaces and old is not None:
+            same.add(c, formed, new_id, found.narrower)
+            for copy in found.narrower:  # one memory, not two: its human was told already
+                memories.close(conn, copy.id, c.valid_from or today, new_id)
+                notices.add_row(conn, copy.id, new_id)
+                shown.pop(copy.id, None)
+                closed.append(copy.id)
+                if c.subject != SUBJECT_WORLD:
+                    untold.add(new_id)
+            if replaces and old is not None and old in shown:
                 memories.close(conn, old, c.valid_from or today, new_id)
                 shown.pop(old)
                 closed.append(old)
-        elif d.event == "CLOSE" and old is not None and _may_change(shown, old, c, label):
+        elif d.event == "CLOSE" and old is not None and _may_change(shown, old, c, audience):
             memories.close(conn, old, c.valid_from or today, None)
             shown.pop(old)
             closed.append(old)
     _advance_cursor(conn, spell, now)
     spells.record(conn, spell, "committed", None, row_ids, now)
-    _post_toasts(conn, spell, room, row_ids, joins.by_user, now)
+    _post_toasts(conn, spell, room, [i for i in row_ids if i not in untold], now)
     return Outcome("committed", row_ids, closed)
 
 
-def _label(c: Candidate, allowing: set[int], lines: dict[int, Line]) -> Audience | tuple[()]:
-    """Who a candidate's row may reach: for a world row its audience (`provenance.world_label`:
-    public only when the dispatches it cites say it all, else the spell's humans who witnessed
-    its lines and let the persona remember them); for a row about a human or a promise to
-    one, that human while they still allow it. `()`: nobody, so it is not written."""
+def _audience(c: Candidate, reach: Label) -> Label:
+    """Who a candidate's row may reach, from the call's label alone (`reach`: the label, of
+    it those who still allow the persona): a world row's audience is the label itself (public
+    only when every line the call read was a dispatch); a row about a human, or a promise to
+    one, reaches that human when they are in it. `NOBODY`: it is not written."""
     if c.subject == SUBJECT_WORLD:
-        cited = [(lines[i].speaker, lines[i].text) for i in c.evidence if i in lines]
-        return provenance.world_label(cited, c.text, allowing)
-    return None if concerns(c.subject, c.counterpart) in allowing else ()
-
-
-@dataclass
-class Joins:
-    """The world rows a human joined in this spell by stating them in their own line."""
-
-    by_user: dict[int, list[int]]  # human → the row ids they joined
-    texts: set[str]  # the joined rows' folded texts: a candidate saying the same is not added
-
-    def covers(self, c: Candidate) -> bool:
-        return c.subject == SUBJECT_WORLD and fold(c.text) in self.texts
-
-
-def _confirmations(
-    conn: Connection,
-    spell: Spell,
-    candidates: list[Candidate],
-    allowing: set[int],
-    lines: dict[int, Line],
-) -> Joins:
-    """A world fact's audience grows only when a human outside it states it in their own line
-    (docs/design.md §12): for each world candidate, each cited line of a human the spell may
-    write for is compared — by code, on the line's own words, never on the model's — with the
-    persona's nearest open world rows held by others; a row whose every distinctive word the
-    line states gains that human (with the line as more evidence). The router's word confirms
-    nothing, and repetition never makes a row public."""
-    joins = Joins({}, set())
-    world = [c for c in candidates if c.subject == SUBJECT_WORLD and c.embedding]
-    speaker_of = {i: line.speaker for i, line in lines.items()}
-    said = {  # (human, line): a cited line of a human this spell may write for
-        (uid, i)
-        for c in world
-        for i in c.evidence
-        if (uid := human_id(speaker_of.get(i, ""))) is not None and uid in allowing
-    }
-    if not said:
-        return joins
-    floor = route.neighbour_floor(_writer(conn))
-    for uid in sorted({u for u, _ in said}):
-        outside = memories.world_rows_outside(conn, spell.persona, uid)
-        for c in world:
-            theirs = [i for i in c.evidence if (uid, i) in said]
-            if not theirs or not outside:
-                continue
-            for row_id in route.neighbours([c], outside, floor)[0]:
-                row = next(r for r in outside if r.id == row_id)
-                line = next(
-                    (
-                        i
-                        for i in theirs
-                        if provenance.may_join(
-                            uid, row.private_to, allowing=allowing, speakers=speaker_of, line_id=i
-                        )
-                        and provenance.confirms(lines[i].text, row.text)
-                    ),
-                    None,
-                )
-                if line is None or row_id in joins.by_user.get(uid, []):
-                    continue
-                audience = set(row.private_to or ())
-                memories.set_audience(conn, row_id, audience | {uid}, was=audience)
-                memories.add_evidence(conn, row_id, [line])
-                joins.by_user.setdefault(uid, []).append(row_id)
-                joins.texts.add(fold(row.text))
-    return joins
+        return reach
+    who = concerns(c.subject, c.counterpart)
+    return (
+        frozenset({who})
+        if who is not None and labels.within(frozenset({who}), reach)
+        else labels.NOBODY
+    )
 
 
 def _writer(conn: Connection) -> str | None:
@@ -232,26 +180,23 @@ def _post_toasts(
     spell: Spell,
     room: Room,
     row_ids: list[int],
-    joined: dict[int, list[int]],
     now: str,
 ) -> None:
-    """The outbox: one toast per human the new rows concern (and the rows they joined), in
-    the commit's transaction, so rows are never written without their toast; `notify_toast`
-    delivers them after."""
-    if not row_ids and not joined:
+    """The outbox: one toast per human the new rows concern, in the commit's transaction, so
+    rows are never written without their toast; the commit task delivers them after."""
+    if not row_ids:
         return
-    by_id = memories.rows_by_id(conn, sorted({*row_ids, *(i for v in joined.values() for i in v)}))
+    by_id = memories.rows_by_id(conn, sorted(row_ids))
     rows = [by_id[i] for i in row_ids if i in by_id]
-    also = {u: [by_id[i] for i in ids if i in by_id] for u, ids in joined.items()}
     humans = {u for r in rows for u in concerned(r.subject, r.counterpart, r.private_to)}
-    names = users.user_names(conn, sorted(humans | set(also)))
+    names = users.user_names(conn, sorted(humans))
     persona_name = users.persona_name(conn, spell.persona)
     in_group = None
     if not room.is_private_chat():  # the toast says whether it may follow them into groups
         private = users.stays_private(conn, sorted(names), [spell.persona])
         follow = settings_mod.current().memory_scope == "follow"
         in_group = {u: follow and (u, spell.persona) not in private for u in names}
-    for toast in toasts.toasts(persona_name, rows, names, also=also, in_group=in_group):
+    for toast in toasts.toasts(persona_name, rows, names, in_group=in_group):
         notices.post(
             conn,
             user_id=toast.user_id,
@@ -265,14 +210,15 @@ def _post_toasts(
 
 
 def _may_change(
-    shown: dict[int, memories.OpenRow], row_id: int, c: Candidate, label: Audience | tuple[()]
+    shown: dict[int, memories.OpenRow], row_id: int | None, c: Candidate, audience: Label
 ) -> bool:
     """The router may UPDATE or CLOSE only an open row it was shown, about what `c` is about,
     and a world row only when its audience is the new row's (`provenance.may_change`)."""
-    row = shown.get(row_id)
+    row = None if row_id is None else shown.get(row_id)
     if row is None or not route.same_concern(row, c):
         return False
-    return row.subject != SUBJECT_WORLD or provenance.may_change(row.private_to, label or None)
+    target = labels.from_json(row.private_to)
+    return row.subject != SUBJECT_WORLD or provenance.may_change(target, audience)
 
 
 def _recorded(conn: Connection, spell: Spell) -> Outcome | None:
@@ -304,10 +250,9 @@ def _insert_row(
     c: Candidate,
     now: str,
     named: list[int],
-    label: Audience | tuple[()],
+    audience: Label,
 ) -> int:
     embedding = from_b64(c.embedding) if c.embedding else None
-    private_to = label if c.subject == SUBJECT_WORLD else None
     new_id = memories.insert_row(
         conn,
         persona=spell.persona,
@@ -318,6 +263,6 @@ def _insert_row(
         now=now,
         named=named,
     )
-    if private_to is not None:
-        memories.set_audience(conn, new_id, private_to)
+    if c.subject == SUBJECT_WORLD and audience is not None:
+        memories.set_audience(conn, new_id, audience)
     return new_id

@@ -42,11 +42,14 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
         ctx = spell_context(conn, spell.persona, spell.room_id, spell.witnessed)
         present = ctx.eligible(spell.witnessed) if ctx is not None else []
         spell.present = [u for u in spell.present if u in present]
-        if ctx is None or ctx.room.incognito or ctx.room.kit_mounted or not spell.present:
+        if ctx is None or ctx.room.incognito or not spell.present:
             spell.skipped = "the room or its people no longer allow memory"
             return spell
         room, persona_name = ctx.room, ctx.persona_name
-        lines = window.load_slice(conn, spell)
+        lines = window.load_slice(conn, spell, window.line_time(conn, spell.persona, ctx))
+        if not lines:
+            spell.skipped = "no line said while anyone let this persona remember"
+            return spell
         names = {u: ctx.names[u] for u in spell.present if u in ctx.names}
         room_people = {u: ctx.names[u] for u in spell.witnessed if u in ctx.names}
         known = extract.known_rows(conn, window.spell_scope(spell, room))

@@ -16,11 +16,13 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
+from memory_worker.core import labels
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Consent, Members, RoomAudience, Scope
 from memory_worker.core.constants import LINE_MAX_CHARS
+from memory_worker.core.labels import Label, LineTime
 from memory_worker.core.rows import Line, Room, Spell
-from memory_worker.storage import rooms
+from memory_worker.storage import rooms, switches
 from memory_worker.storage.spell_context import SpellContext, spell_context
 
 
@@ -41,20 +43,45 @@ def window_end(sizes: Sequence[tuple[int, int]], max_lines: int, max_chars: int)
     return end
 
 
-def next_window(conn: Connection, room_id: str, after: int, ctx: SpellContext) -> tuple[int, int]:
+def line_time(conn: Connection, persona: str, ctx: SpellContext) -> LineTime:
+    """How the lines after the cursor are judged: the room's members, when they and the
+    persona joined, and the switches of the humans `ctx` read, with their history since."""
+    humans = sorted(ctx.memory_on)
+    found = switches.flips(conn, persona, ctx.room.id, humans, ctx.cursor)
+    return LineTime(
+        persona=persona,
+        joined={u: ctx.joined.get(u, 0) for u in ctx.humans},
+        persona_since=ctx.persona_since,
+        memory_on=ctx.memory_on,
+        muted=ctx.muted,
+        kit_mounted=ctx.room.kit_mounted,
+        memory_flips=found.memory_on,
+        mute_flips=found.muted,
+        kit_flips=found.kit,
+    )
+
+
+def next_window(
+    conn: Connection, room_id: str, after: int, ctx: SpellContext, time: LineTime
+) -> tuple[int, int, Label]:
     """(first, last) line ids of the next spell's window after line `after` ((0, 0): no new
-    lines). It ends before the next member joined (`SpellContext.next_join`): every line of a
-    spell is witnessed by the same humans."""
+    lines) and its label. It ends before the next member joined (`SpellContext.next_join`)
+    and before the first line whose label differs (`labels.one_label_end`): every line of a
+    spell is witnessed by the same humans, and every call sees lines of one label."""
     s = settings_mod.current()
     found = rooms.line_sizes(conn, room_id, after, s.spell_max_lines)
     if not found:
-        return 0, 0
+        return 0, 0, labels.NOBODY
     first = found[0][0]
     join = ctx.next_join(first)
     if join is not None:
         found = [x for x in found if x[0] <= join]
+    end = labels.one_label_end(time, [(i, who) for i, who, _ in found])
+    found = [x for x in found if end is None or x[0] <= end]
     sizes = [(i, line_chars(i, who, n)) for i, who, n in found]
-    return first, window_end(sizes, s.spell_max_lines, s.spell_max_chars)
+    last = window_end(sizes, s.spell_max_lines, s.spell_max_chars)
+    label = labels.window_label(time, [(i, who) for i, who, _ in found if i <= last])
+    return first, last, label
 
 
 def begin_spell(
@@ -79,39 +106,71 @@ def begin_spell(
     ctx = spell_context(conn, persona, room_id, members)
     if ctx is None:
         return None
-    first, last = next_window(conn, room_id, ctx.cursor, ctx)
+    if ctx.humans != sorted(set(members)):  # every member's switches, now we know them
+        ctx = spell_context(conn, persona, room_id, ctx.humans) or ctx
+    time = line_time(conn, persona, ctx)
+    first, last, label = next_window(conn, room_id, ctx.cursor, ctx, time)
     if last <= ctx.cursor:
         return None
     humans = ctx.witnesses(first)  # the window's witnesses: members who had joined by then
-    if humans and humans != sorted(set(members)):  # the members' switches, now we know them
-        ctx = spell_context(conn, persona, room_id, humans) or ctx
-    present = ctx.eligible(humans)
-    spell = Spell(persona, room_id, ctx.cursor, last, present=present, witnessed=humans)
+    present = ctx.eligible(humans if label is None else sorted(label))
+    spell = Spell(
+        persona,
+        room_id,
+        ctx.cursor,
+        last,
+        present=present,
+        witnessed=humans,
+        label=labels.to_json(label),
+    )
     if ctx.room.incognito:
         spell.skipped = "incognito room"
-    elif ctx.room.kit_mounted:
+    elif label == labels.NOBODY and ctx.room.kit_mounted:
         spell.skipped = "kit mounted (role-play)"
+    elif label == labels.NOBODY:
+        spell.skipped = "no line said while anyone let this persona remember"
     elif not present:
         spell.skipped = "no human present who lets this persona remember"
     return spell
 
 
-def load_slice(conn: Connection, spell: Spell) -> list[Line]:
-    """The transcript lines of the spell, oldest first, with their ids (for evidence)."""
-    return rooms.lines_between(conn, spell.room_id, spell.after_line_id, spell.last_line_id)
+def load_slice(conn: Connection, spell: Spell, time: LineTime) -> list[Line]:
+    """The transcript lines of the spell that may reach its model, oldest first, with their
+    ids (for evidence): none said before the persona joined, while a kit was mounted, or by
+    a human who did not let the persona remember them then (`LineTime.readable`)."""
+    found = rooms.lines_between(conn, spell.room_id, spell.after_line_id, spell.last_line_id)
+    return [line for line in found if time.readable(line.id, line.speaker)]
+
+
+def spell_label(conn: Connection, spell: Spell) -> Label:
+    """The label of the spell's lines read again from the store — the commit's own reading,
+    so nothing the chain carried can widen it — met with the label it carried."""
+    ctx = spell_context(conn, spell.persona, spell.room_id, spell.witnessed)
+    if ctx is None:
+        return labels.NOBODY
+    time = line_time(conn, spell.persona, ctx)
+    found = rooms.line_sizes(
+        conn, spell.room_id, spell.after_line_id, spell.last_line_id - spell.after_line_id
+    )
+    lines = [(i, who) for i, who, _ in found if i <= spell.last_line_id]
+    return labels.meet(labels.window_label(time, lines), labels.from_json(spell.label))
 
 
 def spell_scope(spell: Spell, room: Room) -> Scope:
-    """What every model call of the spell may be shown, and every row its router may change: the
-    block's own rule (`scope_for`, the proven scope) for the spell's room with all its witnesses
-    present — each of them hears whatever a row it writes may say — and its eligible humans
-    allowing (docs/design.md §11.2). A world row shows here only when all of them are in its
-    audience."""
+    """What every model call of the spell may be shown, and every row its router may change:
+    rows whose audience holds the call's label (docs/design.md §11.2, §12). It is the block's
+    own rule (`scope_for`, the proven scope) for the spell's room with all its witnesses
+    present — each of them hears whatever a row it writes may say — and the humans of its
+    label allowing: a world row shows only when all of them are in its audience, a row about
+    a human only in their private chat, and a public call (dispatches only) sees public rows
+    alone."""
     witnesses = frozenset(spell.witnessed)
+    label = labels.from_json(spell.label)
+    allowing = frozenset() if label is None else label & frozenset(spell.present)
     audience = RoomAudience(
         room,
         witnesses,
         Members(witnesses, frozenset({spell.persona})),
-        Consent(memory_on=dict.fromkeys(spell.present, True)),
+        Consent(memory_on=dict.fromkeys(allowing, True)),
     )
     return audience.scope(spell.persona)

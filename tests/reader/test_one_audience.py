@@ -161,7 +161,7 @@ def test_personal_news_written_as_a_world_fact_stays_with_the_human_who_said_it(
     )
 
 
-def test_a_second_human_who_states_a_world_fact_joins_its_audience_and_it_stays_private(
+def test_a_second_human_who_states_a_world_fact_gets_her_own_row_and_it_stays_private(
     db: Engine,
 ) -> None:
     row_id = secret_as_world_fact(db)
@@ -172,14 +172,13 @@ def test_a_second_human_who_states_a_world_fact_joins_its_audience_and_it_stays_
         "dm-cara",
         ScriptedChat({"extract": {"candidates": [fact]}, "route": sensible_route}),
     )
-    assert run.status == "committed" and run.row_ids == []  # the row she joined says it
-    (row,) = rows(db)
-    assert row["id"] == row_id and row["private_to"] == json.dumps([CARA, DAN])
+    assert run.status == "committed" and len(run.row_ids) == 1  # her own, from her own line
+    held = {r["id"]: r["private_to"] for r in rows(db)}
+    assert held == {row_id: json.dumps([DAN]), run.row_ids[0]: json.dumps([CARA])}
     with db.connect() as c:
-        held = t.memory_audience.c
-        audience = c.execute(select(held.user_id).where(held.row_id == row_id)).scalars().all()
-    assert sorted(audience) == [CARA, DAN]
-    assert "Tencent" in reader.build_block("warren", {CARA}, "g2", touch=False).text
+        found = t.memory_audience.c
+        audience = c.execute(select(found.user_id).where(found.row_id == row_id)).scalars().all()
+    assert sorted(audience) == [DAN]
     with db.begin() as conn:  # never public: a third human's chat does not hold it
         app_side.add_user(conn, 5, "Eve")
         app_side.add_room(conn, "dm-eve", "private", ["u:5", "warren"])

@@ -140,12 +140,10 @@ def test_a_router_naming_the_secret_row_from_cara_s_chat_changes_nothing(
     assert all("Tencent" not in m for m in shown)  # the router never sees Dan's row
     secret = next(r for r in rows(world) if r["id"] == row_id)
     assert secret["valid_to"] is None
-    if said == WORLD_SECRET:  # Cara stated it herself: she joins Dan's row, nobody else
-        assert secret["private_to"] == json.dumps([CARA, DAN])
+    assert secret["private_to"] == json.dumps([DAN])  # she never joins it, whatever she says
+    if said == WORLD_SECRET:  # what she said herself may be hers: Eve learns nothing
         assert "Tencent" not in seen_by(world, EVE, "dm-eve")
-        assert "Tencent" not in seen_by(world, CARA, "g-ce", {CARA, EVE})
         return
-    assert secret["private_to"] == json.dumps([DAN])
     assert_only_dan_knows(world)
 
 
@@ -200,32 +198,26 @@ def test_a_witness_repeating_it_elsewhere_never_makes_it_public(world: Engine) -
     assert "Tencent" not in seen_by(world, CARA, "g-ce", {CARA, EVE})
 
 
-def test_a_human_who_states_it_joins_and_sees_only_what_they_witnessed(world: Engine) -> None:
+def test_a_human_who_states_it_gets_a_row_of_her_own_and_sees_only_her_line(
+    world: Engine,
+) -> None:
     row_id = plant_secret(world)
     (line,) = say(world, "dm-cara", (CARA, "Guess what: an interview at Tencent is on Thursday!"))
     run = run_spell(
         "warren", "dm-cara", extracting(candidate("world", "event", WORLD_SECRET, 6, [line]))
     )
-    assert run.row_ids == []
+    (hers,) = run.row_ids
     held = {r["id"]: r["private_to"] for r in rows(world)}
-    assert held[row_id] == json.dumps([CARA, DAN])  # she joined; still private
-    assert "Tencent" in seen_by(world, CARA, "dm-cara")
+    assert held == {row_id: json.dumps([DAN]), hers: json.dumps([CARA])}  # audiences never grow
     assert "Tencent" not in seen_by(world, EVE, "dm-eve")
     page = controls.manage_page(CARA)
-    (joined,) = [x for s in page.personas for x in s.lines if x.id == row_id]
-    assert joined.room_id is None and joined.evidence == [line]  # not Dan's room, not his line
-    dan = controls.manage_page(DAN)
-    (his,) = [x for s in dan.personas for x in s.lines if x.id == row_id]
-    assert his.room_id == "dm-dan" and line not in his.evidence  # not Cara's line either
-    # a toast told her; leaving takes her out, Dan keeps it; his delete removes it
-    assert any(row_id in n.row_ids for n in _notices(CARA))
-    controls.delete_row(CARA, row_id)
-    held = {r["id"]: r["private_to"] for r in rows(world)}
-    assert held[row_id] == json.dumps([DAN])
-    assert "Tencent" not in seen_by(world, CARA, "dm-cara")
-    assert all(row_id not in n.row_ids for n in _notices(CARA))
+    (mine,) = [x for s in page.personas for x in s.lines]
+    assert mine.id == hers and mine.room_id == "dm-cara" and mine.evidence == [line]
+    assert any(hers in n.row_ids for n in _notices(CARA))
+    controls.delete_row(CARA, hers)
+    assert {r["id"] for r in rows(world)} == {row_id}
     controls.delete_row(DAN, row_id)
-    assert row_id not in {r["id"] for r in rows(world)}
+    assert rows(world) == []
 
 
 def _notices(user_id: int) -> list[Any]:
@@ -263,23 +255,10 @@ def test_a_world_row_citing_only_dispatches_is_everyone_s(world: Engine) -> None
     assert "Odyssey" not in page_text(DAN)  # the news is nobody's to delete
 
 
-def test_a_world_row_citing_the_news_but_carrying_a_secret_is_no_news(world: Engine) -> None:
-    news, _ = say(
-        world, "dm-dan", ("dispatch:news", "Tencent is hiring in Shenzhen."), (DAN, SECRET)
-    )
-    text = "Tencent is hiring, and an interview there is on Thursday."
-    run_spell("warren", "dm-dan", extracting(candidate("world", "event", text, 6, [news])))
-    (row,) = rows(world)
-    assert row["private_to"] == json.dumps([DAN])  # the dispatch does not say "Thursday"
-    assert_only_dan_knows(world)
-
-
-def test_a_world_row_citing_a_dispatch_and_a_human_stays_with_the_human(world: Engine) -> None:
-    lines = say(world, "dm-dan", ("dispatch:news", "Tencent is hiring."), (DAN, SECRET))
-    run_spell("warren", "dm-dan", extracting(candidate("world", "event", WORLD_SECRET, 6, lines)))
-    (row,) = rows(world)
-    assert row["private_to"] == json.dumps([DAN])
-    assert_only_dan_knows(world)
+# A world row that cites the news but carries a secret from another line, or cites a dispatch
+# and a human's line: the news is read by a call of its own (a window holds lines of one label),
+# so the secret is never in the call whose rows are public. The attacker that knows what it
+# was shown is in tests/write/test_labels.py.
 
 
 def test_a_member_who_joined_later_never_gets_what_was_said_before(world: Engine) -> None:

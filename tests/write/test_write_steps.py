@@ -183,13 +183,12 @@ def test_a_parked_spell_records_why_and_leaves_the_cursor(world) -> None:  # typ
     assert (status, reason) == ("parked", "malformed model answer")
 
 
-@pytest.mark.parametrize("switch", ["kit", "memory_off", "muted", "incognito"])
+# A kit is judged at the time of each line: tests/write/test_labels.py.
+@pytest.mark.parametrize("switch", ["memory_off", "muted", "incognito"])
 def test_a_skipped_spell_calls_no_model_and_never_mines_those_lines_later(world, switch) -> None:  # type: ignore[no-untyped-def]
     db, lines = world
     with db.begin() as conn:
-        if switch == "kit":
-            app_side.set_kit_mounted(conn, "dm-dan", True)
-        elif switch == "memory_off":
+        if switch == "memory_off":
             conn.execute(t.users.update().where(t.users.c.id == DAN).values(memory_on=0))
         elif switch == "muted":
             conn.execute(t.persona_memory_mute.insert().values(user_id=DAN, persona="warren"))

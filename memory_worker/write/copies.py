@@ -1,0 +1,78 @@
+"""Exactly once across audiences: the same sentence about the same human is one memory.
+
+A model call sees only the rows its label allows (`core.labels`), so a spell in a group cannot
+see the row a private chat wrote a moment before, and would write the same fact again. The
+commit's code sees every audience: a candidate whose sentence (`names.sentence_key`) is already
+open for the same concern is folded here, never by moving text between rows — when the open
+row was formed with everyone the new one is (or more), the new one is not written; when the
+new one is formed with more, it is written and closes the narrower copy (`closed_by`), whose
+human is not told twice; when neither holds the other, both stay (duplicates across
+audiences are the price of never widening one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection
+
+from memory_worker.core import labels
+from memory_worker.core.constants import SUBJECT_WORLD
+from memory_worker.core.labels import Label
+from memory_worker.core.names import sentence_key
+from memory_worker.core.rows import Candidate
+from memory_worker.storage import memories
+
+Key = tuple[str, str | None, str]  # (subject, counterpart, sentence)
+
+
+@dataclass(frozen=True)
+class Copy:
+    id: int
+    formed: Label  # who it was formed with: a world row's audience, else its witnesses
+
+
+@dataclass(frozen=True)
+class Found:
+    held: bool  # an open copy was formed with everyone this one is: do not write it
+    narrower: list[Copy]  # open copies formed with fewer: closed by the new row
+
+
+def formed_with(subject: str, private_to: Label, witnessed: frozenset[int]) -> Label:
+    """Who a row was formed with, for comparing copies: a world row's audience (None: public),
+    a row about a human the humans who witnessed it."""
+    return private_to if subject == SUBJECT_WORLD else witnessed
+
+
+def _key(subject: str, counterpart: str | None, text: str) -> Key:
+    return (subject, counterpart if subject != SUBJECT_WORLD else None, sentence_key(text))
+
+
+@dataclass
+class Copies:
+    """The persona's open sentences about the spell's subjects, every audience."""
+
+    by_key: dict[Key, list[Copy]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, conn: Connection, persona: str, subjects: set[str]) -> Copies:
+        out = cls()
+        for r in memories.open_sentences(conn, persona, subjects):
+            audience = labels.from_json(r.private_to)
+            formed = formed_with(r.subject, audience, frozenset(r.witnessed))
+            out.by_key.setdefault(_key(r.subject, r.counterpart, r.text), []).append(
+                Copy(r.id, formed)
+            )
+        return out
+
+    def find(self, c: Candidate, formed: Label) -> Found:
+        copies = self.by_key.get(_key(c.subject, c.counterpart, c.text), [])
+        if any(labels.within(formed, copy.formed) for copy in copies):
+            return Found(True, [])
+        return Found(False, [copy for copy in copies if labels.within(copy.formed, formed)])
+
+    def add(self, c: Candidate, formed: Label, row_id: int, closed: list[Copy]) -> None:
+        key = _key(c.subject, c.counterpart, c.text)
+        gone = {copy.id for copy in closed}
+        kept = [copy for copy in self.by_key.get(key, []) if copy.id not in gone]
+        self.by_key[key] = [*kept, Copy(row_id, formed)]
