@@ -70,6 +70,7 @@ class Tally:
     spells: int = 0  # spells begun (a model was asked in `asked` of them)
     asked: int = 0
     rows: int = 0
+    violations: int = 0  # rows wider than their call's label, lines shown against their time
     flows: list[Flow] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)  # the worlds' seeds: a flow's world replays
 
@@ -205,6 +206,28 @@ def join(world: World) -> None:
     room.humans[who] = room.lines
 
 
+def persona_joins(world: World) -> None:
+    """A persona is added to a room after it has talk of its own: it mines nothing said before."""
+    rng = world.rng
+    room = rng.choice(sorted(world.rooms.values(), key=lambda r: r.id))
+    missing = [p for p in PERSONAS if p not in room.personas]
+    if not missing or room.incognito:
+        return
+    persona = rng.choice(missing)
+    with store.transaction() as conn:
+        app_side.join(conn, room.id, persona)
+    room.personas.append(persona)
+
+
+def kit(world: World) -> None:
+    """A kit mounted or unmounted in a group: what is said while it is on is never mined."""
+    rng = world.rng
+    room = rng.choice([r for r in world.rooms.values() if r.kind == "group"])
+    room.kit = not room.kit
+    with store.transaction() as conn:
+        app_side.set_kit_mounted(conn, room.id, room.kit)
+
+
 def switch(world: World) -> None:
     rng = world.rng
     h = world.humans[rng.choice(sorted(world.humans))]
@@ -255,7 +278,56 @@ def spell(world: World, room: Room, hostile: Hostile, tally: Tally) -> list[Flow
     steps.run_notify(s, outcome.row_ids)
     tally.asked += bool(chat.calls)
     tally.rows += len(outcome.row_ids)
-    return prompt_flows(world, chat.calls, f"spell {s.key}")
+    found = prompt_flows(world, chat.calls, f"spell {s.key}")
+    found += label_flows(world, persona, chat.calls, outcome.row_ids, f"spell {s.key}")
+    tally.violations += sum(1 for f in found if f.where.endswith(LABEL))
+    return found
+
+
+LABEL = "label"
+
+
+def label_flows(
+    world: World, persona: str, calls: list[tuple[str, str, str]], row_ids: list[int], where: str
+) -> list[Flow]:
+    """The invariant, whatever the text says: the label of the spell's calls is the meet of
+    the labels of the lines they were shown (the exam's own record of who heard each, with
+    their switches then), no line may be shown that its time forbids, and no row the spell
+    wrote may reach anyone outside that label."""
+    flows: list[Flow] = []
+    heard = sorted(
+        {int(i) for purpose, _, p in calls if purpose == "extract" for i in _TRANSCRIPT.findall(p)}
+    )
+    label: frozenset[int] | None = None
+    for i in heard:
+        said = world.said.get(i)
+        if said is None or not said.readable(persona):
+            flows.append(Flow(f"{where} line {i} shown against its time {LABEL}", 0, "a line"))
+            continue
+        line_label = said.label(persona)
+        if line_label is not None:
+            label = line_label if label is None else label & line_label
+    if not row_ids:
+        return flows
+    if not heard:
+        label = frozenset()
+    cols = t.persona_memory.c
+    with store.engine().connect() as conn:
+        written = conn.execute(
+            select(cols.id, cols.subject, cols.counterpart, cols.private_to).where(
+                cols.id.in_(row_ids)
+            )
+        ).all()
+    for row_id, subject, counterpart, private_to in written:
+        if subject == "world":
+            audience = None if private_to is None else frozenset(json.loads(private_to))
+        else:
+            ref = counterpart if subject == "self" else subject
+            audience = frozenset({int(str(ref).split(":")[1])}) if ref else frozenset()
+        wider = audience is None or not audience <= label if label is not None else False
+        if wider:
+            flows.append(Flow(f"{where} row {row_id} wider than its call {LABEL}", 0, "a row"))
+    return flows
 
 
 def prompt_flows(world: World, calls: list[tuple[str, str, str]], where: str) -> list[Flow]:
@@ -398,6 +470,10 @@ def run_world(
                 switch(world)
             elif roll < 0.25:
                 delete(world)
+            elif roll < 0.26:
+                persona_joins(world)
+            elif roll < 0.27:
+                kit(world)
             else:  # talk, and as often as not the room goes quiet right after
                 say(world, room)
                 if rng.random() < 0.3:
@@ -476,6 +552,7 @@ def exam(
         total.spells += got.spells
         total.asked += got.asked
         total.rows += got.rows
+        total.violations += got.violations
         total.flows += got.flows
         if got.flows:
             total.seeds += got.seeds
@@ -497,21 +574,28 @@ def _naive_fold(text: str, *, keep_case: bool = False) -> str:
     return text if keep_case else (text or "").casefold()
 
 
+def _public_if_any(a: Any, b: Any) -> Any:
+    """The meet without the public-input rule: one public input makes the whole call public."""
+    return None if a is None or b is None else a & b
+
+
 GUARDS: dict[str, Callable[[], Any]] = {
-    "witness labels": lambda: mock.patch(
-        "memory_worker.core.provenance.world_label", lambda cited, text, witnessed: None
+    "the call label": lambda: mock.patch(
+        "memory_worker.write.window.spell_label", lambda conn, spell: None
     ),
-    "the confirmation check": lambda: mock.patch(
-        "memory_worker.core.provenance.confirms", lambda line, row: True
+    "the line-time switches": lambda: mock.patch(
+        "memory_worker.core.labels.state_at", lambda flips, line_id, current: current
     ),
+    "the public-input rule": lambda: mock.patch("memory_worker.core.labels.meet", _public_if_any),
     "the scoped neighbours": lambda: mock.patch(
         "memory_worker.write.window.spell_scope", _unscoped
     ),
     "the name normaliser": lambda: mock.patch("memory_worker.core.names.fold", _naive_fold),
-    "the page's evidence filter": lambda: mock.patch(
-        "memory_worker.controls.witnessed_lines", lambda user, lines, joined: set(lines)
-    ),
 }
+# The page's evidence filter (`controls.witnessed_lines`) is no longer a guard the exam can
+# take away and see fail: a row's evidence lines are all lines of its spell, every one heard by
+# everyone in its audience (the label), so no world reaches it. It stays, as a second wall,
+# proven by its own tests (tests/web).
 
 
 # A guard that matters only under the group scope: the present humans' switches. Under the
@@ -576,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
     took = time.monotonic() - started
     print(
         f"{tally.spells} spells in {tally.worlds} worlds ({tally.asked} asked the model, "
-        f"{tally.rows} rows written): {len(tally.flows)} flows, {took:.0f} s"
+        f"{tally.rows} rows written): {len(tally.flows)} flows "
+        f"({tally.violations} label violations), {took:.0f} s"
     )
     for flow in tally.flows[:20]:
         print(f"  {flow}")

@@ -60,6 +60,37 @@ class Human:
     mutes: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class Said:
+    """A line as the exam saw it said: who said it, who was in the room, and every switch of
+    theirs at that moment — the ground truth a call's label is checked against."""
+
+    speaker: int | str
+    members: frozenset[int]
+    personas: frozenset[str]
+    kit: bool
+    switches: dict[int, tuple[bool, frozenset[str]]]  # human → (memory on, muted personas)
+
+    def lets(self, human: int, persona: str) -> bool:
+        on, mutes = self.switches.get(human, (False, frozenset()))
+        return on and persona not in mutes
+
+    def readable(self, persona: str) -> bool:
+        """May a model of `persona` be shown this line at all?"""
+        if self.kit or persona not in self.personas:
+            return False
+        if isinstance(self.speaker, int):
+            return self.speaker in self.members and self.lets(self.speaker, persona)
+        return True
+
+    def label(self, persona: str) -> frozenset[int] | None:
+        """Who may know what this line says, for `persona`: everyone for the news, else the
+        members who let the persona remember them when it was said."""
+        if isinstance(self.speaker, str) and self.speaker.startswith("dispatch:"):
+            return None
+        return frozenset(h for h in self.members if self.lets(h, persona))
+
+
 @dataclass
 class World:
     """The app's state as the exam sees it, and the ground truth of who heard what."""
@@ -73,6 +104,7 @@ class World:
     line_witnesses: dict[int, frozenset[int]] = field(default_factory=dict)  # line id → humans
     forms: list[tuple[str, int]] = field(default_factory=list)  # disguised names written
     recent: dict[int, list[str]] = field(default_factory=dict)  # human → markers, newest last
+    said: dict[int, Said] = field(default_factory=dict)  # line id → the room as it was then
 
     def fragment(self) -> str:
         marker = f"mk{self.rng.getrandbits(24):06x}"
@@ -97,6 +129,18 @@ class World:
             self.news |= said
         witnesses = set(room.humans) | ({speaker} if isinstance(speaker, int) else set())
         self.line_witnesses[line_id] = frozenset(room.humans)
+        everyone = set(room.humans) | ({speaker} if isinstance(speaker, int) else set())
+        self.said[line_id] = Said(
+            speaker=speaker,
+            members=frozenset(room.humans),
+            personas=frozenset(room.personas),
+            kit=room.kit,
+            switches={
+                h: (self.humans[h].memory_on, frozenset(self.humans[h].mutes))
+                for h in everyone
+                if h in self.humans
+            },
+        )
         for h in witnesses:
             self.knows.setdefault(h, set()).update(said)
             if h != speaker:
