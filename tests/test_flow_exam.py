@@ -38,14 +38,14 @@ def test_under_the_group_scope_no_marker_reaches_anyone_but_by_a_present_consent
     tmp_path: Path,
 ) -> None:
     tally = flow.exam(120, seed=7, folder=tmp_path, group_scope=True)
-    assert tally.spells >= 120 and tally.asked > 60 and tally.rows > 30
+    assert tally.spells >= 120 and tally.asked > 40 and tally.rows > 30
     assert tally.flows == [], [str(f) for f in tally.flows[:5]]
 
 
 # Under the group scope, the guards on what rooms show (the others act on model prompts and
 # pages, whose judgement the scope does not change: the runs above cover them).
 @pytest.mark.parametrize(
-    "guard", ["witness labels", "the confirmation check", "the name normaliser"]
+    "guard", ["the call label", "the public-input rule", "the name normaliser"]
 )
 def test_under_the_group_scope_the_exam_sees_a_flow_when_a_guard_is_removed(
     tmp_path: Path, guard: str
@@ -57,15 +57,3 @@ def test_under_the_group_scope_the_exam_sees_a_flow_when_a_guard_is_removed(
             for seed in range(1, 11)
         )
     assert seen, f"{guard}: removed, and the exam under the group scope saw nothing in 10 worlds"
-
-
-def test_without_the_consent_check_the_same_world_flows_under_the_group_scope_only(
-    tmp_path: Path,
-) -> None:
-    """Why GROUP_GUARDS is not in GUARDS: under the proven scope the one human a private chat
-    loads rows about heard them all, so ignoring their switches shows no one anything new;
-    in a group it shows everyone else present what only they heard."""
-    template = flow.migrated_template(tmp_path)
-    with flow.GROUP_GUARDS["the consent check"]():
-        assert flow.run_world(2, 40, template, tmp_path, group_scope=True).flows
-        assert not flow.run_world(2, 40, template, tmp_path).flows

@@ -591,6 +591,9 @@ GUARDS: dict[str, Callable[[], Any]] = {
         "memory_worker.write.window.spell_scope", _unscoped
     ),
     "the name normaliser": lambda: mock.patch("memory_worker.core.names.fold", _naive_fold),
+    "the consent check": lambda: mock.patch(
+        "memory_worker.core.audience.Consent.allows", lambda self, user_id, persona: True
+    ),
 }
 # The page's evidence filter (`controls.witnessed_lines`) is no longer a guard the exam can
 # take away and see fail: a row's evidence lines are all lines of its spell, every one heard by
@@ -598,15 +601,9 @@ GUARDS: dict[str, Callable[[], Any]] = {
 # proven by its own tests (tests/web).
 
 
-# A guard that matters only under the group scope: the present humans' switches. Under the
-# proven scope the one human a private chat loads rows about heard them all, so a row of a
-# human with memory off (or muting the persona) shown to them reaches no one new; in a group
-# it reaches everyone else present.
-GROUP_GUARDS: dict[str, Callable[[], Any]] = {
-    "the consent check": lambda: mock.patch(
-        "memory_worker.core.audience.Consent.allows", lambda self, user_id, persona: True
-    ),
-}
+# Under the group scope the guards are the same: the present humans' switches now matter to
+# the write path's calls under both scopes (what a call is shown follows its label).
+GROUP_GUARDS: dict[str, Callable[[], Any]] = {}
 
 
 def guards(group_scope: bool) -> dict[str, Callable[[], Any]]:
