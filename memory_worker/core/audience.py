@@ -64,9 +64,14 @@ class Scope:
     readers: frozenset[int] = frozenset()
     allowing: frozenset[int] = frozenset()
     follow: bool = False
+    guarded: bool = False  # the group scope in a room that is not a private chat
     # With the group scope, in a room that is not a private chat: the present humans whose
     # one-to-one rows stay in their private chats (their switch is off).
     private_only: frozenset[int] = frozenset()
+    # With the group scope, in a room that is not a private chat: every human (present or not)
+    # who keeps their one-to-one rows with this persona out of groups. A row follows into such
+    # a room only when none of those it was formed with or names is one of them.
+    keepers: frozenset[int] = frozenset()
 
     @property
     def human_refs(self) -> tuple[str, ...]:
@@ -91,6 +96,27 @@ class Scope:
             return False
         return self.follow or self.readers <= held
 
+    def follows(self, row: Row) -> bool:
+        """May `row` follow into this group (the group scope)? Only when everyone it was formed
+        with and everyone it names lets their rows follow (no keeper among them), and — a world
+        row — nobody it was formed with has left its audience (a human who deleted a row never
+        hears it again, whoever else holds it)."""
+        if row.subject == SUBJECT_WORLD and row.private_to is None:
+            return True  # the news: everyone's
+        who = holder(row)
+        formed = {*row.witnessed, *row.named, *(() if who is None else (who,))}
+        if formed & self.keepers:
+            return False
+        if row.subject == SUBJECT_WORLD and row.private_to is not None:
+            return set(row.witnessed) <= set(row.private_to)
+        return True
+
+    def heard_by_all(self, row: Row) -> bool:
+        """Everyone here heard it, and holds it still (a world row: everyone here is in its
+        audience): it follows no one, as the proven scope would show a group its own news."""
+        held = row.private_to if row.subject == SUBJECT_WORLD else row.witnessed
+        return held is not None and self.readers <= set(held)
+
     def admits(self, row: Row) -> bool:
         """True when `row` may enter this persona's head in this room."""
         if row.persona != self.persona or row.valid_to is not None:
@@ -99,6 +125,8 @@ class Scope:
             return False
         if self.private_only and one_to_one(row) and holder(row) in self.private_only:
             return False  # told one-to-one, and its teller keeps that out of groups
+        if self.follow and self.guarded and not (self.follows(row) or self.heard_by_all(row)):
+            return False
         if row.subject == SUBJECT_WORLD:
             return self.world
         return concerns(row.subject, row.counterpart) in self.humans
@@ -145,6 +173,8 @@ def scope_for(
         allowing=allowing,
         follow=not proven_scope,
         private_only=frozenset() if proven_scope or private else keep,
+        guarded=not proven_scope and not private,
+        keepers=frozenset(u for u, p in consent.stays_private if p == persona),
     )
 
 

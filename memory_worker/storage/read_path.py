@@ -175,7 +175,9 @@ def _context_statement(
             u.id.in_(present)
         ),
         select(*tagged("mute", mute.persona, n1=mute.user_id)).where(mute.user_id.in_(present)),
-        select(*tagged("private", keep.persona, n1=keep.user_id)).where(keep.user_id.in_(present)),
+        # every keeper of the room's personas, present or not: a row follows into a group only
+        # when everyone it was formed with and everyone it names lets it (docs/design.md §4.3)
+        select(*tagged("private", keep.persona, n1=keep.user_id)).where(ours(keep.persona)),
         *_store_and_versions(ours(_v.persona)),
         select(*tagged("name", p.slug, a=p.name)).where(ours(p.slug)),
     )

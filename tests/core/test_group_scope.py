@@ -38,7 +38,10 @@ def test_with_the_group_scope_a_persons_rows_follow_them_and_no_further() -> Non
 
 def test_the_switch_off_keeps_what_was_told_one_to_one_in_private_chats() -> None:
     off = replace(EVERYONE_ON, stays_private=frozenset({(DAN, "warren")}))
-    assert shown({DAN, EVE}, GROUP, off, proven=False) == [FROM_A_GROUP.id, GROUP_NEWS.id]
+    # what was said with others follows Dan no further either: he keeps it out of groups
+    assert shown({DAN, EVE}, GROUP, off, proven=False) == []
+    # where everyone present heard it, it is nobody's to follow
+    assert shown({DAN, CARA}, GROUP, off, proven=False) == [FROM_A_GROUP.id, GROUP_NEWS.id]
     assert shown({DAN}, PRIVATE, off, proven=False) == [1, 2, 3, 4, 5]
     other_persona = replace(EVERYONE_ON, stays_private=frozenset({(DAN, "nolan")}))
     assert shown({DAN, EVE}, GROUP, other_persona, proven=False) == [1, 2, 3, 4, 5]
@@ -57,5 +60,34 @@ def test_members_still_decide_under_the_group_scope() -> None:
     outsiders = Members(frozenset({CARA}), frozenset({"warren"}))
     got = visible_memories(
         "warren", {DAN, CARA}, GROUP, ROWS, EVERYONE_ON, members=outsiders, proven_scope=False
+    )
+    assert [r.id for r in got] == [GROUP_NEWS.id]
+
+
+def test_a_row_follows_only_when_everyone_it_was_formed_with_and_names_lets_it() -> None:
+    cara_keeps = replace(EVERYONE_ON, stays_private=frozenset({(CARA, "warren")}))
+    assert shown({DAN, EVE}, GROUP, cara_keeps, proven=False) == [1, 3, 4]  # not 2, 5: Cara's
+    names_cara = replace(row(6, f"u:{DAN}", witnessed=(DAN,)), named=(CARA,))
+    got = visible_memories(
+        "warren",
+        {DAN, CARA, EVE},
+        GROUP,
+        [names_cara],
+        cara_keeps,
+        members=EVERYONE,
+        proven_scope=False,
+    )
+    assert got == []  # a row about Dan that names Cara stays out while Cara's switch is off
+
+
+def test_a_human_who_deleted_a_shared_row_never_hears_it_again_in_a_group() -> None:
+    dan_left = replace(GROUP_NEWS, private_to=(CARA,))  # Dan deleted it; Cara still holds it
+    for present in ({DAN, CARA}, {DAN, CARA, EVE}):
+        got = visible_memories(
+            "warren", present, GROUP, [dan_left], EVERYONE_ON, members=EVERYONE, proven_scope=False
+        )
+        assert got == []
+    got = visible_memories(
+        "warren", {CARA}, PRIVATE, [dan_left], EVERYONE_ON, members=EVERYONE, proven_scope=False
     )
     assert [r.id for r in got] == [GROUP_NEWS.id]
