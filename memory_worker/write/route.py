@@ -186,7 +186,7 @@ def resolve(
             event = "ADD" if event == "UPDATE" else "NONE"
             old = None
         # NONE names nothing the commit acts on: the router's word confirms nothing
-        # (provenance decides who may know, `commit._confirmations`).
+        # (the call's label decides who may know, `core.labels`).
         keeps_old = event in ("UPDATE", "CLOSE")
         out.append(Decision(i, event, old if keeps_old else None))
     return out, dropped
