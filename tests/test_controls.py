@@ -8,7 +8,7 @@ import json
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from memory_worker import controls
+from memory_worker import app_side, controls
 from memory_worker.core import tables as t
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
@@ -329,3 +329,34 @@ def test_the_memory_on_switch_persists(world: Engine) -> None:
     assert user(world, DAN)["memory_on"] == 0 and user(world, CARA)["memory_on"] == 1
     controls.set_memory_on(DAN, True)
     assert user(world, DAN)["memory_on"] == 1
+
+
+def test_the_page_lists_only_the_evidence_lines_its_human_witnessed(db: Engine) -> None:
+    """A second wall behind the labels: a row whose evidence reaches back before the human
+    joined the room (a row written by an older version, or by hand) shows them only the
+    lines they heard."""
+    from memory_worker.storage import memories
+    from tests.write_helpers import plant
+
+    with db.begin() as c:
+        app_side.add_user(c, 42, "Dan")
+        app_side.add_user(c, 17, "Cara")
+        app_side.add_persona(c, "warren", "Warren")
+        app_side.add_room(c, "g", "group", ["u:42", "warren"])
+        before = app_side.say(c, "g", 42, "Before Cara came.")
+        app_side.join(c, "g", "u:17")
+        after = app_side.say(c, "g", 17, "Hi, I'm here.")
+    row_id = plant(
+        db,
+        "world",
+        "A fact from the group.",
+        witnessed="[17, 42]",
+        room_id="g",
+        evidence=f"[{before}, {after}]",
+    )
+    with db.begin() as c:
+        memories.set_audience(c, row_id, [17, 42])
+    (line,) = [x for s in controls.manage_page(17).personas for x in s.lines]
+    assert line.id == row_id and line.evidence == [after]
+    (dans,) = [x for s in controls.manage_page(42).personas for x in s.lines]
+    assert dans.evidence == [before, after]

@@ -598,7 +598,7 @@ GUARDS: dict[str, Callable[[], Any]] = {
 # The page's evidence filter (`controls.witnessed_lines`) is no longer a guard the exam can
 # take away and see fail: a row's evidence lines are all lines of its spell, every one heard by
 # everyone in its audience (the label), so no world reaches it. It stays, as a second wall,
-# proven by its own tests (tests/web).
+# proven by its own test (tests/test_controls.py).
 
 
 # Under the group scope the guards are the same: the present humans' switches now matter to
