@@ -23,7 +23,7 @@ from memory_worker.storage.spell_context import room_members
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, start_spell
-from memory_worker.tasks.store_step import left_to_sweep
+from memory_worker.tasks.store_step import StoreStep, left_to_sweep, since_of
 from memory_worker.write import reembed, steps
 from memory_worker.write.embed import embed_topic, require_store_embedder
 
@@ -52,15 +52,19 @@ def recovery_bound_s(s: settings_mod.Settings) -> float:
 
 @app.task(
     name="memory_worker.on_room_quiet",
+    bind=True,
+    base=StoreStep,  # the store away: waited out, as a chain step waits
     autoretry_for=BROKER_ERRORS,  # a chain not published: try the room again (idempotent)
     retry_backoff=True,
-    max_retries=DB_MAX_RETRIES,
+    retry_kwargs={"max_retries": DB_MAX_RETRIES},
+    max_retries=None,  # the store's wait is bounded by time (MW_STORE_OUTAGE_WAIT_S)
 )
-def on_room_quiet(room_id: str) -> list[str]:
+def on_room_quiet(self: StoreStep, room_id: str, store_since: float = 0.0) -> list[str]:
     """Per persona in the room with new lines, start its chain (unless one is in flight).
     Returns the spell keys."""
     try:
         room_id = checked_room_id(room_id)
+        store_since = since_of(store_since)
     except MalformedMessage as e:
         reject("memory_worker.on_room_quiet", e)
     try:
@@ -68,8 +72,7 @@ def on_room_quiet(room_id: str) -> list[str]:
     except Exception as e:
         if not is_store_outage(e):
             raise
-        left_to_sweep(f"on_room_quiet({room_id!r})", e)
-        return []
+        self.wait_for_store(room_id, None, e, store_since, what=f"on_room_quiet({room_id!r})")
 
 
 def start_spells(room_id: str) -> list[str]:

@@ -64,52 +64,55 @@ def since_of(value: Any) -> float:
 
 
 class StoreStep(QuietTask):
-    """A chain step: waits out the store being away, hands its spell on past the wait, and frees
-    its claim when it fails."""
+    """A chain step (or a room's fan-out): waits out the store being away, hands its work to
+    the sweep past the wait, and frees a spell's claim when it fails."""
 
     abstract = True
 
     def wait_for_store(
         self,
-        message: dict[str, Any],
-        spell: Spell,
+        message: Any,
+        spell: Spell | None,
         error: BaseException,
         since: float,
         again: dict[str, Any] | None = None,
+        *,
+        what: str = "",
     ) -> NoReturn:
-        """Retry this task (with `again` as its keywords) because the store is away, or hand
-        the spell to the sweep once it has been away MW_STORE_OUTAGE_WAIT_S. Never returns."""
+        """Retry this task on `message` (with `again` as its keywords) because the store is
+        away, or, once it has been away MW_STORE_OUTAGE_WAIT_S, hand the work to the sweep (a
+        spell's claim released at once). `what`: the work as a log line names it (default: the
+        spell). Never returns."""
+        what = what or f"spell {spell.key if spell else '?'}"
         now = time.time()
         waited = now - since if since else 0.0
         limit = settings_mod.current().store_outage_wait_s
         why = outage_name(error)
         if waited >= limit:
-            self.release_claim(spell)
+            if spell is not None:
+                self.release_claim(spell)
             log.error(
-                "spell %s: the store was away for %.0fs (%s); handed to the sweep, its claim "
-                "released",
-                spell.key,
+                "%s: the store was away for %.0fs (%s); handed to the sweep%s",
+                what,
                 waited,
                 why,
+                ", its claim released" if spell is not None else "",
             )
             raise Ignore() from None
         if since:
             log.info(
-                "spell %s: the store is still away after %.0fs (%s); %s tries again",
-                spell.key,
+                "%s: the store is still away after %.0fs (%s); %s tries again",
+                what,
                 waited,
                 why,
                 self.name,
             )
         else:
             log.warning(
-                "spell %s: the store is away (%s); %s waits for it up to %gs",
-                spell.key,
-                why,
-                self.name,
-                limit,
+                "%s: the store is away (%s); %s waits for it up to %gs", what, why, self.name, limit
             )
-        renew_claim(self.app, spell, now)  # a retry carries the spell as it arrived
+        if spell is not None:
+            renew_claim(self.app, spell, now)  # a retry carries the spell as it arrived
         metrics.RETRIES.labels(self.name).inc()
         kwargs = {**(again or {}), "store_since": since or now}
         raise self.retry(

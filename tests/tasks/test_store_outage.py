@@ -1,8 +1,9 @@
 """The store away is a pause, not a failure: a real worker, a real PostgreSQL of the test's own
 (`testing.private_postgres`) stopped abruptly under a chain and started again.
 
-Each step that meets the refused connection waits it out (one WARNING, no traceback), keeps its
-room's claim, and finishes once the store is back, with the model called once per step. Past
+Each step (and the fan-out of a quiet room) that meets the refused connection waits it out (one
+WARNING, no traceback), keeps its room's claim, and finishes once the store is back, with the
+model called once per step. Past
 MW_STORE_OUTAGE_WAIT_S the spell is handed to the sweep and its claim freed at once. The app's
 `room_quiet` never raises for it: the room is left to the sweep."""
 
@@ -24,7 +25,7 @@ from memory_worker.ops import broker, inflight
 from memory_worker.storage import store
 from memory_worker.tasks import pipeline as chain_tasks
 from memory_worker.tasks.celery_app import app
-from memory_worker.tasks.rooms import sweep_lagging_rooms
+from memory_worker.tasks.rooms import on_room_quiet, sweep_lagging_rooms
 from memory_worker.testing import private_postgres
 from memory_worker.testing.gemini_stub import (
     default_embed_responder,
@@ -164,7 +165,7 @@ def claim_held() -> bool:
     return client.get(inflight.key("warren", "dm-dan")) is not None
 
 
-@pytest.mark.parametrize("step", ["extract", "route", "commit"])
+@pytest.mark.parametrize("step", ["on_room_quiet", "extract", "route", "commit"])
 def test_a_step_that_meets_a_refused_store_finishes_when_it_returns_calling_the_model_once(
     outage: Outage, step: str
 ) -> None:
@@ -176,7 +177,10 @@ def test_a_step_that_meets_a_refused_store_finishes_when_it_returns_calling_the_
         stub.chat_responder = hold.wrap(
             stub.chat_responder, lambda body: system_text(body).startswith(ROUTER)
         )
-    if step == "extract":
+    if step == "on_room_quiet":  # the fan-out a quiet event sends meets it
+        outage.down()
+        on_room_quiet.delay("dm-dan")
+    elif step == "extract":
         chain_sent_while_the_store_is_down(outage)
     else:
         events.room_quiet("dm-dan")
@@ -186,7 +190,7 @@ def test_a_step_that_meets_a_refused_store_finishes_when_it_returns_calling_the_
     task = f"memory_worker.{step}"
     outage.heard.wait_for(logging.WARNING, "the store is away", task)
     outage.heard.wait_for(logging.INFO, "the store is still away", task, count=3)
-    assert claim_held()  # kept through the wait: no second spell may begin
+    assert claim_held() == (step != "on_room_quiet")  # kept: no second spell may begin
     outage.up()
 
     outcome = outage.pipeline.wait_for_spell("warren", "dm-dan", lines[-1])
