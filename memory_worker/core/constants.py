@@ -79,7 +79,7 @@ QUEUES = (QUEUE_MODEL, QUEUE_EMBED, QUEUE_COMMIT, QUEUE_NOTIFY, QUEUE_EVENTS)
 VISIBILITY_TIMEOUT_S = 600
 WORKER_SOFT_SHUTDOWN_S = 10.0  # MW_WORKER_SOFT_SHUTDOWN_S's default: a task's time after SIGTERM
 MODEL_MAX_RETRIES = 5  # 429/5xx/timeouts: then the spell is parked
-DB_MAX_RETRIES = 5  # ours: "database is locked" past the busy timeout, then the task fails
+DB_MAX_RETRIES = 5  # ours: a broker error's retries (the store away is waited out by time)
 RETRY_BACKOFF_MAX_S = 120.0  # a retry's countdown (held unacked): below VISIBILITY_TIMEOUT_S
 STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, then park
 # The store away (docs/design.md §10.6): MW_STORE_OUTAGE_WAIT_S's default, long enough for a

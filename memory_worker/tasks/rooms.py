@@ -154,7 +154,7 @@ def sweep_unless_away(*, recent: bool) -> list[str]:
     except Exception as e:
         if not is_store_outage(e):
             raise
-        left_to_sweep("the sweep", e)
+        left_to_sweep("the sweep", e, to="the next one")
         return []
 
 

@@ -41,11 +41,11 @@ class StoreAway(MemoryWorkerError, ConnectionError):
     """What a step's retry says it waits for: the outage by name, never the statement."""
 
 
-def left_to_sweep(what: str, error: BaseException) -> None:
-    """What does not wait for the store (the app's calls, a room's fan-out, a sweep, a toast's
-    redelivery): one WARNING, and the sweep finds the work once the store is back — the cursors
-    and the outbox are in the store, so nothing is lost by not waiting."""
-    log.warning("%s: the store is away (%s); left to the sweep", what, outage_name(error))
+def left_to_sweep(what: str, error: BaseException, to: str = "the sweep") -> None:
+    """What does not wait for the store (the app's calls, a sweep, a toast's redelivery): one
+    WARNING, and the sweep finds the work once the store is back — the cursors and the outbox
+    are in the store, so nothing is lost by not waiting."""
+    log.warning("%s: the store is away (%s); left to %s", what, outage_name(error), to)
 
 
 def store_backoff(waited_s: float) -> float:
