@@ -40,10 +40,11 @@ undelivered toasts, reopened facts, spells parked, the most calls the stub saw i
 of the quota (against the quota), the share of the quota used while calls waited, the
 recovery time — from the last fault to the last burst read (for chaos/twice/garbled/quota:
 the whole run) — and, the figure a human feels, the last toast: from the last fault to the
-last toast delivered (for the store's outages: from the end of the outage) — and the workers'
-tracebacks and ERROR lines (a store's pause is not a failure, and must not log as one). A
-watcher reads the outbox every 50 ms for when each toast appeared and when it was delivered;
-`toast p99` is the 99th percentile of that delay over the run.
+last toast delivered (for the store's outages: from the end of the outage, and `held s`: to
+the last toast of the lines said before the store was back, apart from what was said after) —
+and the workers' tracebacks and ERROR lines (a store's pause is not a failure, and must not
+log as one). A watcher reads the outbox every 50 ms for when each toast appeared and when it
+was delivered; `toast p99` is the 99th percentile of that delay over the run.
 
 Every setting is the shipped default (the sweep, its lag, the in-flight claim: what the
 Procfile's beat runs), so the last toast shows the recovery promise (`rooms.recovery_bound_s`
@@ -77,7 +78,7 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
-from sqlalchemy import Engine, make_url, select  # noqa: E402
+from sqlalchemy import Engine, func, make_url, select  # noqa: E402
 
 from memory_worker import app_side  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
@@ -226,6 +227,7 @@ class Figures:
     toast_p99_s: float = 0.0
     toast_max_s: float = 0.0
     recovery_bound_s: float = 0.0  # what the sweep settings promise, before the chains' time
+    held_toast_s: float = 0.0  # store outages: the last toast of lines said before it was back
     tracebacks: int = 0  # in the workers' logs
     errors_logged: int = 0  # ERROR lines in the workers' logs
     elapsed_s: float = 0.0
@@ -251,6 +253,7 @@ class ToastWatch:
         self.eng = eng
         self.seen: dict[int, float] = {}
         self.delivered: dict[int, float] = {}
+        self.last_line: dict[int, int] = {}  # a toast's spell's last line
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toast-watch", daemon=True)
 
@@ -270,15 +273,22 @@ class ToastWatch:
     def read(self) -> None:
         n = t.notices.c
         with self.eng.connect() as conn:
-            rows = conn.execute(select(n.id, n.delivered)).all()
+            rows = conn.execute(select(n.id, n.delivered, n.spell_key)).all()
         now = time.monotonic()
-        for notice_id, delivered in rows:
+        for notice_id, delivered, spell_key in rows:
             self.seen.setdefault(notice_id, now)
+            self.last_line[notice_id] = int(spell_key.rsplit("/", 1)[-1])
             if delivered:
                 self.delivered.setdefault(notice_id, now)
 
     def undelivered(self) -> int:
         return len(self.seen) - len(self.delivered)
+
+    def held(self, since: float, upto: int) -> float:
+        """From `since` to the last delivery of a toast whose lines were all said by line
+        `upto`: what the outage held up, apart from what was said after it."""
+        held = [at for i, at in self.delivered.items() if self.last_line[i] <= upto]
+        return round(max(0.0, max(held) - since), 2) if held else 0.0
 
     def figures(self, since: float, fig: Figures) -> None:
         if not self.delivered:
@@ -419,6 +429,11 @@ def patiently(write: Callable[[], T]) -> T:
             if not is_store_outage(e):
                 raise
             time.sleep(STORE_POLL_S)
+
+
+def last_line(eng: Engine) -> int:
+    with eng.connect() as conn:
+        return int(conn.execute(select(func.max(t.lines.c.id))).scalar() or 0)
 
 
 def say(eng: Engine, room: str, human: int, burst: list[str]) -> int:
@@ -587,6 +602,7 @@ def run(
         stack.start()
         errors: list[str] = []
         last_fault = [time.monotonic()]
+        said_by = [0]  # the last line said when the store came back
         done = threading.Event()
 
         def kill_redis() -> None:
@@ -622,6 +638,7 @@ def run(
                     fig.faults_injected += 1
                     time.sleep(outage_s or STORE_OUTAGE_S[fault])  # the fault's length
                 last_fault[0] = time.monotonic()  # the store is back
+                said_by[0] = patiently(functools.partial(last_line, eng))
 
         try:
             wait_ready(url)
@@ -650,6 +667,8 @@ def run(
             at_the_stub(stub, quota, fig)
             fig.recovery_s = round(max(0.0, finished - since), 2)  # the last burst read
             watch.figures(since, fig)
+            if fault in STORE_OUTAGE_S:
+                fig.held_toast_s = watch.held(since, said_by[0])
             fig.notes = errors + stack.logged("CRITICAL", "Unrecoverable")
             fig.tracebacks = len(stack.logged("Traceback (most recent call last)"))
             fig.errors_logged = len(stack.logged("ERROR/"))
@@ -758,7 +777,7 @@ def main() -> None:
         f"{'fault':<8}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
         f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'parked':>7}{'quota':>6}{'at stub':>8}"
         f"{'used':>6}{'faults':>7}{'recovery s':>11}{'last toast s':>13}{'toast p99':>10}"
-        f"{'total s':>8}{'tracebacks':>11}{'errors':>7}"
+        f"{'total s':>8}{'held s':>7}{'tracebacks':>11}{'errors':>7}"
     )
     print(head)
     figures = []
@@ -778,7 +797,8 @@ def main() -> None:
             f"{f.reopened:>7}{f.parked:>7}{f.parked_for_quota:>6}"
             f"{f'{f.stub_most_in_window}/{f.quota_per_window}':>8}{f.quota_used:>6.2f}"
             f"{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.last_toast_s:>13.1f}"
-            f"{f.toast_p99_s:>10.2f}{f.elapsed_s:>8.1f}{f.tracebacks:>11}{f.errors_logged:>7}",
+            f"{f.toast_p99_s:>10.2f}{f.elapsed_s:>8.1f}{f.held_toast_s:>7.1f}"
+            f"{f.tracebacks:>11}{f.errors_logged:>7}",
             flush=True,
         )
         for note in f.notes:

@@ -269,13 +269,14 @@ def faults_table(f: dict) -> list[str]:
         "*used*: calls over what the quota allowed from the first call to the last. "
         "`pgdown5`, `pgdown30`: the store on a private PostgreSQL stopped abruptly for 5 s "
         "(30 s) mid-run; `sqlitelock`: the SQLite file locked by another process for 30 s; "
-        "their last toast is counted from the end of the outage. *Tracebacks*, *errors*: "
-        "lines in the workers' logs." + when,
+        "their last toast is counted from the end of the outage, and *held*: from then to the "
+        "last toast of the lines said before it (what the outage held up, apart from what was "
+        "said after). *Tracebacks*, *errors*: lines in the workers' logs." + when,
         "",
         "| fault | spells | rows | lost | dup rows | dup toasts | missing toasts | undelivered "
         "| reopened | parked | parked for quota | at stub | used | faults | recovery s "
-        "| last toast s | toast p99 s | tracebacks | errors |",
-        "|---|" + "---:|" * 18,
+        "| last toast s | toast p99 s | held s | tracebacks | errors |",
+        "|---|" + "---:|" * 19,
     ]
     for r in f["results"]:
         out.append(
@@ -286,7 +287,8 @@ def faults_table(f: dict) -> list[str]:
             f"{r.get('stub_most_in_window', 0)}/{r.get('quota_per_window', 0)} | "
             f"{r.get('quota_used', 0.0):.2f} | {r['faults_injected']} | {r['recovery_s']:.1f} | "
             f"{r.get('last_toast_s', 0.0):.1f} | {r.get('toast_p99_s', 0.0):.2f} | "
-            f"{r.get('tracebacks', '–')} | {r.get('errors_logged', '–')} |"
+            f"{r.get('held_toast_s', '–')} | {r.get('tracebacks', '–')} | "
+            f"{r.get('errors_logged', '–')} |"
         )
     notes = [(r["fault"], n) for r in f["results"] for n in r.get("notes", [])]
     if notes:
