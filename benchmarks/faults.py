@@ -29,14 +29,22 @@ each row in exactly one toast, every toast delivered. The faults, one run each:
     coldstart  every room's first burst queued before any worker is up, then three workers
            of 8 threads started at once at MW_MODEL_RPM 300 (5 a second) and the default
            quota margin: the stub counts what reaches it in the first seconds and after
+    pgdown5, pgdown30  the store on a private PostgreSQL of the run's own
+           (`testing.private_postgres`), stopped abruptly mid-run and started again 5 s
+           (30 s) later, as a deployer's restart would: every step waits it out
+    sqlitelock  the SQLite file locked by another process (BEGIN EXCLUSIVE) for 30 s
+           mid-run: every write waits it out
 
 Printed per fault: spells committed, rows, lost, duplicate rows, duplicate and missing toasts,
 undelivered toasts, reopened facts, spells parked, the most calls the stub saw in any window
 of the quota (against the quota), the share of the quota used while calls waited, the
 recovery time — from the last fault to the last burst read (for chaos/twice/garbled/quota:
 the whole run) — and, the figure a human feels, the last toast: from the last fault to the
-last toast delivered. A watcher reads the outbox every 50 ms for when each toast appeared and
-when it was delivered; `toast p99` is the 99th percentile of that delay over the run.
+last toast delivered (for the store's outages: from the end of the outage, and `held s`: to
+the last toast of the lines said before the store was back, apart from what was said after) —
+and the workers' tracebacks and ERROR lines (a store's pause is not a failure, and must not
+log as one). A watcher reads the outbox every 50 ms for when each toast appeared and when it
+was delivered; `toast p99` is the 99th percentile of that delay over the run.
 
 Every setting is the shipped default (the sweep, its lag, the in-flight claim: what the
 Procfile's beat runs), so the last toast shows the recovery promise (`rooms.recovery_bound_s`
@@ -48,6 +56,7 @@ harness small and assert the zeros and the bound.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -60,14 +69,16 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
-from sqlalchemy import Engine, select  # noqa: E402
+from sqlalchemy import Engine, func, make_url, select  # noqa: E402
 
 from memory_worker import app_side  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
@@ -78,12 +89,16 @@ from memory_worker.models.scripted import candidate, transcript_ids  # noqa: E40
 from memory_worker.ops import embedded, local_worker  # noqa: E402
 from memory_worker.ops.ratelimit import Quota  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
+from memory_worker.storage.outage import is_store_outage  # noqa: E402
 from memory_worker.tasks.rooms import recovery_bound_s  # noqa: E402
+from memory_worker.testing import private_postgres  # noqa: E402
 from memory_worker.testing.gemini_stub import (  # noqa: E402
     Fault,
     GeminiStub,
     gemini_responder,
 )
+
+T = TypeVar("T")
 
 FACTS = {  # a line's words → the fact it states (u:N added in front)
     "I keep bees on the roof.": "keeps bees on the roof.",
@@ -105,7 +120,23 @@ OPEN_FACTS = [
     "bakes sourdough every sunday.",
 ]
 CLOSED_FACT = "keeps bees on the roof."
-FAULTS = ("kill", "wipe", "restart", "chaos", "twice", "garbled", "quota", "coldstart")
+FAULTS = (
+    "kill",
+    "wipe",
+    "restart",
+    "chaos",
+    "twice",
+    "garbled",
+    "quota",
+    "coldstart",
+    "pgdown5",
+    "pgdown30",
+    "sqlitelock",
+)
+# The store away: how long, and how far into the run (the bursts' chains in flight).
+STORE_OUTAGE_S = {"pgdown5": 5.0, "pgdown30": 30.0, "sqlitelock": 30.0}
+STORE_OUTAGE_AFTER_S = 1.0
+STORE_POLL_S = 0.1  # the app (the talkers) and the watcher try the store again this often
 QUOTA_RPM = 120.0  # the "quota" fault: 2 calls a second for every room at once
 COLDSTART_RPM = 300.0  # "coldstart": 5 calls a second, three workers of 8 threads at once
 GARBLED = json.dumps(  # every item ill-typed: a malformed answer, not an empty one
@@ -196,6 +227,9 @@ class Figures:
     toast_p99_s: float = 0.0
     toast_max_s: float = 0.0
     recovery_bound_s: float = 0.0  # what the sweep settings promise, before the chains' time
+    held_toast_s: float = 0.0  # store outages: the last toast of lines said before it was back
+    tracebacks: int = 0  # in the workers' logs
+    errors_logged: int = 0  # ERROR lines in the workers' logs
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -219,6 +253,7 @@ class ToastWatch:
         self.eng = eng
         self.seen: dict[int, float] = {}
         self.delivered: dict[int, float] = {}
+        self.last_line: dict[int, int] = {}  # a toast's spell's last line
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toast-watch", daemon=True)
 
@@ -233,20 +268,27 @@ class ToastWatch:
 
     def _run(self) -> None:
         while not self._done.wait(WATCH_EVERY_S):
-            self.read()
+            away(self.read)
 
     def read(self) -> None:
         n = t.notices.c
         with self.eng.connect() as conn:
-            rows = conn.execute(select(n.id, n.delivered)).all()
+            rows = conn.execute(select(n.id, n.delivered, n.spell_key)).all()
         now = time.monotonic()
-        for notice_id, delivered in rows:
+        for notice_id, delivered, spell_key in rows:
             self.seen.setdefault(notice_id, now)
+            self.last_line[notice_id] = int(spell_key.rsplit("/", 1)[-1])
             if delivered:
                 self.delivered.setdefault(notice_id, now)
 
     def undelivered(self) -> int:
         return len(self.seen) - len(self.delivered)
+
+    def held(self, since: float, upto: int) -> float:
+        """From `since` to the last delivery of a toast whose lines were all said by line
+        `upto`: what the outage held up, apart from what was said after it."""
+        held = [at for i, at in self.delivered.items() if self.last_line[i] <= upto]
+        return round(max(0.0, max(held) - since), 2) if held else 0.0
 
     def figures(self, since: float, fig: Figures) -> None:
         if not self.delivered:
@@ -357,15 +399,41 @@ def talk(
         if i == 0 and said_first is not None:
             last = said_first
         else:
-            last = say(eng, room, human, burst)
+            last = patiently(functools.partial(say, eng, room, human, burst))
             for _ in range(2 if twice else 1):
                 room_quiet(url, room)
         deadline = time.monotonic() + BURST_TIMEOUT_S
-        while cursor(eng, room) < last:
+        while (away(lambda: cursor(eng, room)) or 0) < last:
             if time.monotonic() > deadline:
                 errors.append(f"{room}: burst ending {last} not read in {BURST_TIMEOUT_S}s")
                 return
             time.sleep(0.05)
+
+
+def away(read: Callable[[], T]) -> T | None:
+    """`read()`, or None while the store is away (the watcher, a talker's look at a cursor)."""
+    try:
+        return read()
+    except Exception as e:
+        if not is_store_outage(e):
+            raise
+        return None
+
+
+def patiently(write: Callable[[], T]) -> T:
+    """`write()`, tried again until the store is back: the app's own lines wait for it."""
+    while True:
+        try:
+            return write()
+        except Exception as e:
+            if not is_store_outage(e):
+                raise
+            time.sleep(STORE_POLL_S)
+
+
+def last_line(eng: Engine) -> int:
+    with eng.connect() as conn:
+        return int(conn.execute(select(func.max(t.lines.c.id))).scalar() or 0)
 
 
 def say(eng: Engine, room: str, human: int, burst: list[str]) -> int:
@@ -465,20 +533,25 @@ def run(
     overrides: dict[str, Any] | None = None,
     quota_margin_s: float | None = None,
     logs: Path | None = None,
+    outage_s: float | None = None,
 ) -> Figures:
     """One run of the workload under `fault`; returns its figures (invariants and timings).
 
     Every setting of the sweep and the in-flight claim is the shipped default unless
     `overrides` changes it (FAST_SWEEP; the tests scale them down). With the embedded Redis the
     workers and beat use it as a deployment does (MW_BROKER_URL unset), so the `restart` fault
-    is met by nothing but the workers themselves: no supervisor starts it again."""
+    is met by nothing but the workers themselves: no supervisor starts it again. `outage_s`:
+    the store's outage for pgdown/sqlitelock (default: their own, STORE_OUTAGE_S)."""
     rng = random.Random(seed_)
     fig = Figures(fault, rooms)
-    with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
+    pg = private_postgres.PrivatePostgres() if fault.startswith("pgdown") else None
+    with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub, _removed(pg):
         work = Path(tmp)
         state = work / "redis"
         url = redis_url or embedded.ensure_running(state)
-        db_url = database_url or f"sqlite:///{work / 'faults.db'}"
+        db_url = pg.start().url if pg else database_url or f"sqlite:///{work / 'faults.db'}"
+        if fault == "sqlitelock" and not db_url.startswith("sqlite"):
+            raise ValueError("sqlitelock needs the SQLite store (no --database)")
         if db_url.startswith("postgresql"):
             eng = store.engine(db_url)
             with eng.begin() as conn:
@@ -491,7 +564,7 @@ def run(
             stub.chaos = chaos(1 / 3, seed_)
         elif fault == "garbled":
             stub.chaos = garbled(1 / 3, seed_)
-        elif fault in ("wipe", "restart"):  # a slower model: a backlog waits in the queues
+        elif fault in ("wipe", "restart", *STORE_OUTAGE_S):  # a slower model: a backlog waits
             stub.chaos = lambda kind: Fault(kind=kind, hang_seconds=0.3)
         defaults = Settings.from_env({})
         s = stub.settings(
@@ -529,6 +602,7 @@ def run(
         stack.start()
         errors: list[str] = []
         last_fault = [time.monotonic()]
+        said_by = [0]  # the last line said when the store came back
         done = threading.Event()
 
         def kill_redis() -> None:
@@ -557,6 +631,14 @@ def run(
                     wipe(broker)
                     fig.faults_injected += 1
                     last_fault[0] = time.monotonic()
+            elif fault in STORE_OUTAGE_S:  # the chains in flight when it goes
+                if done.wait(STORE_OUTAGE_AFTER_S):
+                    return
+                with store_away(pg, db_url):
+                    fig.faults_injected += 1
+                    time.sleep(outage_s or STORE_OUTAGE_S[fault])  # the fault's length
+                last_fault[0] = time.monotonic()  # the store is back
+                said_by[0] = patiently(functools.partial(last_line, eng))
 
         try:
             wait_ready(url)
@@ -578,13 +660,18 @@ def run(
                 finished = time.monotonic()
                 done.set()
                 faults.join()
-                since = last_fault[0] if fault in ("kill", "wipe", "restart") else started
+                timed = ("kill", "wipe", "restart", *STORE_OUTAGE_S)
+                since = last_fault[0] if fault in timed else started
                 _settle(watch, since + SETTLE_S)
             fig.elapsed_s = round(finished - started, 2)
             at_the_stub(stub, quota, fig)
             fig.recovery_s = round(max(0.0, finished - since), 2)  # the last burst read
             watch.figures(since, fig)
+            if fault in STORE_OUTAGE_S:
+                fig.held_toast_s = watch.held(since, said_by[0])
             fig.notes = errors + stack.logged("CRITICAL", "Unrecoverable")
+            fig.tracebacks = len(stack.logged("Traceback (most recent call last)"))
+            fig.errors_logged = len(stack.logged("ERROR/"))
         finally:
             stack.stop()
             if redis_url is None:
@@ -594,9 +681,59 @@ def run(
                 for log in work.glob("worker*.log"):
                     shutil.copy(log, logs / f"{fault}-{log.name}")
         check(eng, placed, fig)
-        if not database_url:
+        if not database_url or pg:
             eng.dispose()
     return fig
+
+
+@contextmanager
+def _removed(pg: private_postgres.PrivatePostgres | None) -> Iterator[None]:
+    """The run's private PostgreSQL (if any) removed at the end, whatever happened."""
+    try:
+        yield
+    finally:
+        if pg is not None:
+            store.dispose_all()
+            pg.remove()
+
+
+@contextmanager
+def store_away(pg: private_postgres.PrivatePostgres | None, db_url: str) -> Iterator[None]:
+    """The store away while inside: the private PostgreSQL stopped abruptly (started again
+    after), or the SQLite file locked by another process (`BEGIN EXCLUSIVE`, rolled back
+    after)."""
+    if pg is not None:
+        pg.stop()
+        try:
+            yield
+        finally:
+            pg.start()
+        return
+    path = make_url(db_url).database
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()  # the holder rolls back and exits
+        holder.wait()
+
+
+# Another process holding the SQLite file's write lock until its stdin closes.
+_HOLD_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
 
 
 def _settle(watch: ToastWatch, deadline: float) -> None:
@@ -623,8 +760,14 @@ def main() -> None:
     )
     p.add_argument("--logs", type=Path, help="keep each worker's log (INFO) in this folder")
     a = p.parse_args()
-    if a.faults is None:  # restart needs the embedded Redis
-        a.faults = [f for f in FAULTS if not (f == "restart" and a.redis)]
+    if a.faults is None:  # restart needs the embedded Redis; pgdown a PostgreSQL of its own
+        a.faults = [
+            f
+            for f in FAULTS
+            if not (f == "restart" and a.redis)
+            and not (f.startswith("pgdown") and not private_postgres.available())
+            and not (f == "sqlitelock" and a.database)
+        ]
     overrides = FAST_SWEEP if a.fast_sweep else {}
     started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = round(os.getloadavg()[0], 1)
@@ -634,7 +777,7 @@ def main() -> None:
         f"{'fault':<8}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
         f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'parked':>7}{'quota':>6}{'at stub':>8}"
         f"{'used':>6}{'faults':>7}{'recovery s':>11}{'last toast s':>13}{'toast p99':>10}"
-        f"{'total s':>8}"
+        f"{'total s':>8}{'held s':>7}{'tracebacks':>11}{'errors':>7}"
     )
     print(head)
     figures = []
@@ -654,7 +797,8 @@ def main() -> None:
             f"{f.reopened:>7}{f.parked:>7}{f.parked_for_quota:>6}"
             f"{f'{f.stub_most_in_window}/{f.quota_per_window}':>8}{f.quota_used:>6.2f}"
             f"{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.last_toast_s:>13.1f}"
-            f"{f.toast_p99_s:>10.2f}{f.elapsed_s:>8.1f}",
+            f"{f.toast_p99_s:>10.2f}{f.elapsed_s:>8.1f}{f.held_toast_s:>7.1f}"
+            f"{f.tracebacks:>11}{f.errors_logged:>7}",
             flush=True,
         )
         for note in f.notes:

@@ -266,12 +266,17 @@ def faults_table(f: dict) -> list[str]:
         "sliding window of the quota, against the quota (`quota`: 120 a minute, 2 a second, "
         "every room at once; `coldstart`: 300 a minute, 5 a second, at the default margin, "
         "three workers of 8 threads started at once onto every room's queued first spell); "
-        "*used*: calls over what the quota allowed from the first call to the last." + when,
+        "*used*: calls over what the quota allowed from the first call to the last. "
+        "`pgdown5`, `pgdown30`: the store on a private PostgreSQL stopped abruptly for 5 s "
+        "(30 s) mid-run; `sqlitelock`: the SQLite file locked by another process for 30 s; "
+        "their last toast is counted from the end of the outage, and *held*: from then to the "
+        "last toast of the lines said before it (what the outage held up, apart from what was "
+        "said after). *Tracebacks*, *errors*: lines in the workers' logs." + when,
         "",
         "| fault | spells | rows | lost | dup rows | dup toasts | missing toasts | undelivered "
         "| reopened | parked | parked for quota | at stub | used | faults | recovery s "
-        "| last toast s | toast p99 s |",
-        "|---|" + "---:|" * 16,
+        "| last toast s | toast p99 s | held s | tracebacks | errors |",
+        "|---|" + "---:|" * 19,
     ]
     for r in f["results"]:
         out.append(
@@ -281,7 +286,9 @@ def faults_table(f: dict) -> list[str]:
             f"{r.get('parked_for_quota', 0)} | "
             f"{r.get('stub_most_in_window', 0)}/{r.get('quota_per_window', 0)} | "
             f"{r.get('quota_used', 0.0):.2f} | {r['faults_injected']} | {r['recovery_s']:.1f} | "
-            f"{r.get('last_toast_s', 0.0):.1f} | {r.get('toast_p99_s', 0.0):.2f} |"
+            f"{r.get('last_toast_s', 0.0):.1f} | {r.get('toast_p99_s', 0.0):.2f} | "
+            f"{r.get('held_toast_s', '–')} | {r.get('tracebacks', '–')} | "
+            f"{r.get('errors_logged', '–')} |"
         )
     notes = [(r["fault"], n) for r in f["results"] for n in r.get("notes", [])]
     if notes:

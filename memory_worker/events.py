@@ -4,7 +4,10 @@ later) and enqueues; none waits for a model, nor long for the broker.
 What the app says is already in the store when it calls these: the message only saves the
 sweep a wait. So a publish gets MW_PUBLISH_TIMEOUT_S (1 s) and no retries; one that fails or
 is still stuck then is left to the sweep, with one log line (once `room_quiet` blocked
-36 s and raised while the broker restarted).
+36 s and raised while the broker restarted). The store gets the same bound: with the database
+away (a restart, a lock held) a call logs once and returns, and the sweep finds the room when
+the store is back (once `room_quiet` raised the database's error at each of 24 calls during
+restarts).
 
     room_quiet(room_id)            the presence gate booked a quiet spell: write memories
     room_archived(room_id)         flush what is left before the room goes away
@@ -16,13 +19,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task
+from sqlalchemy import Connection
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.storage import rooms, store, users
+from memory_worker.storage.outage import is_store_outage
 from memory_worker.tasks.rooms import on_room_quiet, reembed_user, room_topic
+from memory_worker.tasks.store_step import left_to_sweep
 
 log = logging.getLogger(__name__)
 
@@ -52,31 +59,60 @@ def publish(task: Task, *args: Any) -> bool:
     return False
 
 
+def in_store(what: str, work: Callable[[Connection], object], *, write: bool = False) -> bool:
+    """Run `work` on a connection (in a transaction when `write`). False (logged once, ids
+    only) when the store is away (`storage.outage`): the app never sees a database restart,
+    and the sweep finds the work once the store is back. Any other error (`UnknownRoom`: a
+    clear error now) is raised.
+
+    A store that refuses, drops or is starting answers at once; a SQLite write meets another
+    process's lock after the busy timeout; a server that hangs without answering is bounded by
+    the driver's connect timeout (PostgreSQL: `connect_timeout` in the URL)."""
+    try:
+        with store.transaction() if write else store.engine().connect() as conn:
+            work(conn)
+    except Exception as e:
+        if not is_store_outage(e):
+            raise
+        left_to_sweep(what, e)
+        return False
+    return True
+
+
 def room_quiet(room_id: str) -> None:
-    with store.engine().connect() as conn:
-        rooms.require_room(conn, room_id)
-    publish(on_room_quiet, room_id)
+    if in_store(f"room_quiet({room_id!r})", lambda c: rooms.require_room(c, room_id)):
+        publish(on_room_quiet, room_id)
 
 
 def room_archived(room_id: str) -> None:
-    with store.transaction() as conn:
+    """With the store away the room is not marked archived (say so again later); the sweep
+    still finds its lines."""
+
+    def archive(conn: Connection) -> None:
         rooms.require_room(conn, room_id)
         rooms.set_archived(conn, room_id)
-    publish(on_room_quiet, room_id)
+
+    if in_store(f"room_archived({room_id!r})", archive, write=True):
+        publish(on_room_quiet, room_id)
 
 
 def room_opened(room_id: str, topic: str | None = None) -> None:
-    with store.transaction() as conn:
+    """With the store away the topic is not kept (the room works without it)."""
+
+    def remember(conn: Connection) -> None:
         rooms.require_room(conn, room_id)
         if topic:
             rooms.set_topic(conn, room_id, topic)
-    if topic:
+
+    if in_store(f"room_opened({room_id!r})", remember, write=True) and topic:
         room_topic.delay(room_id)
 
 
 def user_renamed(user_id: int, name: str) -> None:
     """Rows say `u:42`, never a name (the id survives a rename); they are embedded with the
-    name, so a question that names someone finds them — and embedded again when it changes."""
-    with store.transaction() as conn:
-        users.rename_user(conn, user_id, name)
-    reembed_user.delay(user_id)
+    name, so a question that names someone finds them — and embedded again when it changes.
+    With the store away the name is not changed (say so again later)."""
+    if in_store(
+        f"user_renamed({user_id})", lambda c: users.rename_user(c, user_id, name), write=True
+    ):
+        reembed_user.delay(user_id)

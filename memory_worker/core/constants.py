@@ -79,9 +79,15 @@ QUEUES = (QUEUE_MODEL, QUEUE_EMBED, QUEUE_COMMIT, QUEUE_NOTIFY, QUEUE_EVENTS)
 VISIBILITY_TIMEOUT_S = 600
 WORKER_SOFT_SHUTDOWN_S = 10.0  # MW_WORKER_SOFT_SHUTDOWN_S's default: a task's time after SIGTERM
 MODEL_MAX_RETRIES = 5  # 429/5xx/timeouts: then the spell is parked
-DB_MAX_RETRIES = 5  # ours: "database is locked" past the busy timeout, then the task fails
+DB_MAX_RETRIES = 5  # ours: a broker error's retries (the store away is waited out by time)
 RETRY_BACKOFF_MAX_S = 120.0  # a retry's countdown (held unacked): below VISIBILITY_TIMEOUT_S
 STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, then park
+# The store away (docs/design.md §10.6): MW_STORE_OUTAGE_WAIT_S's default, long enough for a
+# deployer's database restart (ours); and the longest countdown between two tries meanwhile, so a
+# step is back within seconds of the store's return (ours: a toast within 20 s of it), far under
+# VISIBILITY_TIMEOUT_S.
+STORE_OUTAGE_WAIT_S = 120.0
+STORE_RETRY_MAX_S = 5.0
 
 # --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
 REDIS_RATE_KEY = "mw:rate:{name}:{part}"  # the global model quota's sliding windows and pause

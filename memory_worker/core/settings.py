@@ -22,7 +22,11 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from memory_worker.core.constants import INFLIGHT_TTL_S, WORKER_SOFT_SHUTDOWN_S
+from memory_worker.core.constants import (
+    INFLIGHT_TTL_S,
+    STORE_OUTAGE_WAIT_S,
+    WORKER_SOFT_SHUTDOWN_S,
+)
 from memory_worker.core.errors import MemoryWorkerError
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (docs/design.md §9)
@@ -243,6 +247,16 @@ class Settings(BaseSettings):
         ge=5,
         le=3600,
         validation_alias=AliasChoices("MW_INFLIGHT_TTL_S", "inflight_ttl_s"),
+    )
+    # How long a task waits out the store being away (a refused or dropped connection, a server
+    # starting up, "database is locked") before it hands its spell to the sweep: a deployer's
+    # database restart or maintenance takes tens of seconds, and it is a pause, not a failure.
+    store_outage_wait_s: float = Field(
+        STORE_OUTAGE_WAIT_S,
+        ge=1,
+        le=3600,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_STORE_OUTAGE_WAIT_S", "store_outage_wait_s"),
     )
     # How long the app's calls (events.py) wait for the broker to take a message; past it
     # the message is left to the sweep (the line is already in the store).

@@ -6,6 +6,8 @@ One place for what a model step may go through:
   jittered backoff that honours the server's retry-after, MODEL_MAX_RETRIES times, then the
   spell is handed on with `parked` set, so the commit records it where an operator sees it
   and leaves the cursor alone. A chain never dies half-way with nothing said.
+* The store away (a database restart, "database is locked"): waited out, then handed to the
+  sweep — the `StoreStep` base's business (`memory_worker.tasks.store_step`).
 * Waiting for the quota (`ratelimit.RateLimited`) is back-pressure, not a fault: the task
   comes back when its reserved slot is near (`RateLimited.countdown`), presents that ticket
   (`ratelimit.holding`), and is never parked for it however long the backlog. The faults are
@@ -16,21 +18,21 @@ Token counts ride on the Spell: each step adds its call's usage (`memory_worker.
 A task body names only its step:
 
     @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
-    def extract(self: ModelStep, spell: dict, faults: int = 0, slot: int = 0) -> dict:
-        return self.run_step(spell, lambda s: pipeline.run_extract(s, ...), faults, slot)
+    def extract(self: ModelStep, spell: dict, faults: int = 0, slot: int = 0,
+                store_since: float = 0.0) -> dict:
+        return self.run_step(spell, lambda s: pipeline.run_extract(s, ...), faults, slot,
+                             store_since)
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from typing import Any
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import (
-    INFLIGHT_RENEW_AFTER,
     MODEL_MAX_RETRIES,
     RETRY_BACKOFF_MAX_S,
 )
@@ -41,8 +43,10 @@ from memory_worker.core.model_interfaces import (
     TransientModelError,
 )
 from memory_worker.core.rows import Spell
-from memory_worker.ops import broker, inflight, metrics, ratelimit
-from memory_worker.tasks.boundary import QuietTask, reject
+from memory_worker.ops import metrics, ratelimit
+from memory_worker.storage.outage import is_store_outage
+from memory_worker.tasks.boundary import reject
+from memory_worker.tasks.store_step import StoreStep, renew_claim, since_of
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +59,9 @@ def backoff(retries: int, retry_after: float | None) -> float:
     return min(RETRY_BACKOFF_MAX_S, max(wait, (retry_after or 0.0) + random.uniform(0, 0.5)))
 
 
-class ModelStep(QuietTask):
-    """A chain step that calls a model: wait for the quota, retry faults, park."""
+class ModelStep(StoreStep):
+    """A chain step that calls a model: wait for the quota, retry faults, park; wait out the
+    store."""
 
     abstract = True
     max_retries = None  # quota waits are unbounded; faults are bounded by `run_step`
@@ -67,13 +72,16 @@ class ModelStep(QuietTask):
         step: Callable[[Spell], Spell],
         faults: int = 0,
         slot: int = 0,
+        store_since: float = 0.0,
     ) -> dict[str, Any]:
         """Run `step` on the message's spell under the policy; always returns a spell message
         (retrying raises Celery's Retry instead). `faults`: retries spent on model faults so
-        far; `slot`: the quota ticket this task kept when it was deferred (0: none)."""
+        far; `slot`: the quota ticket this task kept when it was deferred (0: none);
+        `store_since`: when the store went away under this step (0: it did not)."""
         try:
             spell = Spell.from_json(message)
             faults, slot = _count("faults", faults), _count("slot", slot)
+            store_since = since_of(store_since)
         except MalformedMessage as e:
             reject(self.name, e)
         renew_claim(self.app, spell)
@@ -100,6 +108,10 @@ class ModelStep(QuietTask):
         except PermanentModelError as e:
             spell.parked = f"model error: {e}"
             return spell.to_json()
+        except Exception as e:
+            if not is_store_outage(e):
+                raise
+            self.wait_for_store(message, spell, e, store_since, {"faults": faults, "slot": 0})
 
 
 def _count(name: str, value: Any) -> int:
@@ -107,15 +119,3 @@ def _count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise MalformedMessage("model step", f"{name}: expected a whole number ≥ 0")
     return value
-
-
-def renew_claim(app: Any, spell: Spell, now: float | None = None) -> None:
-    """Keep the spell's in-flight claim (`memory_worker.ops.inflight`) while its chain runs: renewed
-    when it was last taken or renewed more than INFLIGHT_RENEW_AFTER of its lifetime ago (the
-    spell carries when), so a chain of quick steps costs one Redis round trip, not one per step."""
-    now = time.time() if now is None else now
-    ttl_s = settings_mod.current().inflight_ttl_s
-    if spell.inflight and now - spell.renewed >= ttl_s * INFLIGHT_RENEW_AFTER:
-        client = broker.client(app.conf.broker_url)
-        inflight.renew(client, spell.persona, spell.room_id, spell.inflight, ttl_s)
-        spell.renewed = now

@@ -3,7 +3,8 @@
 Each is a thin shell over `memory_worker.write.steps`: the JSON message in (checked at the
 boundary, `memory_worker.tasks.boundary`), the step, the JSON message out. What a model fault
 means (retry, park) is the `ModelStep` base class's business (`memory_worker.tasks.model_step`);
-the commit retries only a locked database or a broker away.
+the store away (a restart, "database is locked") is waited out by every step, the commit too
+(`memory_worker.tasks.store_step`); the commit also retries a broker away.
 
 The toast is delivered by the commit itself, right after its transaction, and retried with it
 as one task: a delivery is never a message of its own that a killed worker or a wiped broker
@@ -27,11 +28,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from celery import Task, chain
+from celery import chain
 from celery.canvas import Signature
 from celery.exceptions import Ignore
 from kombu.exceptions import OperationalError as KombuOperationalError
-from sqlalchemy.exc import OperationalError
 
 from memory_worker import models
 from memory_worker.core import messages
@@ -42,9 +42,11 @@ from memory_worker.core.messages import MalformedMessage
 from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
 from memory_worker.storage.notices import Notice
+from memory_worker.storage.outage import is_store_outage
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.model_step import ModelStep
+from memory_worker.tasks.store_step import StoreStep, left_to_sweep, since_of
 from memory_worker.write import steps
 
 log = logging.getLogger(__name__)
@@ -52,18 +54,30 @@ Message = dict[str, Any]
 
 
 @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
-def extract(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
-    return self.run_step(spell, lambda s: steps.run_extract(s, models.chat_model()), faults, slot)
+def extract(
+    self: ModelStep, spell: Message, faults: int = 0, slot: int = 0, store_since: float = 0.0
+) -> Message:
+    return self.run_step(
+        spell, lambda s: steps.run_extract(s, models.chat_model()), faults, slot, store_since
+    )
 
 
 @app.task(name="memory_worker.embed", bind=True, base=ModelStep)
-def embed(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
-    return self.run_step(spell, lambda s: steps.run_embed(s, models.embedder()), faults, slot)
+def embed(
+    self: ModelStep, spell: Message, faults: int = 0, slot: int = 0, store_since: float = 0.0
+) -> Message:
+    return self.run_step(
+        spell, lambda s: steps.run_embed(s, models.embedder()), faults, slot, store_since
+    )
 
 
 @app.task(name="memory_worker.route", bind=True, base=ModelStep)
-def route(self: ModelStep, spell: Message, faults: int = 0, slot: int = 0) -> Message:
-    return self.run_step(spell, lambda s: steps.run_route(s, models.chat_model()), faults, slot)
+def route(
+    self: ModelStep, spell: Message, faults: int = 0, slot: int = 0, store_since: float = 0.0
+) -> Message:
+    return self.run_step(
+        spell, lambda s: steps.run_route(s, models.chat_model()), faults, slot, store_since
+    )
 
 
 class ToastNotPublished(MemoryWorkerError):
@@ -78,17 +92,31 @@ BROKER_ERRORS = (KombuOperationalError, redis.exceptions.ConnectionError, ToastN
 @app.task(
     name="memory_worker.commit",
     bind=True,
-    autoretry_for=(OperationalError, *BROKER_ERRORS),  # a locked database; a broker away
+    base=StoreStep,
+    autoretry_for=BROKER_ERRORS,  # a broker away; the store away is `StoreStep`'s
     retry_backoff=True,
     retry_backoff_max=60,
-    max_retries=DB_MAX_RETRIES,
+    retry_kwargs={"max_retries": DB_MAX_RETRIES},
+    max_retries=None,  # the store's wait is bounded by time (MW_STORE_OUTAGE_WAIT_S)
 )
-def commit(self: Task, spell: Message) -> Message:
+def commit(self: StoreStep, spell: Message, store_since: float = 0.0) -> Message:
     """The single writer. A stale view of the open rows sends the spell back to the router."""
     try:
         s = Spell.from_json(spell)
+        store_since = since_of(store_since)
     except MalformedMessage as e:
         reject(self.name, e)
+    try:
+        return _commit(s)
+    except Exception as e:
+        if not is_store_outage(e):
+            raise
+        self.wait_for_store(spell, s, e, store_since)
+
+
+def _commit(s: Spell) -> Message:
+    """The commit's body: record the spell, deliver its toasts, free its claim, begin the
+    room's next window."""
     started = time.perf_counter()
     outcome = steps.run_commit(s)
     metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
@@ -123,7 +151,7 @@ def commit(self: Task, spell: Message) -> Message:
 
 @app.task(
     name="memory_worker.notify_toast",
-    autoretry_for=(OperationalError, *BROKER_ERRORS),
+    autoretry_for=BROKER_ERRORS,
     retry_backoff=True,
     max_retries=DB_MAX_RETRIES,
 )
@@ -134,12 +162,12 @@ def notify_toast(result: Message) -> int:
         checked = messages.parse(messages.CommitResult, result, "commit result")
     except MalformedMessage as e:
         reject("memory_worker.notify_toast", e)
-    return deliver_all(steps.pending_toasts(Spell.from_json(checked.spell.model_dump()).key))
+    return deliver_waiting(Spell.from_json(checked.spell.model_dump()).key)
 
 
 @app.task(
     name="memory_worker.deliver_toasts",
-    autoretry_for=(OperationalError, *BROKER_ERRORS),
+    autoretry_for=BROKER_ERRORS,
     retry_backoff=True,
     max_retries=DB_MAX_RETRIES,
 )
@@ -149,7 +177,19 @@ def deliver_toasts(spell_key: str) -> int:
         spell_key = messages.spell_key(spell_key)
     except MalformedMessage as e:
         reject("memory_worker.deliver_toasts", e)
-    return deliver_all(steps.pending_toasts(spell_key))
+    return deliver_waiting(spell_key)
+
+
+def deliver_waiting(spell_key: str) -> int:
+    """The spell's undelivered toasts, delivered (`deliver_all`). With the store away they
+    stay in the outbox, where the sweep finds them once it is back: 0."""
+    try:
+        return deliver_all(steps.pending_toasts(spell_key))
+    except Exception as e:
+        if not is_store_outage(e):
+            raise
+        left_to_sweep(f"toasts of spell {spell_key}", e)
+        return 0
 
 
 def deliver(waiting: list[Notice]) -> tuple[int, int]:

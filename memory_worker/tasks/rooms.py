@@ -17,11 +17,13 @@ from memory_worker.core.messages import room_id as checked_room_id
 from memory_worker.core.messages import user_id as checked_user_id
 from memory_worker.ops import broker, inflight
 from memory_worker.storage import rooms, store
+from memory_worker.storage.outage import is_store_outage
 from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.storage.spell_context import room_members
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.pipeline import BROKER_ERRORS, deliver_toasts, start_spell
+from memory_worker.tasks.store_step import StoreStep, left_to_sweep, since_of
 from memory_worker.write import reembed, steps
 from memory_worker.write.embed import embed_topic, require_store_embedder
 
@@ -50,17 +52,30 @@ def recovery_bound_s(s: settings_mod.Settings) -> float:
 
 @app.task(
     name="memory_worker.on_room_quiet",
+    bind=True,
+    base=StoreStep,  # the store away: waited out, as a chain step waits
     autoretry_for=BROKER_ERRORS,  # a chain not published: try the room again (idempotent)
     retry_backoff=True,
-    max_retries=DB_MAX_RETRIES,
+    retry_kwargs={"max_retries": DB_MAX_RETRIES},
+    max_retries=None,  # the store's wait is bounded by time (MW_STORE_OUTAGE_WAIT_S)
 )
-def on_room_quiet(room_id: str) -> list[str]:
+def on_room_quiet(self: StoreStep, room_id: str, store_since: float = 0.0) -> list[str]:
     """Per persona in the room with new lines, start its chain (unless one is in flight).
     Returns the spell keys."""
     try:
         room_id = checked_room_id(room_id)
+        store_since = since_of(store_since)
     except MalformedMessage as e:
         reject("memory_worker.on_room_quiet", e)
+    try:
+        return start_spells(room_id)
+    except Exception as e:
+        if not is_store_outage(e):
+            raise
+        self.wait_for_store(room_id, None, e, store_since, what=f"on_room_quiet({room_id!r})")
+
+
+def start_spells(room_id: str) -> list[str]:
     with store.engine().connect() as conn:
         found = room_members(conn, room_id)
     if found is None:
@@ -123,13 +138,24 @@ def iso(epoch: float) -> str:
 @app.task(name="memory_worker.sweep", autoretry_for=BROKER_ERRORS, retry_backoff=True)
 def sweep() -> list[str]:
     """The daily sweep (beat): every lagging room, every undelivered toast."""
-    return sweep_lagging_rooms()
+    return sweep_unless_away(recent=False)
 
 
 @app.task(name="memory_worker.sweep_recent", autoretry_for=BROKER_ERRORS, retry_backoff=True)
 def sweep_recent() -> list[str]:
     """The frequent sweep (beat, every MW_SWEEP_EVERY_S): recovery in minutes, not a day."""
-    return sweep_lagging_rooms(recent=True)
+    return sweep_unless_away(recent=True)
+
+
+def sweep_unless_away(*, recent: bool) -> list[str]:
+    """A sweep; with the store away, none (logged once): the next one finds it all."""
+    try:
+        return sweep_lagging_rooms(recent=recent)
+    except Exception as e:
+        if not is_store_outage(e):
+            raise
+        left_to_sweep("the sweep", e, to="the next one")
+        return []
 
 
 @app.task(
