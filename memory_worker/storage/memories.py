@@ -36,6 +36,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD
 from memory_worker.core.rows import Candidate, Row, human_ref, id_json, id_list
+from memory_worker.storage import read_packs, read_path
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 pm = t.persona_memory.c
@@ -429,6 +430,14 @@ def reopen(conn: Connection, ids: Sequence[int]) -> None:
 
 
 def delete_rows(conn: Connection, ids: Sequence[int]) -> None:
-    """The only physical delete in the system: the human's undo, delete and clear."""
-    if ids:
-        conn.execute(delete(t.persona_memory).where(pm.id.in_(list(ids))))
+    """The only physical delete in the system: the human's undo, delete and clear. The rows
+    leave their personas' read packs in the same transaction (`read_packs.forget`): a pack
+    outlives a delete, so the next cold open still ranks on it."""
+    if not ids:
+        return
+    gone: dict[str, list[int]] = {}
+    for persona, row_id in conn.execute(select(pm.persona, pm.id).where(pm.id.in_(list(ids)))):
+        gone.setdefault(str(persona), []).append(int(row_id))
+    before = read_path.versions(conn, sorted(gone))
+    conn.execute(delete(t.persona_memory).where(pm.id.in_(list(ids))))
+    read_packs.forget(conn, gone, before)
