@@ -35,6 +35,7 @@ __all__ = [
     "close",
     "flush_touches",
     "format_block",
+    "metrics",
     "prepare",
     "recall",
 ]
@@ -81,6 +82,17 @@ def close(timeout: float | None = None) -> bool:
     with sweep.SWEEP.paused():
         cache_loader.READ_CACHE.clear()
     return drained
+
+
+def metrics() -> dict[str, int]:
+    """What the reader's background threads gave up on in this process, as counts for the
+    app to export with its own metrics (the reader serves none, and pays for no client): a
+    persona whose fill keeps failing opens cold every time, which no room open shows."""
+    return {
+        "fill_failures": fill.FILLS.failures,
+        "sweep_failures": sweep.SWEEP.failures,
+        "touches_dropped": touch.TOUCHES.dropped,
+    }
 
 
 def format_block(block: Block) -> str:

@@ -624,26 +624,45 @@ def test_a_cold_open_after_the_humans_deletes_reads_the_pack_and_no_row_by_id(
     assert got == build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
 
 
-def test_a_pack_is_written_only_at_the_personas_version_now(
+def test_a_fill_the_store_moved_past_still_packs_at_the_personas_version_now(
     store_rows: np.random.Generator, db: Engine
 ) -> None:
-    """A fill that read the entry before a write lands after it: it packs nothing, so no pack
-    ever holds a row a delete has removed since."""
-    opened("warren", {DAN}, "dm", now=NOW, touch=False)
+    """A fresh process at 100k rows never packed while the persona was in use: its own touch
+    committed during the fill, and a pack was written only at the version the fill read. Now
+    the entry is brought up to the store inside the write: the pack holds the new row and
+    the touched one as the store has them, not the deleted one; the topic's cosines leave
+    out every row written since (an open reads those by id)."""
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
     url = settings_mod.current().database_url
     entry = cache_loader.READ_CACHE.held(url)["warren"]
+    key = next(k for k in cache_loader.READ_CACHE._entries if k[2] == "warren")
+    pm = t.persona_memory.c
     with store.transaction() as c:
         c.execute(delete(t.persona_read_packs))
-        row = new_row(store_rows, "warren", "u:42", 500)
-        c.execute(insert(t.persona_memory).values(**row))
-    key = next(k for k in cache_loader.READ_CACHE._entries if k[2] == "warren")
-    fill.keep_pack(url, key, entry)  # behind the store by one write
+        c.execute(delete(t.persona_read_topics))
+        first, second = c.execute(
+            select(pm.id).where(pm.persona == "warren").order_by(pm.id).limit(2)
+        ).scalars()
+        new = c.execute(
+            insert(t.persona_memory).values(**new_row(store_rows, "warren", "u:42", 500))
+        ).inserted_primary_key[0]
+        memories.delete_rows(c, [first])
+    with read_path.touching(url) as c:  # this process's own touch, as the fill reads
+        read_path.touch(c, "warren", [second], "2026-12-01T11:00:00+00:00")
+    fill.keep_pack(url, key, entry)  # read before all three writes
     with db.connect() as c:
-        assert c.execute(select(t.persona_read_packs.c.persona)).all() == []
-    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # caught up: now it is the store's
-    fill.keep_pack(url, key, cache_loader.READ_CACHE.held(url)["warren"])
-    with db.connect() as c:
-        assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
+        pack = read_packs.packs(c, ["warren"], topic_of("topic"))["warren"]
+        now = read_path.versions(c, ["warren"])["warren"]
+        open_ids = c.execute(
+            select(pm.id).where(pm.persona == "warren", pm.valid_to.is_(None)).order_by(pm.id)
+        ).scalars()
+        assert pack.version == now and pack.topic is not None and pack.topic.version == now
+        columns = unpacked(pack.columns, pack.version)
+        assert columns.ids.tolist() == list(open_ids) and pack.rows == len(columns)
+        touched = columns.recalled_day[columns.ids.tolist().index(second)]
+        assert touched == pytest.approx(cache_loader.unix_day("2026-12-01T11:00:00+00:00"))
+        cosines_of = np.frombuffer(pack.topic.ids, dtype="<i8").tolist()
+        assert not {first, second, new} & set(cosines_of) and len(cosines_of) == len(entry) - 2
 
 
 def test_the_fill_starts_when_the_open_returns_and_waits_while_another_is_in_flight(
