@@ -386,6 +386,44 @@ def rows_about(conn: Connection, user_id: int, persona: str | None = None) -> li
     return _rows(conn, where)
 
 
+def page_of(
+    conn: Connection,
+    user_id: int,
+    *,
+    closed: bool,
+    before_id: int | None,
+    limit: int,
+    text: str | None = None,
+) -> list[Row]:
+    """One page of the rows that concern the user, newest first: open ones or closed ones,
+    with ids below `before_id` (the page's cursor), whose text holds `text` (any case)."""
+    where = and_(about_user(user_id), pm.valid_to.is_not(None) if closed else pm.valid_to.is_(None))
+    if before_id is not None:
+        where = and_(where, pm.id < before_id)
+    if text:
+        where = and_(where, pm.text.icontains(text, autoescape=True))
+    found = conn.execute(select(t.persona_memory).where(where).order_by(pm.id.desc()).limit(limit))
+    return [_row(m) for m in found.mappings()]
+
+
+def page_counts(conn: Connection, user_id: int) -> dict[str, tuple[int, int, int]]:
+    """Per persona, of the rows that concern the user: (open, closed, the chars of its open
+    rows about them, not the world's: the page's meter)."""
+    is_open = pm.valid_to.is_(None)
+    mine = and_(is_open, pm.subject != SUBJECT_WORLD)
+    found = conn.execute(
+        select(
+            pm.persona,
+            func.count().filter(is_open),
+            func.count().filter(pm.valid_to.is_not(None)),
+            func.coalesce(func.sum(func.length(pm.text)).filter(mine), 0),
+        )
+        .where(about_user(user_id))
+        .group_by(pm.persona)
+    )
+    return {str(p): (int(o), int(c), int(m)) for p, o, c, m in found}
+
+
 def rows_closed_by(conn: Connection, ids: Sequence[int]) -> list[Row]:
     """The rows that these rows closed (an UPDATE's predecessor)."""
     return _rows(conn, pm.closed_by.in_(list(ids))) if ids else []
