@@ -396,13 +396,31 @@ def page_of(
     text: str | None = None,
 ) -> list[Row]:
     """One page of the rows that concern the user, newest first: open ones or closed ones,
-    with ids below `before_id` (the page's cursor), whose text holds `text` (any case)."""
-    where = and_(about_user(user_id), pm.valid_to.is_not(None) if closed else pm.valid_to.is_(None))
+    with ids below `before_id` (the page's cursor), whose text holds `text` (any case).
+
+    Each way a row concerns the user (`about_user`) is read on its own, newest first and at
+    most `limit`, then the newest `limit` of those: one OR over all three made SQLite
+    collect and sort every row about the human (170 ms at 100k rows) for 50."""
+    ref = human_ref(user_id)
+    held = select(ma.row_id).where(ma.user_id == user_id)
+    shared: ColumnElement[bool] = pm.valid_to.is_not(None) if closed else pm.valid_to.is_(None)
     if before_id is not None:
-        where = and_(where, pm.id < before_id)
+        shared = and_(shared, pm.id < before_id)
     if text:
-        where = and_(where, pm.text.icontains(text, autoescape=True))
-    found = conn.execute(select(t.persona_memory).where(where).order_by(pm.id.desc()).limit(limit))
+        shared = and_(shared, pm.text.icontains(text, autoescape=True))
+    ways = (
+        pm.subject == ref,
+        and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref),
+        and_(pm.subject == SUBJECT_WORLD, pm.id.in_(held)),
+    )
+    newest = union_all(
+        *(
+            select(pm.id).where(way, shared).order_by(pm.id.desc()).limit(limit).subquery().select()
+            for way in ways
+        )
+    ).subquery()
+    page = select(t.persona_memory).where(pm.id.in_(select(newest.c.id)))
+    found = conn.execute(page.order_by(pm.id.desc()).limit(limit))
     return [_row(m) for m in found.mappings()]
 
 
