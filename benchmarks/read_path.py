@@ -20,6 +20,9 @@ SELECT pays for it), we time:
                  each against the floor of the rows visible under its scope;
 - fresh        — a fresh process's first open (imports excluded, engine included), without
                  and with `reader.prepare` at its start (prepare not timed);
+- after a delete — the human deletes one of the persona's rows (not timed), then a cold
+                 open of the room with a topic (the delete keeps the pack, less the row), and a
+                 fresh process's first open after `reader.prepare`;
 - deploy       — the first open after a deploy: a fresh process opens each of the ten
                  personas' private chats with Dan once, each against its own floor (p50, p95).
 
@@ -48,6 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import select
 
 from memory_worker import app_side
 from memory_worker.core import tables as t
@@ -242,6 +246,27 @@ def fresh_main(url: str) -> None:
     print(json.dumps({"fresh_ms": ms, "import_ms": imported, "prepare_ms": prepared}))
 
 
+def delete_one(url: str) -> None:
+    """The human deletes the newest of Warren's rows about Dan, as the page's delete does
+    (`memories.delete_rows`: the persona's pack keeps in step)."""
+    from memory_worker.storage import memories
+
+    pm = t.persona_memory.c
+    with store.transaction(url) as conn:
+        about = (pm.persona == PERSONA) & (pm.subject == f"u:{DAN}") & pm.valid_to.is_(None)
+        newest = conn.execute(select(pm.id).where(about).order_by(pm.id.desc()).limit(1))
+        memories.delete_rows(conn, [newest.scalar_one()])
+
+
+def fresh_after_delete(url: str, reps: int) -> list[dict]:
+    """A fresh process's first open (after `prepare`) each time right after a delete."""
+    out = []
+    for _ in range(reps):
+        delete_one(url)
+        out.append(fresh(url, "--prepared"))
+    return out
+
+
 def _dm(persona: str) -> str:
     return "dm" if persona == PERSONA else f"dm-{persona}"
 
@@ -314,7 +339,9 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         "group_proven_cold": group("proven", touch=False),
         "group_cold": group("group", touch=False),
     }
-    ms: dict[str, list[float]] = {name: [] for name in [*warm, "miss", *cold, "cold_no_pack"]}
+    ms: dict[str, list[float]] = {
+        name: [] for name in [*warm, "miss", *cold, "cold_no_pack", "cold_after_delete"]
+    }
     other = OtherProcess(str(path))
 
     def rewarm() -> None:
@@ -346,6 +373,8 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
                 dropped(name, fn)
             if n % 4 == 0:
                 dropped("cold_no_pack", dm(touch=False), packs=True)
+                delete_one(url)  # not timed: the human deletes a row
+                dropped("cold_after_delete", topic(touch=False))
     finally:
         other.close()
     flush()
@@ -355,6 +384,7 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     runs = {
         "fresh": [fresh(url) for _ in range(fresh_reps)],
         "prepared": [fresh(url, "--prepared") for _ in range(fresh_reps)],
+        "fresh_after_delete": fresh_after_delete(url, fresh_reps),
     }
     deploy = [fresh(url, "--deploy") for _ in range(fresh_reps)]
     loads.append(load())
@@ -506,6 +536,8 @@ TARGETS: dict[str, dict[int, float]] = {  # case → visible rows → the most �
     "fresh": {1_000: 3.0, 10_000: 1.0, 100_000: 0.5},
     "prepared": {1_000: 3.0, 10_000: 1.0, 100_000: 0.5},
     "group_cold": {1_000: 1.5},
+    "cold_after_delete": {1_000: 1.5, 10_000: 0.5, 100_000: 0.5},
+    "fresh_after_delete": {1_000: 2.0, 10_000: 0.5, 100_000: 0.5},
     "group_warm": {1_000: 0.3, 10_000: 0.1},
 }
 LABELS = {
@@ -518,6 +550,8 @@ LABELS = {
     "cold_no_pack": "cold, no pack kept (the persona's first open in the store)",
     "fresh": "a fresh process's first open, no `prepare`",
     "prepared": "a fresh process's first open after `reader.prepare`",
+    "cold_after_delete": "cold, room with a topic, after the human deleted a row",
+    "fresh_after_delete": "a fresh process's first open after a delete (`prepare` first)",
     "group_proven_warm": "group room, proven scope: warm",
     "group_proven_cold": "group room, proven scope: cold",
     "group_warm": "group room, group scope (`proven_scope=False`): warm",

@@ -299,12 +299,14 @@ class PageLine:
 class PersonaSection:
     persona: str
     name: str
-    lines: list[PageLine]  # newest first, closed arcs included
+    lines: list[PageLine]  # open ones newest first, then closed ones (their arcs) newest first
     meter_chars: int  # chars of this persona's open lines about the user
     meter_limit: int = BLOCK_CHARS_LIMIT
     # Whether what the user told this persona one-to-one may come up in groups they are in:
     # the deployment's scope is the group scope and the user's switch is on.
     follows_into_groups: bool = False
+    open_count: int = 0  # every open line of this persona about the user, not this page's
+    closed_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -316,15 +318,24 @@ class ManagePage:
     personas: list[PersonaSection]
     group_scope: bool = False  # the deployment lets memories follow people into groups
     private_with: list[str] = field(default_factory=list)  # personas the user's switch is off for
+    next_cursor: str | None = None  # the next page's `cursor` (None: this was the last)
 
 
-def manage_page(user_id: int) -> ManagePage:
-    """Everything the human's page shows: only rows that concern this user."""
+def manage_page(
+    user_id: int, *, cursor: str | None = None, query: str | None = None, limit: int | None = None
+) -> ManagePage:
+    """Everything the human's page shows: only rows that concern this user. With `limit`,
+    one page of their lines (`page_lines`) and every persona's counts; without, every line."""
     check_id(user_id, "user_id")
     with store.engine().connect() as conn:
         _require_user(conn, user_id)
         note, memory_on = users.switches(conn, user_id)
-        rows = memories.rows_about(conn, user_id)
+        counts = None
+        if limit is None:
+            rows, after = memories.rows_about(conn, user_id), None
+        else:
+            rows, after = page_lines(conn, user_id, cursor, query, limit)
+            counts = memories.page_counts(conn, user_id)
         names = users.all_persona_names(conn)
         muted = sorted(users.muted_by(conn, user_id))
         private = sorted(users.private_with(conn, user_id))
@@ -332,11 +343,79 @@ def manage_page(user_id: int) -> ManagePage:
         joined = rooms.memberships(conn, user_id, {r.room_id for r in rows} | _rooms(lines))
     seen = witnessed_lines(user_id, lines, joined)
     follow = group_scope()
+    sections = group_by_persona(rows, user_id, names, seen, set(joined))
+    if counts is not None:
+        sections = _counted(sections, counts, names)
     sections = [
-        replace(s, follows_into_groups=follow and s.persona not in private)
-        for s in group_by_persona(rows, user_id, names, seen, set(joined))
+        replace(s, follows_into_groups=follow and s.persona not in private) for s in sections
     ]
-    return ManagePage(user_id, note, memory_on, muted, sections, follow, private)
+    return ManagePage(user_id, note, memory_on, muted, sections, follow, private, after)
+
+
+PAGE_QUERY_MAX_CHARS = 200  # ours: a search longer than any remembered line is a mistake
+
+
+def page_lines(
+    conn: Connection, user_id: int, cursor: str | None, query: str | None, limit: int
+) -> tuple[list[Row], str | None]:
+    """One page of the user's lines: open ones newest first, then closed ones newest first,
+    from `cursor` (None: the top) and holding `query`; and the next page's cursor (None: no
+    more). A cursor is "o.<id>" or "c.<id>" (open or closed lines below that id) or "c"
+    (closed lines from the newest); anything else is a ValueError."""
+    check_id(limit, "limit")
+    if not 1 <= limit <= PAGE_LINES_MAX:
+        raise ValueError(f"limit must be 1..{PAGE_LINES_MAX}, not {limit}")
+    if query is not None and len(query) > PAGE_QUERY_MAX_CHARS:
+        raise ValueError(f"a search is at most {PAGE_QUERY_MAX_CHARS} characters")
+    closed, before = parse_cursor(cursor)
+
+    def read(closed: bool, before: int | None, n: int) -> list[Row]:
+        found = memories.page_of(
+            conn, user_id, closed=closed, before_id=before, limit=n, text=query
+        )
+        return [r for r in found if concerns_user(r, user_id)]
+
+    rows: list[Row] = []
+    if not closed:
+        rows = read(False, before, limit + 1)
+        if len(rows) > limit:
+            return rows[:limit], f"o.{rows[limit - 1].id}"
+        before = None
+    more = read(True, before, limit - len(rows) + 1)
+    if len(more) > limit - len(rows):
+        taken = more[: limit - len(rows)]
+        return rows + taken, f"c.{taken[-1].id}" if taken else "c"
+    return rows + more, None
+
+
+PAGE_LINES_MAX = 200  # ours: a page's lines at most, whatever a client asks
+
+
+def parse_cursor(cursor: str | None) -> tuple[bool, int | None]:
+    """A page cursor as (closed lines?, below which id); ValueError for one `page_lines`
+    never gave."""
+    if cursor is None or cursor == "":
+        return False, None
+    if cursor == "c":
+        return True, None
+    phase, _, digits = cursor.partition(".")
+    if phase not in ("o", "c") or not digits.isdigit() or not _in_range(int(digits)):
+        raise ValueError("not a page cursor")
+    return phase == "c", int(digits)
+
+
+def _counted(
+    sections: list[PersonaSection], counts: dict[str, tuple[int, int, int]], names: dict[str, str]
+) -> list[PersonaSection]:
+    """The page's sections with every persona's counts and meter over all its lines, and a
+    section (with no line on this page) for each persona that has lines elsewhere."""
+    by_slug = {s.persona: s for s in sections}
+    out = []
+    for slug in sorted(by_slug.keys() | counts.keys()):
+        opened, closed, meter = counts.get(slug, (0, 0, 0))
+        section = by_slug.get(slug) or PersonaSection(slug, names.get(slug, slug), [], 0)
+        out.append(replace(section, meter_chars=meter, open_count=opened, closed_count=closed))
+    return out
 
 
 def _rooms(lines: dict[int, Line]) -> set[str]:
@@ -369,10 +448,12 @@ def group_by_persona(
             by_persona.setdefault(r.persona, []).append(r)
     sections = []
     for slug in sorted(by_persona):
-        mine = sorted(by_persona[slug], key=lambda r: r.id, reverse=True)
+        mine = sorted(by_persona[slug], key=lambda r: (r.valid_to is not None, -r.id))
         meter = sum(len(r.text) for r in mine if r.valid_to is None and r.subject != SUBJECT_WORLD)
         lines = [page_line(r, seen, rooms_in) for r in mine]
-        sections.append(PersonaSection(slug, names.get(slug, slug), lines, meter))
+        closed = sum(1 for r in mine if r.valid_to is not None)
+        section = PersonaSection(slug, names.get(slug, slug), lines, meter)
+        sections.append(replace(section, open_count=len(mine) - closed, closed_count=closed))
     return sections
 
 

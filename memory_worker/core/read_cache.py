@@ -285,6 +285,18 @@ class PersonaRows:
                     )
         return replace(self, recalled_day=recalled, version=version, winners=winners)
 
+    def without(self, gone: Collection[int], version: Version) -> PersonaRows:
+        """The columns less the rows `gone` (deleted), as of `version`: what a delete leaves of
+        a pack (`storage.read_packs.forget`), with no vectors to keep in step."""
+        drop = np.fromiter(gone, dtype=np.int64, count=len(gone))
+        keep = ~np.isin(self.ids, drop)
+        names = ("ids", "groups", "kinds", "importance", "recalled_day", "chars", "alone")
+        return PersonaRows(
+            version=version,
+            **{n: getattr(self, n)[keep] for n in names},
+            required=merged_requirements(self.required, gone, {}),
+        )
+
     def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
         """The columns after re-reading the `changed` rows: those of them still open are
         `fresh` (sorted by id, as of its version), the rest were closed or deleted. The other

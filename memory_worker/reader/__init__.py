@@ -15,8 +15,6 @@ recall.py. This module holds the public names and a process's start and end.
 
 from __future__ import annotations
 
-from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
-
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import Block
 from memory_worker.reader import cache_loader, fill, room_open, sweep, touch
@@ -35,31 +33,35 @@ __all__ = [
     "close",
     "flush_touches",
     "format_block",
+    "metrics",
     "prepare",
     "recall",
 ]
 
 
-# A process's first room open builds no SQL: its statements are compiled for SQLite (the
-# default store) as the reader is imported; `prepare` compiles them for the store's dialect.
-read_path.compile_for(sqlite_dialect())
-read_packs.compile_for(sqlite_dialect())
+WINNER_SHAPES = (1, 2, 4, 8, 16, 32, 64)  # the IN lists of a block's winners (`Prepared`)
 
 
 def prepare(url: str | None = None) -> None:
-    """At an app process's start (the README's app calls it): connect to the store, compile a
-    room open's statements for its dialect in the shapes opens use, and start the reader's
-    threads, so a process's first room open pays for none of it. Reads nothing but empty
-    results (and, with `MW_MEMORY_SCOPE=follow`, the leak exam's verdicts: `ScopeNotAllowed`,
-    naming the command to run, when none passes for what is in force). (Importing the reader
-    already compiles them for SQLite.)"""
-    url = url or settings_mod.current().database_url
+    """At an app process's start (the README's app calls it): read the settings, connect to
+    the store, compile a room open's statements for its dialect in the shapes opens use and
+    run each once on the pooled connection (the driver prepares them too), and start the
+    reader's threads, so a process's first room open pays for none of it. Reads nothing but
+    empty results (and, with `MW_MEMORY_SCOPE=follow`, the leak exam's verdicts:
+    `ScopeNotAllowed`, naming the command to run, when none passes for what is in force).
+    Importing the reader compiles nothing: a process that never calls this pays at its
+    first opens instead."""
+    settings = settings_mod.current()  # parsed once, here, even when `url` is given
+    url = url or settings.database_url
     eng = store.engine(url)
     read_path.compile_for(eng.dialect)
     read_packs.compile_for(eng.dialect)
     with eng.connect() as conn:
-        read_path.context(conn, "", [0], [])
+        for present in ([0], [0, -1]):
+            read_path.context(conn, "", present, [""])
         read_packs.packs(conn, [""], None)
+        for n in WINNER_SHAPES:
+            read_path.winners(conn, [-i for i in range(n)])
     raw = eng.raw_connection()  # the pool's connection for a warm open, made now
     raw.close()
     room_open.scope_in_force(None, url)  # MW_MEMORY_SCOPE=follow: its verdict, or no start
@@ -81,6 +83,17 @@ def close(timeout: float | None = None) -> bool:
     with sweep.SWEEP.paused():
         cache_loader.READ_CACHE.clear()
     return drained
+
+
+def metrics() -> dict[str, int]:
+    """What the reader's background threads gave up on in this process, as counts for the
+    app to export with its own metrics (the reader serves none, and pays for no client): a
+    persona whose fill keeps failing opens cold every time, which no room open shows."""
+    return {
+        "fill_failures": fill.FILLS.failures,
+        "sweep_failures": sweep.SWEEP.failures,
+        "touches_dropped": touch.TOUCHES.dropped,
+    }
 
 
 def format_block(block: Block) -> str:

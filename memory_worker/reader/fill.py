@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
 from sqlalchemy import Connection
@@ -62,7 +63,10 @@ class Filler(Worker):
     def __init__(self, fill: Fill):
         super().__init__()
         self._fill = fill
-        self.failures = 0  # fills that raised (logged by type; the next open reads again)
+        # Fills that raised (`reader.metrics`): a persona whose fill keeps failing opens cold
+        # every time. Each error type's first is logged with its traceback, the rest by count.
+        self.failures = 0
+        self._logged: set[type[BaseException]] = set()
 
     def _setup(self) -> None:
         self._pending: dict[tuple[str, str], set[bytes]] = {}
@@ -106,7 +110,14 @@ class Filler(Worker):
                 self._fill(url, sorted(p for _, p in mine), topics, winners)
             except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
                 self.failures += 1
-                log.warning("read cache fill failed (%s); the next open reads", type(exc).__name__)
+                first = type(exc) not in self._logged  # its traceback once, then its count
+                self._logged.add(type(exc))
+                log.warning(
+                    "read cache fill failed (%s, %d so far); the next open reads",
+                    type(exc).__name__,
+                    self.failures,
+                    exc_info=first,
+                )
             finally:
                 with self._cv:
                     self._busy = False
@@ -166,8 +177,13 @@ NO_PACK: read_packs.Kept = (None, {})  # `read_packs.kept` of a persona with not
 def keep_pack(url: str, key: Key, rows: PersonaRows, kept: read_packs.Kept | None = None) -> None:
     """Write the persona's pack from its entry when the one kept (`kept`, read here if not
     given) is missing or lags past its slack, and each topic's cosines the entry holds
-    exactly when those kept are missing or lag; only at the persona's version now, so
-    nothing kept ever describes a row a delete has already removed."""
+    exactly when those kept are missing or lag.
+
+    What is written is the persona's version now: an entry the store moved past while it was
+    read (a fresh process's own touch commits during its fill, at 100k rows every time) is
+    brought up to it from the change log inside the write, and the cosines of the rows
+    written since are left out (an open reads those by id). So a busy persona is packed too,
+    and nothing kept ever describes a row a delete has already removed."""
     persona = key[2]
     if rows.version == NEVER_WRITTEN:
         return
@@ -189,15 +205,33 @@ def keep_pack(url: str, key: Key, rows: PersonaRows, kept: read_packs.Kept | Non
         return
     OPENS.wait_idle()
     blob = packed(rows) if pack_due else b""
-    ids = np.ascontiguousarray(rows.ids, dtype="<i8").tobytes() if topics_due else b""
+    ids = np.ascontiguousarray(rows.ids, dtype="<i8")
     with store.transaction(url) as conn:
         now = read_path.versions(conn, [persona])
-        if now.store != key[1] or now[persona] != rows.version:
+        if now.store != key[1]:
             return
+        version, count, unchanged = now[persona], len(rows), None
+        if version != rows.version:
+            bare = replace(rows, slots=None, vectors=None)  # the held vectors stay untouched
+            caught = patched_entry(conn, persona, bare, version)
+            if caught is None:
+                return  # the log no longer reaches the entry: the next fill packs
+            blob, count = packed(caught[0]) if pack_due else b"", len(caught[0])
+            changed = np.fromiter(caught[1], dtype=np.int64, count=len(caught[1]))
+            unchanged = ~np.isin(ids, changed)
         if pack_due:
-            read_packs.write_pack(conn, persona, rows.version, len(rows), blob)
+            read_packs.write_pack(conn, persona, version, count, blob)
         if topics_due:
-            read_packs.write_cosines(conn, persona, rows.version, ids, topics_due)
+            if unchanged is not None:
+                topics_due = {t: _taken(cos, unchanged) for t, cos in topics_due.items()}
+            kept_ids = ids if unchanged is None else ids[unchanged]
+            read_packs.write_cosines(conn, persona, version, kept_ids.tobytes(), topics_due)
+
+
+def _taken(cosines: bytes, keep: np.ndarray) -> bytes:
+    """Those of a topic's cosines (float64, in the entry's order) at `keep`."""
+    taken: bytes = np.frombuffer(cosines, dtype="<f8")[keep].tobytes()
+    return taken
 
 
 def _pack_slack(rows: int) -> int:

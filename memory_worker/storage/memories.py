@@ -36,6 +36,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD
 from memory_worker.core.rows import Candidate, Row, human_ref, id_json, id_list
+from memory_worker.storage import read_packs, read_path
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 pm = t.persona_memory.c
@@ -377,6 +378,62 @@ def rows_about(conn: Connection, user_id: int, persona: str | None = None) -> li
     return _rows(conn, where)
 
 
+def page_of(
+    conn: Connection,
+    user_id: int,
+    *,
+    closed: bool,
+    before_id: int | None,
+    limit: int,
+    text: str | None = None,
+) -> list[Row]:
+    """One page of the rows that concern the user, newest first: open ones or closed ones,
+    with ids below `before_id` (the page's cursor), whose text holds `text` (any case).
+
+    Each way a row concerns the user (`about_user`) is read on its own, newest first and at
+    most `limit`, then the newest `limit` of those: one OR over all three made SQLite
+    collect and sort every row about the human (170 ms at 100k rows) for 50."""
+    ref = human_ref(user_id)
+    held = select(ma.row_id).where(ma.user_id == user_id)
+    shared: ColumnElement[bool] = pm.valid_to.is_not(None) if closed else pm.valid_to.is_(None)
+    if before_id is not None:
+        shared = and_(shared, pm.id < before_id)
+    if text:
+        shared = and_(shared, pm.text.icontains(text, autoescape=True))
+    ways = (
+        pm.subject == ref,
+        and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref),
+        and_(pm.subject == SUBJECT_WORLD, pm.id.in_(held)),
+    )
+    newest = union_all(
+        *(
+            select(pm.id).where(way, shared).order_by(pm.id.desc()).limit(limit).subquery().select()
+            for way in ways
+        )
+    ).subquery()
+    page = select(t.persona_memory).where(pm.id.in_(select(newest.c.id)))
+    found = conn.execute(page.order_by(pm.id.desc()).limit(limit))
+    return [_row(m) for m in found.mappings()]
+
+
+def page_counts(conn: Connection, user_id: int) -> dict[str, tuple[int, int, int]]:
+    """Per persona, of the rows that concern the user: (open, closed, the chars of its open
+    rows about them, not the world's: the page's meter)."""
+    is_open = pm.valid_to.is_(None)
+    mine = and_(is_open, pm.subject != SUBJECT_WORLD)
+    found = conn.execute(
+        select(
+            pm.persona,
+            func.count().filter(is_open),
+            func.count().filter(pm.valid_to.is_not(None)),
+            func.coalesce(func.sum(func.length(pm.text)).filter(mine), 0),
+        )
+        .where(about_user(user_id))
+        .group_by(pm.persona)
+    )
+    return {str(p): (int(o), int(c), int(m)) for p, o, c, m in found}
+
+
 def rows_closed_by(conn: Connection, ids: Sequence[int]) -> list[Row]:
     """The rows that these rows closed (an UPDATE's predecessor)."""
     return _rows(conn, pm.closed_by.in_(list(ids))) if ids else []
@@ -421,6 +478,14 @@ def reopen(conn: Connection, ids: Sequence[int]) -> None:
 
 
 def delete_rows(conn: Connection, ids: Sequence[int]) -> None:
-    """The only physical delete in the system: the human's undo, delete and clear."""
-    if ids:
-        conn.execute(delete(t.persona_memory).where(pm.id.in_(list(ids))))
+    """The only physical delete in the system: the human's undo, delete and clear. The rows
+    leave their personas' read packs in the same transaction (`read_packs.forget`): a pack
+    outlives a delete, so the next cold open still ranks on it."""
+    if not ids:
+        return
+    gone: dict[str, list[int]] = {}
+    for persona, row_id in conn.execute(select(pm.persona, pm.id).where(pm.id.in_(list(ids)))):
+        gone.setdefault(str(persona), []).append(int(row_id))
+    before = read_path.versions(conn, sorted(gone))
+    conn.execute(delete(t.persona_memory).where(pm.id.in_(list(ids))))
+    read_packs.forget(conn, gone, before)

@@ -3,10 +3,11 @@ each in one blob (schema/versions/0015).
 
 A process that does not hold a persona reads its pack and the rows the change log names
 since, instead of every row the room's audience may see: one row of a few bytes per memory,
-not the memories. The reader's background threads write a pack when the one stored is gone
-(a delete drops it) or far behind, and a topic's cosines when they hold them exactly; the
-write path never does. Only a persona's exact current version is written, so no pack ever
-describes a row a delete has already removed.
+not the memories. The reader's background threads write a pack when the one stored is missing
+or far behind, and a topic's cosines when they hold them exactly; the write path never does.
+A delete (the human's, `memories.delete_rows`) takes its rows out of the persona's pack and
+cosines in its own transaction (`forget`), so the pack outlives it and no pack ever holds a
+number of a deleted row.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, and_, bindparam, delete, insert, select, update
 from sqlalchemy.engine import Dialect
 
 from memory_worker.core import tables as t
-from memory_worker.core.read_cache import TOPICS_PER_PERSONA, Version
+from memory_worker.core.read_cache import TOPICS_PER_PERSONA, Version, Versions, packed, unpacked
+from memory_worker.storage import read_path
 from memory_worker.storage.prepared import Prepared
 
 _p, _t = t.persona_read_packs.c, t.persona_read_topics.c
@@ -158,3 +161,46 @@ def write_cosines(
     conn.execute(
         delete(t.persona_read_topics).where(_t.persona == persona, _t.topic.not_in(newest))
     )
+
+
+def forget(conn: Connection, gone: Mapping[str, Sequence[int]], before: Versions) -> None:
+    """Take the rows `gone` (persona → the ids its delete just removed) out of each persona's
+    pack and topics' cosines, in the delete's transaction. What was kept at the persona's
+    version `before` the delete is then kept at its version now, as a commit's pack stays
+    in step through the change log: the next cold open reads it and no row by id. What was
+    kept at an older version stays at it, less these rows (the change log names them too)."""
+    now = read_path.versions(conn, list(gone))
+
+    def moved(counter: int, stamp: int | None, persona: str) -> Version:
+        kept = _version(counter, stamp)
+        return now[persona] if kept == before[persona] else kept
+
+    ids_of = {p: sorted(ids) for p, ids in gone.items()}
+    for p, n, v, s, cols in conn.execute(
+        select(_p.persona, _p.rows, _p.version, _p.stamp, _p.columns).where(
+            _p.persona.in_(list(gone))
+        )
+    ):
+        version = moved(v, s, p)
+        left = unpacked(bytes(cols), version).without(ids_of[p], version)
+        if len(left) != n or version != _version(v, s):
+            write_pack(conn, p, version, len(left), packed(left))
+    for p, key, v, s, ids, cos in conn.execute(
+        select(_t.persona, _t.topic, _t.version, _t.stamp, _t.ids, _t.cosines).where(
+            _t.persona.in_(list(gone))
+        )
+    ):
+        version = moved(v, s, p)
+        held = np.frombuffer(bytes(ids), dtype="<i8")
+        keep = ~np.isin(held, np.array(ids_of[p], dtype=np.int64))
+        cosines = np.frombuffer(bytes(cos), dtype="<f8")[keep]
+        conn.execute(
+            update(t.persona_read_topics)
+            .where(_t.persona == p, _t.topic == key)
+            .values(
+                version=version.counter,
+                stamp=version.stamp,
+                ids=held[keep].tobytes(),
+                cosines=cosines.tobytes(),
+            )
+        )

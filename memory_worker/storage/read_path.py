@@ -527,8 +527,8 @@ def touch(conn: Connection, persona: str, ids: Sequence[int], stamp: str, times:
 def compile_for(dialect: Dialect) -> None:
     """Compile the statements of a room open for this dialect in the shapes opens use (one to
     four present humans and packs, up to 64 winners, up to 256 rows changed since a pack),
-    so a process's first opens build no SQL: at the reader's import for SQLite, and again
-    for the store's own dialect in `reader.prepare`."""
+    so a process's first opens build no SQL: in `reader.prepare`, for the store's dialect
+    (importing compiles nothing)."""
     sqlite = dialect.name == "sqlite"
     for n in (1, 2, 4):
         CONTEXT.compile_for(dialect, present=n, personas=1)

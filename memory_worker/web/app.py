@@ -59,9 +59,15 @@ Endpoint = Callable[[Request], Awaitable[Response]]  # a Starlette route handler
 # --- what the page shows ----------------------------------------------------------------------
 
 
-def page_data(user_id: int) -> dict[str, Any]:
-    """Everything on the page, as plain data: the template and GET /api/page both use it."""
-    page = controls.manage_page(user_id)
+PAGE_LINES = 50  # ours: the lines a page shows at first, and each scroll adds
+
+
+def page_data(
+    user_id: int, cursor: str | None = None, query: str | None = None, limit: int = PAGE_LINES
+) -> dict[str, Any]:
+    """Everything on the page, as plain data: the template and GET /api/page both use it.
+    One page of lines (`controls.page_lines`: `cursor`, `query`), every persona's counts."""
+    page = controls.manage_page(user_id, cursor=cursor, query=query or None, limit=limit)
     evidence = controls.evidence(user_id, page)
     names = controls.persona_names()
     rooms = controls.rooms_of(user_id)
@@ -106,7 +112,14 @@ def page_data(user_id: int) -> dict[str, Any]:
         "rooms": [{**asdict(r), "names": [names.get(p, p) for p in r.personas]} for r in rooms],
         "persona_names": names,
         "notices": [asdict(n) for n in controls.rail(user_id)],
+        "next_cursor": page.next_cursor,
+        "query": query or "",
     }
+
+
+def _paging(request: Request) -> tuple[str | None, str | None]:
+    """The page's `cursor` and `q` (a search) from the query string."""
+    return request.query_params.get("cursor"), request.query_params.get("q")
 
 
 def _render_page(
@@ -117,7 +130,7 @@ def _render_page(
     note_error: str | None = None,
     note_draft: str | None = None,
 ) -> Response:
-    data = page_data(user_id)
+    data = page_data(user_id, *_paging(request))
     done, count = request.session.pop("done", None) or (None, None)
     context = {
         **data,
@@ -153,6 +166,8 @@ async def page(request: Request) -> Response:
     except LookupError:  # the user is gone from the store
         await security.sign_out(request, everywhere=True)
         return _signed_out(request)
+    except ValueError:  # a cursor or search the page never gives
+        return _error_page(request, 400, "This page link is not one the page gave.")
 
 
 async def login(request: Request) -> Response:
@@ -180,7 +195,7 @@ async def confirm_clear(request: Request) -> Response:
     persona = request.query_params.get("persona") or None
     data = await run_in_threadpool(page_data, uid)
     sections = [s for s in data["personas"] if persona is None or s["persona"] == persona]
-    count = sum(len(s["lines"]) for s in sections)
+    count = sum(s["open_count"] + s["closed_count"] for s in sections)
     name = data["persona_names"].get(persona, persona) if persona else None
     return templates.TemplateResponse(
         request,
@@ -292,9 +307,12 @@ async def api_page(request: Request) -> Response:
     if uid is None:
         return _json_error(401, "not signed in")
     try:
-        return JSONResponse(await run_in_threadpool(page_data, uid))
+        limit = int(request.query_params.get("limit", PAGE_LINES))
+        return JSONResponse(await run_in_threadpool(page_data, uid, *_paging(request), limit))
     except LookupError:
         return _json_error(404, NOT_FOUND)
+    except ValueError as e:  # a cursor, limit or search the page never gives
+        return _json_error(400, _plain(e))
 
 
 async def api_notices(request: Request) -> Response:

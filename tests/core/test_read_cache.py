@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
 
-from memory_worker import app_side
+from memory_worker import app_side, controls
 from memory_worker.core import read_cache as read_cache_mod
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
@@ -25,11 +27,12 @@ from memory_worker.core.read_cache import (
     ReadCache,
     Vectors,
     Version,
+    unpacked,
 )
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import Block, build_block, cache_loader, fill, threads
-from memory_worker.storage import store
+from memory_worker.storage import memories, read_packs, read_path, store
 
 NOW = "2026-12-01T12:00:00+00:00"
 DAN, CARA = 42, 17
@@ -468,6 +471,22 @@ def test_a_read_that_missed_another_write_never_puts_the_entry_back_behind_it() 
 # --- a persona this process does not hold: its pack (storage/read_packs.py) -----------------
 
 
+@contextmanager
+def main_thread_statements(db: Engine) -> Iterator[list[str]]:
+    """Every statement the opening thread itself runs on `db` meanwhile (the fill's aside)."""
+    seen: list[str] = []
+
+    def note(*args: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            seen.append(args[2])
+
+    event.listen(db, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        event.remove(db, "before_cursor_execute", note)
+
+
 class MainThreadReads:
     """What the opening thread itself reads (the fill's own reads, on its thread, aside)."""
 
@@ -540,46 +559,110 @@ def test_a_process_that_does_not_hold_a_persona_ranks_on_its_pack_and_the_rows_c
     assert got == cold()[[r for r, _ in ROOMS].index(room) * 2], "the block without a pack"
 
 
-def test_a_delete_drops_the_personas_packs_with_the_row(
+def test_a_delete_takes_its_rows_out_of_the_personas_packs_in_its_own_transaction(
     store_rows: np.random.Generator, db: Engine
 ) -> None:
+    """The pack outlives the human's delete, at the persona's version after it, and holds not
+    one number of the deleted row; another persona's pack is left as it was."""
     opened("warren", {DAN}, "topic", now=NOW, touch=False)
     opened("nolan", {DAN}, "topic", now=NOW, touch=False)
 
-    def packed() -> set[tuple[str, str]]:
+    def kept(persona: str) -> tuple[read_packs.Pack, Version]:
         with db.connect() as c:
-            packs = {(p, "") for p in c.execute(select(t.persona_read_packs.c.persona)).scalars()}
-            rt = t.persona_read_topics.c
-            return packs | {(p, "topic") for p in c.execute(select(rt.persona)).scalars()}
+            pack = read_packs.packs(c, [persona], topic_of("topic"))[persona]
+            return pack, read_path.versions(c, [persona])[persona]
 
-    assert packed() == {("warren", ""), ("nolan", ""), ("warren", "topic"), ("nolan", "topic")}
+    nolan = kept("nolan")
     pm = t.persona_memory.c
     with store.transaction() as c:
         gone = c.execute(select(pm.id).where(pm.persona == "warren").limit(1)).scalar_one()
-        c.execute(delete(t.persona_memory).where(pm.id == gone))
-    assert packed() == {("nolan", ""), ("nolan", "topic")}, "not one number of its rows left"
+        memories.delete_rows(c, [gone])
+    pack, now = kept("warren")
+    assert pack.version == now and pack.topic is not None and pack.topic.version == now
+    assert gone not in unpacked(pack.columns, pack.version).ids.tolist()
+    assert gone not in np.frombuffer(pack.topic.ids, dtype="<i8").tolist()
+    assert len(np.frombuffer(pack.topic.cosines, dtype="<f8")) == pack.rows == 219
+    assert kept("nolan") == nolan
 
 
-def test_a_pack_is_written_only_at_the_personas_version_now(
+def topic_of(room: str) -> bytes:
+    with store.transaction() as c:
+        vector = c.execute(select(t.rooms.c.topic_embedding).where(t.rooms.c.id == room))
+        return bytes(vector.scalar_one())
+
+
+def test_a_cold_open_after_the_humans_deletes_reads_the_pack_and_no_row_by_id(
     store_rows: np.random.Generator, db: Engine
 ) -> None:
-    """A fill that read the entry before a write lands after it: it packs nothing, so no pack
-    ever holds a row a delete has removed since."""
-    opened("warren", {DAN}, "dm", now=NOW, touch=False)
-    url = settings_mod.current().database_url
-    entry = cache_loader.READ_CACHE.held(url)["warren"]
+    """A delete once dropped the pack: every cold open after it, in every process, read
+    every visible row's vector by id. Now the statements of a cold open after a delete and
+    a clear are those of one before them (the context, the pack, the winners' rows: no
+    row re-read, no embedding), and its block is the one a store with no pack gives."""
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)  # the pack and the topic's cosines
+
+    def cold_open() -> tuple[str, list[str]]:
+        cache_loader.READ_CACHE.clear()
+        with main_thread_statements(db) as seen:
+            text = build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
+        assert fill.FILLS.wait(30)
+        return text, seen
+
+    _, before = cold_open()
+    pm = t.persona_memory.c
+    with db.connect() as c:
+        about_dan = select(pm.id).where(pm.persona == "warren", pm.subject == "u:42")
+        first = c.execute(about_dan.order_by(pm.id).limit(1)).scalar_one()
+    controls.delete_row(DAN, first)
+    assert controls.clear_all(CARA, "warren") == 60
+    got, after = cold_open()
+    assert not [s for s in after if "persona_memory.embedding" in s], "no row's vector by id"
+    assert after == before, "the same statements as before the deletes"
     with store.transaction() as c:
         c.execute(delete(t.persona_read_packs))
-        row = new_row(store_rows, "warren", "u:42", 500)
-        c.execute(insert(t.persona_memory).values(**row))
+        c.execute(delete(t.persona_read_topics))
+    cache_loader.READ_CACHE.clear()
+    assert got == build_block("warren", {DAN}, "topic", now=NOW, touch=False).text
+
+
+def test_a_fill_the_store_moved_past_still_packs_at_the_personas_version_now(
+    store_rows: np.random.Generator, db: Engine
+) -> None:
+    """A fresh process at 100k rows never packed while the persona was in use: its own touch
+    committed during the fill, and a pack was written only at the version the fill read. Now
+    the entry is brought up to the store inside the write: the pack holds the new row and
+    the touched one as the store has them, not the deleted one; the topic's cosines leave
+    out every row written since (an open reads those by id)."""
+    opened("warren", {DAN}, "topic", now=NOW, touch=False)
+    url = settings_mod.current().database_url
+    entry = cache_loader.READ_CACHE.held(url)["warren"]
     key = next(k for k in cache_loader.READ_CACHE._entries if k[2] == "warren")
-    fill.keep_pack(url, key, entry)  # behind the store by one write
+    pm = t.persona_memory.c
+    with store.transaction() as c:
+        c.execute(delete(t.persona_read_packs))
+        c.execute(delete(t.persona_read_topics))
+        first, second = c.execute(
+            select(pm.id).where(pm.persona == "warren").order_by(pm.id).limit(2)
+        ).scalars()
+        new = c.execute(
+            insert(t.persona_memory).values(**new_row(store_rows, "warren", "u:42", 500))
+        ).inserted_primary_key[0]
+        memories.delete_rows(c, [first])
+    with read_path.touching(url) as c:  # this process's own touch, as the fill reads
+        read_path.touch(c, "warren", [second], "2026-12-01T11:00:00+00:00")
+    fill.keep_pack(url, key, entry)  # read before all three writes
     with db.connect() as c:
-        assert c.execute(select(t.persona_read_packs.c.persona)).all() == []
-    opened("warren", {DAN}, "dm", now=NOW, touch=False)  # caught up: now it is the store's
-    fill.keep_pack(url, key, cache_loader.READ_CACHE.held(url)["warren"])
-    with db.connect() as c:
-        assert c.execute(select(t.persona_read_packs.c.persona)).scalars().all() == ["warren"]
+        pack = read_packs.packs(c, ["warren"], topic_of("topic"))["warren"]
+        now = read_path.versions(c, ["warren"])["warren"]
+        open_ids = c.execute(
+            select(pm.id).where(pm.persona == "warren", pm.valid_to.is_(None)).order_by(pm.id)
+        ).scalars()
+        assert pack.version == now and pack.topic is not None and pack.topic.version == now
+        columns = unpacked(pack.columns, pack.version)
+        assert columns.ids.tolist() == list(open_ids) and pack.rows == len(columns)
+        touched = columns.recalled_day[columns.ids.tolist().index(second)]
+        assert touched == pytest.approx(cache_loader.unix_day("2026-12-01T11:00:00+00:00"))
+        cosines_of = np.frombuffer(pack.topic.ids, dtype="<i8").tolist()
+        assert not {first, second, new} & set(cosines_of) and len(cosines_of) == len(entry) - 2
 
 
 def test_the_fill_starts_when_the_open_returns_and_waits_while_another_is_in_flight(
@@ -737,17 +820,8 @@ def test_a_cold_open_on_the_pack_keeps_the_entry_at_once(
     cache_loader.READ_CACHE.clear()
     with threads.OPENS.opening():  # the fill waits: another open in flight
         first = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
-        reads: list[str] = []
-
-        def note(*args: Any) -> None:
-            if threading.current_thread() is threading.main_thread():
-                reads.append(args[2])
-
-        event.listen(db, "before_cursor_execute", note)
-        try:
+        with main_thread_statements(db) as reads:
             again = build_block("warren", {DAN}, "dm", now=NOW, touch=False).text
-        finally:
-            event.remove(db, "before_cursor_execute", note)
         assert reads == [] and again == first
 
 

@@ -3,6 +3,7 @@ within `read_cache_sweep_s`, though no room opens here again (sweep.py)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, event, insert, select
 
+from memory_worker import reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.read_cache import PersonaRows, ReadCache, Version
@@ -140,6 +142,26 @@ def test_a_sweep_that_fails_is_counted_and_the_next_one_still_runs() -> None:
     sweeper.start()
     assert sweeper.wait_for_pass(timeout=30) and sweeper.wait_for_pass(timeout=30)
     assert sweeper.failures == 1 and len(passes) >= 2
+
+
+def test_a_fill_that_fails_logs_its_traceback_once_and_counts_in_the_metrics(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fill that failed logged only its error type, so a persona whose fill kept failing
+    turned every open into a cold one, silently. Now its first failure of a kind carries the
+    traceback, each later one its count, and `reader.metrics` counts them all."""
+    away = f"sqlite:///{tmp_path / 'no such folder' / 'store.db'}"  # a store that cannot open
+    before = reader.metrics()["fill_failures"]
+    fill.FILLS._logged.clear()  # as in a fresh process: no failure of any kind logged yet
+    with caplog.at_level(logging.WARNING, logger=fill.__name__):
+        for _ in range(2):
+            fill.FILLS.request(away, ["warren"], None)
+            assert fill.FILLS.wait(30)
+    failed = [r for r in caplog.records if r.name == fill.__name__]
+    assert len(failed) == 2 and reader.metrics()["fill_failures"] == before + 2
+    assert failed[0].exc_info and "Traceback" in caplog.text, "its traceback"
+    assert not failed[1].exc_info, "once: the next failure of its kind by count"
+    assert "2 so far" in failed[1].getMessage()
 
 
 def test_the_sweep_interval_comes_from_one_setting_named_in_its_error() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, insert, select
 
 from memory_worker import events
 from memory_worker.core import settings as settings_mod
@@ -19,6 +19,7 @@ from memory_worker.core import tables as t
 from memory_worker.models.scripted import candidate
 from memory_worker.testing.gemini_stub import gemini_responder
 from tests.scenes import DAN, extract_answer, people, private_chat
+from tests.web.test_web_paging import row as paging_row
 from tests.web_server import Served, serve
 from tests.worker import Pipeline
 
@@ -176,6 +177,33 @@ def test_deleting_a_line_on_the_page_deletes_it_in_the_store(pipeline: Pipeline,
         "u:42 has a job interview on Thursday and asked to be asked about it."
     ]
     expect(page.locator("#memories")).not_to_contain_text("owns a flat")
+
+
+def test_scrolling_down_the_page_loads_every_line_to_the_last(pipeline: Pipeline, dm, page) -> None:  # type: ignore[no-untyped-def]
+    """130 lines: the page shows the first 50 (open ones, newest first), and scrolling loads
+    the rest until the oldest closed line is the last one on the page."""
+    from playwright.sync_api import expect
+
+    with pipeline.db.begin() as c:
+        for i in range(130):
+            c.execute(insert(t.persona_memory).values(**paging_row("warren", "u:42", i, i < 40)))
+    closed = [r["id"] for r in rows(pipeline.db) if r["valid_to"] is not None]
+    page.reload()
+    lines = page.locator("#memories .line")
+    expect(lines).to_have_count(50)
+    for _ in range(10):  # three pages at most: each scroll to the end loads one
+        if not page.locator("#more").count():
+            break
+        shown = lines.count()
+        page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        page.wait_for_function(
+            "n => document.querySelectorAll('#memories .line').length > n || "
+            "!document.getElementById('more')",
+            arg=shown,
+        )
+    expect(lines).to_have_count(130)
+    expect(lines.last).to_have_id(f"line-{min(closed)}")
+    expect(page.locator("#more")).to_have_count(0)
 
 
 def test_clear_all_asks_first_and_then_deletes_only_that_personas_lines(

@@ -62,7 +62,10 @@ async function refreshMemories() {
   const doc = new DOMParser().parseFromString(await res.text(), "text/html");
   const fresh = doc.getElementById("memories");
   const here = document.getElementById("memories");
-  if (fresh && here && !here.contains(document.activeElement)) here.replaceWith(fresh);
+  if (fresh && here && !here.contains(document.activeElement)) {
+    here.replaceWith(fresh);
+    watchMore();
+  }
 }
 
 async function undoInPlace(ev) {
@@ -108,8 +111,47 @@ function liveRail() {
   source.addEventListener("open", () => { rail.dataset.connected = "1"; });
 }
 
+async function loadMore(more) {
+  // The next page, as the server renders it (the "Older lines" link works without this):
+  // its lines join their personas' lists here, and its own link takes this one's place.
+  if (more.dataset.loading) return;
+  more.dataset.loading = "1";
+  const res = await fetch(more.href, { credentials: "same-origin" });
+  if (!res.ok) {
+    delete more.dataset.loading;
+    return;
+  }
+  const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+  for (const list of doc.querySelectorAll("ul.lines")) {
+    const here = document.getElementById(list.id);
+    if (here) here.append(...list.children);
+  }
+  const next = doc.getElementById("more");
+  if (next) {
+    more.setAttribute("href", next.getAttribute("href"));
+    delete more.dataset.loading;
+    watchMore();
+  } else {
+    more.parentElement.remove();
+  }
+}
+
+let moreWatcher = null;
+
+function watchMore() {
+  // Scrolling near the end of the lines loads the next page.
+  const more = document.getElementById("more");
+  if (!more || !window.IntersectionObserver) return;
+  moreWatcher?.disconnect();
+  moreWatcher = new IntersectionObserver((seen) => {
+    if (seen.some((e) => e.isIntersecting)) loadMore(more);
+  }, { rootMargin: "400px" });
+  moreWatcher.observe(more);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   liveCount();
   liveRail();
+  watchMore();
   document.getElementById("rail")?.addEventListener("submit", undoInPlace);
 });

@@ -1,0 +1,222 @@
+"""How long the human's page takes, and a commit, as the store grows: SQLite and PostgreSQL.
+
+The page: a human with N rows about them (a fifth of them closed) beside the same again about
+others, one page of 50 lines (`controls.manage_page(..., limit=50)`: open ones newest first,
+with every persona's counts), the page one cursor down, and a search by text — against the
+floor: a bare SELECT of every row about the human, which is what the page read before it paged.
+
+The commit: a commit-shaped write transaction at each store size — the persona's writer lock
+(`store.writer`), three rows inserted and an older one closed (`memories.insert_row`,
+`memories.close`), the version triggers bumping and logging each — and the persona's version
+read after, each timed whole. Flat within 20 % of the smallest store is the target.
+
+    .venv/bin/python benchmarks/page_path.py [--sizes 1000 100000] [--url postgresql+psycopg://…]
+        [--reps 30] [--json F]
+
+Without --url, SQLite only; with it, a database of its own is made on that server and dropped
+after (never the one named). Figures only, no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import create_engine, insert, select, text
+from sqlalchemy.engine import make_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.read_path import p95, timed  # noqa: E402
+from memory_worker import app_side, controls  # noqa: E402
+from memory_worker.core import settings as settings_mod  # noqa: E402
+from memory_worker.core import tables as t  # noqa: E402
+from memory_worker.core.rows import Candidate  # noqa: E402
+from memory_worker.storage import memories, read_path, store  # noqa: E402
+
+DAN = 42
+PERSONAS = ("warren", "nolan")
+PAGE = 50
+BATCH = 5_000
+NOW = "2026-12-06T10:00:00+00:00"
+
+
+def _row(i: int, subject: str) -> dict:
+    return {
+        "persona": PERSONAS[i % 2],
+        "subject": subject,
+        "witnessed": "[42]",
+        "room_id": "dm",
+        "kind": "fact",
+        "text": f"{subject} said thing number {i}" + (" about tea" if i % 97 == 0 else ""),
+        "importance": 5,
+        "evidence": "[]",
+        "created": NOW,
+        "valid_to": "2026-11-20" if i % 5 == 0 else None,
+    }
+
+
+def seed(url: str, size: int) -> None:
+    """`size` rows about Dan and as many about others. On PostgreSQL the per-row version
+    triggers are off while loading (they slow a bulk load: docs/performance.md), then the
+    personas' versions are set as they would have counted."""
+    with store.transaction(url) as conn:
+        app_side.add_user(conn, DAN, "Dan")
+        for p in PERSONAS:
+            app_side.add_persona(conn, p, p.title())
+    pg = not url.startswith("sqlite")
+    with store.transaction(url) as conn:
+        if pg:
+            conn.execute(text("ALTER TABLE persona_memory DISABLE TRIGGER USER"))
+        for start in range(0, 2 * size, BATCH):
+            rows = [
+                _row(i, f"u:{DAN}" if i % 2 == 0 else f"u:{1000 + i % 50}")
+                for i in range(start, min(2 * size, start + BATCH))
+            ]
+            conn.execute(insert(t.persona_memory), rows)
+        if pg:
+            conn.execute(text("ALTER TABLE persona_memory ENABLE TRIGGER USER"))
+            for p in PERSONAS:
+                conn.execute(
+                    insert(t.persona_memory_versions).values(persona=p, version=size, stamp=1)
+                )
+    with store.engine(url).connect() as conn:
+        if pg:
+            conn.execute(text("ANALYZE"))
+            conn.commit()
+
+
+def floor(url: str) -> Callable[[], object]:
+    """Every row about Dan, open and closed, whole: what the page read before it paged."""
+
+    def run() -> object:
+        with store.engine(url).connect() as conn:
+            return memories.rows_about(conn, DAN)
+
+    return run
+
+
+def commit_once(url: str, n: int) -> None:
+    """A commit-shaped transaction: three rows in, an older one closed, the version read."""
+    persona = PERSONAS[n % 2]
+    with store.writer(persona, url) as conn:
+        ids = [
+            memories.insert_row(
+                conn,
+                persona=persona,
+                room_id="dm",
+                witnessed=[DAN],
+                candidate=Candidate(f"u:{DAN}", "fact", f"u:{DAN} said new thing {n}.{k}", 5, (1,)),
+                embedding=None,
+                now=NOW,
+            )
+            for k in range(3)
+        ]
+        pm = t.persona_memory.c
+        older = conn.execute(
+            select(pm.id).where(pm.persona == persona, pm.valid_to.is_(None)).limit(1)
+        ).scalar_one()
+        memories.close(conn, older, NOW[:10], ids[0])
+        read_path.versions(conn, [persona])
+
+
+def measure(url: str, size: int, reps: int) -> dict:
+    started = time.perf_counter()
+    seed(url, size)
+    seeded_s = time.perf_counter() - started
+    first = controls.manage_page(DAN, limit=PAGE)
+    assert first.next_cursor is not None
+    cases: dict[str, Callable[[], object]] = {
+        "floor": floor(url),
+        "first_page": lambda: controls.manage_page(DAN, limit=PAGE),
+        "next_page": lambda: controls.manage_page(DAN, cursor=first.next_cursor, limit=PAGE),
+        "search": lambda: controls.manage_page(DAN, query="about tea", limit=PAGE),
+    }
+    ms: dict[str, list[float]] = {name: [] for name in [*cases, "commit"]}
+    for n in range(reps):
+        for name, fn in cases.items():
+            ms[name].append(timed(fn))
+        ms["commit"].append(timed(lambda n=n: commit_once(url, n)))
+    base = statistics.median(ms["floor"])
+    out: dict = {"size": size, "seeded_s": round(seeded_s, 1), "load": os.getloadavg()[0]}
+    for name, got in ms.items():
+        med = statistics.median(got)
+        out[name] = {"med": med, "p95": p95(got), "x": med / base}
+    return out
+
+
+@contextmanager
+def own_database(server: str | None, tmp: Path, size: int) -> Iterator[str]:
+    """A fresh store for one size: a SQLite file, or a database of its own on `server`."""
+    if server is None:
+        url = f"sqlite:///{tmp / f'page_{size}.db'}"
+        store.init_db(url)
+        yield url
+        store.dispose_all()
+        return
+    name = f"mw_bench_page_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = make_url(server).set(database=name).render_as_string(hide_password=False)
+    try:
+        store.init_db(url)
+        yield url
+    finally:
+        store.dispose_all()
+        with admin.connect() as c:
+            c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def run(server: str | None, sizes: list[int], reps: int) -> list[dict]:
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            with own_database(server, Path(tmp), size) as url:
+                settings_mod.configure(settings_mod.Settings.from_env({"MW_DATABASE_URL": url}))
+                r = measure(url, size, reps)
+                r["database"] = "sqlite" if server is None else "postgresql"
+                print(json.dumps(r), file=sys.stderr)
+                results.append(r)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 100_000])
+    parser.add_argument("--url", help="a PostgreSQL server (its own database is made)")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    results = run(None, args.sizes, args.reps)
+    if args.url:
+        results += run(args.url, args.sizes, args.reps)
+    smallest = {}
+    for r in results:
+        smallest.setdefault(r["database"], r["commit"]["med"])
+        commit_growth = r["commit"]["med"] / smallest[r["database"]]
+        print(
+            f"{r['database']:<10} {r['size']:>9,}  floor {r['floor']['med']:8.2f} ms  "
+            + "  ".join(
+                f"{k} {r[k]['med']:.2f}/{r[k]['p95']:.2f} ms ({r[k]['x']:.3f}×)"
+                for k in ("first_page", "next_page", "search")
+            )
+            + f"  commit {r['commit']['med']:.2f}/{r['commit']['p95']:.2f} ms"
+            + f" (×{commit_growth:.2f} of the first)"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"load": os.getloadavg()[0], "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
