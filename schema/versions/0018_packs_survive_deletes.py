@@ -8,8 +8,8 @@ physical delete) now takes the deleted rows out of the pack and cosines in its o
 transaction (`memory_worker.storage.read_packs.forget`): not one number of a deleted row is
 kept, and the pack survives. Packs are a cache of the store: going down drops them all.
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-06
 """
 
@@ -19,8 +19,8 @@ from types import ModuleType
 
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
