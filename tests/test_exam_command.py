@@ -9,6 +9,7 @@ tail, prompt or model then no longer matches. A Gemini model is called through t
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -73,26 +74,49 @@ def test_the_parrot_fails_a_the_discreet_persona_passes_and_both_verdicts_are_re
     assert "discreet               PASS  ships MW_BLOCK_TAIL=plain" in shown
     assert "parrot                 FAIL" in shown and "(a) 8.00 mentions per run" in shown
 
-    # The group scope may start on the discreet persona's verdict, and on nothing else.
+    # Recorded, and still refused: a stand-in passes by construction, and this run was small.
+    assert "does not open the group scope: an offline stand-in" in shown
     s = settings_mod.current().with_(
         memory_scope="follow", persona_models="discreet", block_tail="plain"
     )
     every = list(got.values())
-    assert follow_problem(every, s, prompts_hash()) is None
-    assert follow_problem(every, s.with_(persona_models="parrot"), prompts_hash())
-    assert follow_problem(every, s.with_(persona_models="discreet,gemini-x"), prompts_hash())
-    assert follow_problem(every, s.with_(block_tail="discreet"), prompts_hash())
-    assert follow_problem(every, s, "0" * 64), "a changed prompt voids the verdict"
+    said = follow_problem(every, s, prompts_hash())
+    assert said is not None and "offline stand-in" in said
+    # The same counts forged to look like a live model's at full size: the gate opens on them,
+    # and on nothing else.
+    forged = as_live(discreet, "gemini-x")
+    s = s.with_(persona_models="gemini-x")
+    assert follow_problem([*every, forged], s, prompts_hash()) is None
+    assert follow_problem(every, s, prompts_hash())
+    two = s.with_(persona_models="gemini-x,gemini-y")
+    assert follow_problem([*every, forged], two, prompts_hash())
+    assert follow_problem([*every, forged], s.with_(block_tail="discreet"), prompts_hash())
+    assert follow_problem([*every, forged], s, "0" * 64), "a changed prompt voids the verdict"
 
 
-def test_a_changed_tail_wording_voids_the_verdict(
+def as_live(v: Verdict, model: str) -> Verdict:
+    """A recorded verdict's counts forged into a live model's at the gate's size."""
+    return dataclasses.replace(
+        v,
+        model=model,
+        n=verdict_mod.MIN_N,
+        turns=verdict_mod.MIN_TURNS,
+        flow_spells=verdict_mod.MIN_FLOW_SPELLS,
+    )
+
+
+def test_the_exam_runs_under_the_group_scope_and_a_changed_tail_wording_voids_its_verdict(
     db: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`memory-worker exam` refused under MW_MEMORY_SCOPE=follow, telling the deployer to run
+    `memory-worker exam`."""
+    s = settings_mod.configure(
+        settings_mod.current().with_(memory_scope="follow", persona_models="gemini-x")
+    )
     assert cli.main(["exam", "--models", "discreet", *SMALL]) == 0  # every verdict passed
     assert "discreet               PASS" in capsys.readouterr().out
-    s = settings_mod.current().with_(memory_scope="follow", persona_models="discreet")
     with db.connect() as conn:
-        every = verdicts.all_verdicts(conn)
+        every = [as_live(v, "gemini-x") for v in verdicts.all_verdicts(conn)]
     assert follow_problem(every, s, prompts_hash()) is None
     original = verdict_mod.tail
     monkeypatch.setattr(

@@ -98,7 +98,7 @@ def test_the_reader_follows_the_deployments_scope_only_on_its_verdict_and_the_sw
         reader.build_block("warren", both, "g", touch=False)
     with pytest.raises(verdicts.ScopeNotAllowed):
         reader.prepare()
-    settings_mod.configure(settings_mod.current().with_(persona_models="discreet"))
+    settings_mod.configure(settings_mod.current().with_(persona_models="gemini-2.5-flash"))
     with store.transaction() as conn:
         verdicts.record(conn, passing())
     reader.prepare()

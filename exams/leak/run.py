@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import shutil
 import sys
@@ -418,7 +419,9 @@ def mentions_plant(said: str, transcript: Sequence[str]) -> bool:
 def on_store(path: Path, tail: str | None = None) -> Iterator[None]:
     """The exam's settings on the SQLite file at `path`, and everything let go of after: the
     write path and the embedder offline (the replay provider: the plant is the exam's, never a
-    live model's), and the block's tail rule `tail` (default: the one in force)."""
+    live model's), and the block's tail rule `tail` (default: the one in force). The group
+    scope is measured here before any verdict exists: on this temporary store, never served,
+    it starts on the override (whose log line the exam keeps quiet: it would repeat per run)."""
     before = settings_mod.current()
     settings_mod.configure(
         before.with_(
@@ -428,12 +431,17 @@ def on_store(path: Path, tail: str | None = None) -> Iterator[None]:
             provider="replay",
             embedder="",
             block_tail=tail or before.block_tail,
+            memory_scope_override=True,
         )
     )
     models.clear_cache()
+    gate_log = logging.getLogger("memory_worker.storage.verdicts")
+    level = gate_log.level
+    gate_log.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        gate_log.setLevel(level)
         # The touches the probes promised land in this store before it goes, and the cache's
         # sweep lets go of it: either would otherwise reopen the file while it is removed.
         reader.close(timeout=30)

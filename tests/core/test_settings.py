@@ -53,6 +53,8 @@ def test_an_empty_variable_means_unset() -> None:
         ({"MW_TODAY": "2026-13-01"}, "MW_TODAY"),
         ({"MW_EMBED_THREADS": "0"}, "MW_EMBED_THREADS"),
         ({"MW_WORKER_NICE": "20"}, "MW_WORKER_NICE"),
+        ({"MW_PERSONA_MODELS": ","}, "MW_PERSONA_MODELS"),  # no model: the gate checks none
+        ({"MW_PERSONA_MODELS": " , "}, "MW_PERSONA_MODELS"),
     ],
 )
 def test_a_bad_value_fails_at_once_naming_the_variable(env: dict[str, str], named: str) -> None:
