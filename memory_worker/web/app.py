@@ -99,7 +99,7 @@ def page_data(user_id: int) -> dict[str, Any]:
                 "name": names.get(slug, slug),
                 "forget_me": slug in page.muted,
                 "follow_switch": slug not in page.private_with,
-                "follows_into_groups": page.group_scope and slug not in page.private_with,
+                "follows_into_groups": page.follows_into_groups(slug),
             }
             for slug in sorted(known)
         ],
