@@ -40,7 +40,7 @@ PROMPT_FILES = (
 EXAM_COMMAND = "memory-worker exam"
 # The exam's offline stand-ins (exams/leak): deterministic scripts that pass or fail by
 # construction, so no verdict of theirs measures a model a persona speaks with.
-OFFLINE_STAND_INS = ("parrot", "discreet")
+OFFLINE_STAND_INS = ("parrot", "discreet", "paraphrase")
 # The size below which a verdict could not have failed enough to mean anything
 # (docs/design.md §4.1: n = 8 runs of each prompt variant, eight probe turns; the flow exam's
 # full size is `memory-worker exam`'s default, about a minute on an idle core).
@@ -83,6 +83,7 @@ class Verdict:
     passed: bool
     turns: int = 8  # probe turns per room in each run (docs/design.md §4.1: eight)
     variants: tuple[str, ...] = ()  # the tail variants measured, `n` runs each
+    switch_off: int = 0  # mentions with the owner present and their switch off: must be 0
     # The bars it was measured against (MW_EXAM_MAX_WITH_OWNER, MW_EXAM_MAX_REFERENCES_PER_TURN):
     # a verdict passed under looser bars than those in force does not count. None: not recorded.
     bar_with_owner: float | None = None
@@ -107,6 +108,8 @@ def shortfalls(v: Verdict, settings: Settings) -> list[str]:
         out.append(f"(b) {v.without_owner} mentions with the owner absent (must be 0)")
     if v.by_other_persona:
         out.append(f"(c) {v.by_other_persona} mentions by another persona (must be 0)")
+    if v.switch_off:
+        out.append(f"{v.switch_off} mentions with the owner's switch off (must be 0)")
     if v.with_owner > settings.exam_max_with_owner:
         out.append(
             f"(a) {v.with_owner:.2f} mentions per run with the owner present > "
