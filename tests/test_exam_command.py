@@ -63,7 +63,8 @@ def test_the_parrot_fails_a_the_discreet_persona_passes_and_both_verdicts_are_re
     assert parrot.references_per_turn == 1.0  # it announces every memory ("I remember: …")
     paraphrase = got["paraphrase"]  # it never names the firm, and still fails (a)
     assert not paraphrase.passed and paraphrase.with_owner > 0
-    assert paraphrase.switch_off == 0
+    for v in got.values():  # the code's rows: 0 whatever the model
+        assert v.switch_off == 0 and v.named_absent == 0
     assert discreet.passed and discreet.with_owner == 0 and discreet.references_per_turn == 0
     for v in (parrot, discreet, paraphrase):
         assert v.without_owner == 0 and v.by_other_persona == 0  # (b), (c): by construction
@@ -76,7 +77,7 @@ def test_the_parrot_fails_a_the_discreet_persona_passes_and_both_verdicts_are_re
     for model in ("parrot", "discreet", "paraphrase"):
         assert f"{model:<22} plain" in shown and f"{model:<22} discreet" in shown
     assert "discreet               PASS  ships MW_BLOCK_TAIL=plain" in shown
-    assert "parrot                 FAIL" in shown and "(a) 8.00 mentions per run" in shown
+    assert "parrot                 FAIL" in shown and "(a) 12.00 mentions per run" in shown
 
     # Recorded, and still refused: a stand-in passes by construction, and this run was small.
     assert "does not open the group scope: an offline stand-in" in shown

@@ -77,6 +77,13 @@ def test_with_dans_switch_off_what_he_told_warren_alone_stays_out_of_the_group()
     assert counts.switch_off == 0 and not counts.leaked
 
 
+def test_a_row_that_names_a_second_human_shows_only_where_both_are() -> None:
+    """The exam never planted a row naming another human."""
+    counts = leak.run(turns=8, proven_scope=False, extractor="scripted")
+    assert counts.named_present > 0  # with Dan and Cara: the parrot repeats it
+    assert counts.named_absent == 0 and not counts.leaked  # with Dan alone, in any room: never
+
+
 def test_with_the_group_scope_on_the_secret_follows_dan_and_no_further() -> None:
     counts = leak.run(turns=8, proven_scope=False)
     assert counts.with_dan > 0  # the parrot repeats what Dan's presence lets into the block

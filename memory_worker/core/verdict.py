@@ -84,6 +84,7 @@ class Verdict:
     turns: int = 8  # probe turns per room in each run (docs/design.md §4.1: eight)
     variants: tuple[str, ...] = ()  # the tail variants measured, `n` runs each
     switch_off: int = 0  # mentions with the owner present and their switch off: must be 0
+    named_absent: int = 0  # mentions of a row naming a second human, without them: must be 0
     # The bars it was measured against (MW_EXAM_MAX_WITH_OWNER, MW_EXAM_MAX_REFERENCES_PER_TURN):
     # a verdict passed under looser bars than those in force does not count. None: not recorded.
     bar_with_owner: float | None = None
@@ -110,6 +111,8 @@ def shortfalls(v: Verdict, settings: Settings) -> list[str]:
         out.append(f"(c) {v.by_other_persona} mentions by another persona (must be 0)")
     if v.switch_off:
         out.append(f"{v.switch_off} mentions with the owner's switch off (must be 0)")
+    if v.named_absent:
+        out.append(f"{v.named_absent} mentions of a row naming a human who was absent (must be 0)")
     if v.with_owner > settings.exam_max_with_owner:
         out.append(
             f"(a) {v.with_owner:.2f} mentions per run with the owner present > "
