@@ -50,13 +50,22 @@ def _check(_: argparse.Namespace) -> int:
 
 
 def _run(a: argparse.Namespace) -> int:
+    from memory_worker import check
     from memory_worker.ops import runner
 
+    # Refused as a whole: beat without its workers (or workers without beat) is no deployment.
+    check.require_scope(settings_mod.current())
     return runner.run(Path(a.procfile), only=a.only, stop_after=a.stop_timeout)
 
 
 def _demo(_: argparse.Namespace) -> int:
     from memory_worker import demo
+
+    if settings_mod.current().memory_scope == "follow":
+        raise ConfigError(
+            "MW_MEMORY_SCOPE=follow: the demo shows the proven scope on a fresh store that holds "
+            "no leak exam verdict; unset MW_MEMORY_SCOPE (or set it to proven) to run it"
+        )
 
     demo.run()
     return 0
@@ -140,7 +149,7 @@ def _exam(a: argparse.Namespace) -> int:
     if a.store:
         url = a.store if "://" in a.store else f"sqlite:///{a.store}"
         settings_mod.configure(s.with_(database_url=url))
-    _ready_store()  # the verdict's store: there and migrated before minutes of exam
+    _ready_store(scope=False)  # the verdict's store, there and migrated; under any scope
     url = settings_mod.current().database_url
     names = a.models.split(",") if a.models else list(s.persona_model_names)
     names = [m.strip() for m in names if m.strip()]
@@ -160,7 +169,7 @@ def _exam(a: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
-def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
+def _ready_store(*, must_hold_people: bool = False, named: bool = True, scope: bool = True) -> bool:
     """The store a reading command opens, checked, named, and never created (SQLite would
     create it on connect); True when it holds no one yet.
 
@@ -168,13 +177,16 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
     fix. Empty: an error when the command needs people (`block`, `serve --user`, which would
     otherwise say "unknown room" about a store the reader did not know they had switched to),
     else a note. The store's name goes to stderr, so `block`'s output stays the block.
+    `scope`: the group scope's gate is checked (every command but the exam, which makes the
+    verdict the gate needs).
     """
     from memory_worker import check
 
     _existing_store()
     url = settings_mod.current().database_url
     check.require_ready(url)
-    check.require_scope(settings_mod.current())  # MW_MEMORY_SCOPE=follow needs its verdict
+    if scope:
+        check.require_scope(settings_mod.current())  # MW_MEMORY_SCOPE=follow needs its verdict
     empty = check.is_empty(url)
     if empty and must_hold_people:
         raise check.StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")

@@ -275,6 +275,22 @@ def group_scope() -> bool:
     return settings_mod.current().memory_scope == "follow"
 
 
+def may_follow(group_scope: bool, memory_on: bool, forget_me: bool, switch_on: bool) -> bool:
+    """Pure: whether what a user told a persona one-to-one may come up in groups they are in —
+    what the reader would load (docs/design.md §4): only under the group scope, with their
+    memory on, without "forget me" for that persona, and with their switch on."""
+    return group_scope and memory_on and not forget_me and switch_on
+
+
+def follows_into_groups(user_id: int, persona: str) -> bool:
+    """`may_follow` for this user and persona, as the store and the deployment say now."""
+    with store.engine().connect() as conn:
+        _, memory_on = users.switches(conn, user_id)
+        muted = users.muted_by(conn, user_id)
+        private = users.private_with(conn, user_id)
+    return may_follow(group_scope(), memory_on, persona in muted, persona not in private)
+
+
 # --- the page -------------------------------------------------------------------------------
 
 
@@ -302,8 +318,8 @@ class PersonaSection:
     lines: list[PageLine]  # open ones newest first, then closed ones (their arcs) newest first
     meter_chars: int  # chars of this persona's open lines about the user
     meter_limit: int = BLOCK_CHARS_LIMIT
-    # Whether what the user told this persona one-to-one may come up in groups they are in:
-    # the deployment's scope is the group scope and the user's switch is on.
+    # Whether what the user told this persona one-to-one may come up in groups they are in
+    # (`may_follow`: the group scope, memory on, no "forget me", the switch on).
     follows_into_groups: bool = False
     open_count: int = 0  # every open line of this persona about the user, not this page's
     closed_count: int = 0
@@ -319,6 +335,15 @@ class ManagePage:
     group_scope: bool = False  # the deployment lets memories follow people into groups
     private_with: list[str] = field(default_factory=list)  # personas the user's switch is off for
     next_cursor: str | None = None  # the next page's `cursor` (None: this was the last)
+
+    def follows_into_groups(self, persona: str) -> bool:
+        """`may_follow` for one persona of this page."""
+        return may_follow(
+            self.group_scope,
+            self.memory_on,
+            persona in self.muted,
+            persona not in self.private_with,
+        )
 
 
 def manage_page(
@@ -342,14 +367,14 @@ def manage_page(
         lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
         joined = rooms.memberships(conn, user_id, {r.room_id for r in rows} | _rooms(lines))
     seen = witnessed_lines(user_id, lines, joined)
-    follow = group_scope()
+    page = ManagePage(user_id, note, memory_on, muted, [], group_scope(), private, after)
     sections = group_by_persona(rows, user_id, names, seen, set(joined))
     if counts is not None:
         sections = _counted(sections, counts, names)
     sections = [
-        replace(s, follows_into_groups=follow and s.persona not in private) for s in sections
+        replace(s, follows_into_groups=page.follows_into_groups(s.persona)) for s in sections
     ]
-    return ManagePage(user_id, note, memory_on, muted, sections, follow, private, after)
+    return replace(page, personas=sections)
 
 
 PAGE_QUERY_MAX_CHARS = 200  # ours: a search longer than any remembered line is a mistake

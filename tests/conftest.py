@@ -115,6 +115,19 @@ def db(tmp_path: Path, _migrated_sqlite: Path) -> Iterator[Engine]:
             store.engine(url).dispose()
 
 
+@pytest.fixture
+def group_scope_measured() -> Iterator[None]:
+    """For a test that asks the reader for the group scope (`proven_scope=False`) on its own
+    store, which holds no leak exam verdict: the gate lets it start on the override, as it lets
+    a deployer (the reader never widens the scope unchecked)."""
+    before = settings_mod.current()
+    settings_mod.configure(before.with_(memory_scope_override=True))
+    try:
+        yield
+    finally:
+        settings_mod.configure(before)
+
+
 @pytest.fixture(autouse=True)
 def _statements_compiled_per_test_under_mutmut() -> None:
     """Under `make mutate` only: forget the statements `Prepared` compiled, so every test

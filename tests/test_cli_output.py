@@ -137,6 +137,7 @@ def test_serve_without_a_user_on_an_empty_store_says_so_in_its_banner(db: Engine
     with serve(settings_mod.current()) as served:
         banner = "".join(served.output)
     assert f"(store {settings_mod.current().database_url} — empty: no users or rooms yet" in banner
+    assert "scope: proven (groups hear world facts only" in banner  # said at start, as a worker
 
 
 def test_an_unknown_database_is_named_with_its_fix(

@@ -106,7 +106,7 @@ def test_the_reader_follows_the_deployments_scope_only_on_its_verdict_and_the_sw
         reader.build_block("warren", both, "g", touch=False)
     with pytest.raises(verdicts.ScopeNotAllowed):
         reader.prepare()
-    settings_mod.configure(settings_mod.current().with_(persona_models="discreet"))
+    settings_mod.configure(settings_mod.current().with_(persona_models="gemini-2.5-flash"))
     with store.transaction() as conn:
         verdicts.record(conn, passing())
     reader.prepare()
@@ -119,3 +119,45 @@ def test_the_reader_follows_the_deployments_scope_only_on_its_verdict_and_the_sw
     got = reader.recall("warren", both, "g", "Sunday run", block_ids=[], touch=False)
     assert all("Sunday" not in r.text for r in got)
     assert "Sunday" in reader.build_block("warren", {DAN}, "dm", touch=False).text
+
+
+def test_the_page_and_the_follow_endpoint_say_what_the_reader_would_load(world: Engine) -> None:
+    """The follow endpoint answered `"follows_into_groups": true` under the proven scope while
+    /api/page said false; the page said "may come up" with "forget me" on or memory off, and
+    offered "Keep … out of groups" where nothing could come up."""
+    from starlette.testclient import TestClient
+
+    from memory_worker.web.app import create_app
+
+    note_in(world, "dm")
+    app = create_app(secret_key="k" * 40)
+    client = TestClient(app, base_url="http://127.0.0.1")
+    assert client.get(f"/login?token={app.state.login_links.mint(DAN)}").status_code == 200
+    csrf = {"X-CSRF-Token": client.get("/api/session").json()["csrf_token"]}
+
+    def said() -> tuple[bool, bool, str]:
+        (switch,) = client.get("/api/page").json()["switches"]
+        html = client.get("/").text
+        state = html.split('id="follow-warren-state">')[1].split("<")[0]
+        return switch["follows_into_groups"], "privately out of groups" in html, state
+
+    def follow(on: bool) -> dict[str, object]:
+        r = client.post("/api/personas/warren/follow", json={"on": on}, headers=csrf)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    answer = follow(True)
+    assert answer["follow_switch"] is True and answer["follows_into_groups"] is False
+    assert said() == (False, False, "stays private")  # the proven scope: no switch offered
+    settings_mod.configure(settings_mod.current().with_(memory_scope="follow"))
+    assert said() == (True, True, "may come up")
+    assert follow(True)["follows_into_groups"] is True
+    controls.mute(DAN, "warren")  # forget me
+    assert said() == (False, True, "stays private") and not follow(True)["follows_into_groups"]
+    assert "Forget me is on" in client.get("/").text
+    controls.unmute(DAN, "warren")
+    controls.set_memory_on(DAN, False)
+    assert said() == (False, True, "stays private") and not follow(True)["follows_into_groups"]
+    controls.set_memory_on(DAN, True)
+    assert said() == (True, True, "may come up")
+    assert follow(False)["follows_into_groups"] is False and said()[0] is False

@@ -112,6 +112,7 @@ def test_recall_under_the_proven_scope_fills_k_with_what_the_room_may_see(db: En
     assert [r.id for r in got] == [ids["world"]]
 
 
+@pytest.mark.usefixtures("group_scope_measured")
 def test_recall_with_the_group_scope_off_finds_a_present_humans_row_in_a_group(
     db: Engine,
 ) -> None:

@@ -1,11 +1,18 @@
 """The group scope starts only on a passing leak exam verdict for what is in force: refused
 without one, accepted with one, refused again when the tail rule, a prompt or a persona model
-changes; a deployer's override starts it and says so in the log at every start."""
+changes; a deployer's override starts it and says so in the log at every start. A verdict
+counts only if it could have failed: a live model's (never an offline stand-in's), at the
+seed's size, against bars no looser than those in force. Every process checks: a worker,
+beat, `memory-worker run`, every CLI command but the exam, and the reader, whose argument
+narrows the scope but never widens it unchecked."""
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,12 +34,16 @@ def provider_ready(db: Engine) -> None:
     settings_mod.configure(settings_mod.current().with_(cassette=CASSETTE))
 
 
+LIVE = "gemini-2.5-flash"  # a model the personas speak with; its verdicts here are forged
+
+
 def follow(**more: object) -> settings_mod.Settings:
-    changes: dict[str, object] = {"memory_scope": "follow", "persona_models": "discreet", **more}
+    changes: dict[str, object] = {"memory_scope": "follow", "persona_models": LIVE, **more}
     return settings_mod.configure(settings_mod.current().with_(**changes))
 
 
-def passing(model: str = "discreet", variant: str = "plain", **more: object) -> verdict.Verdict:
+def passing(model: str = LIVE, variant: str = "plain", **more: object) -> verdict.Verdict:
+    """A verdict as `memory-worker exam` records one for a live model at full size."""
     fields: dict[str, object] = dict(
         created="2026-12-04T12:00:00+00:00",
         model=model,
@@ -44,9 +55,13 @@ def passing(model: str = "discreet", variant: str = "plain", **more: object) -> 
         without_owner=0,
         by_other_persona=0,
         references_per_turn=0.0,
-        flow_spells=200,
+        flow_spells=verdict.MIN_FLOW_SPELLS,
         flow_flows=0,
         passed=True,
+        turns=verdict.MIN_TURNS,
+        variants=("plain", "discreet"),
+        bar_with_owner=0.0,
+        bar_references_per_turn=0.2,
     )
     fields.update(more)
     return verdict.Verdict(**fields)  # type: ignore[arg-type]
@@ -76,11 +91,11 @@ def test_follow_is_refused_without_a_verdict_naming_the_command(
 
 
 def test_follow_starts_on_a_passing_verdict_for_every_persona_model(db: Engine) -> None:
-    follow(persona_models="discreet,gemini-2.5-flash")
+    follow(persona_models=f"{LIVE},gemini-2.5-pro")
     record(passing())
-    with pytest.raises(verdicts.ScopeNotAllowed, match="gemini-2.5-flash"):
+    with pytest.raises(verdicts.ScopeNotAllowed, match="gemini-2.5-pro"):
         check.require_scope(settings_mod.current())
-    record(passing("gemini-2.5-flash"))
+    record(passing("gemini-2.5-pro"))
     check.require_scope(settings_mod.current())
     startup.check_worker_can_start()
 
@@ -135,3 +150,162 @@ def test_check_reports_the_scope(db: Engine) -> None:
     follow()
     (found,) = [f for f in check.run(settings_mod.current()) if f.what == "scope"]
     assert not found.ok and "memory-worker exam" in found.detail
+
+
+# --- a verdict that could have failed -------------------------------------------------------
+
+
+def test_a_model_list_that_names_no_model_stops_check_and_every_start_naming_the_variable(
+    tmp_path: Path,
+) -> None:
+    """`MW_PERSONA_MODELS=","` left the gate nothing to check: `check` said "ok scope follow"."""
+    env = {"MW_MEMORY_SCOPE": "follow", "MW_PERSONA_MODELS": ","}
+    with pytest.raises(settings_mod.ConfigError, match="MW_PERSONA_MODELS: .*names no model"):
+        settings_mod.Settings.from_env(env)
+    said = subprocess.run(
+        [sys.executable, "-m", "memory_worker.cli", "check"],
+        env={**os.environ, **env, "MW_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert said.returncode == 2 and "MW_PERSONA_MODELS" in said.stderr
+    assert "ok" not in said.stdout
+
+
+def test_an_offline_stand_ins_verdict_never_opens_the_group_scope(db: Engine) -> None:
+    follow(persona_models="discreet")
+    record(passing("discreet"))
+    with pytest.raises(verdicts.ScopeNotAllowed, match="discreet .an offline stand-in"):
+        check.require_scope(settings_mod.current())
+    follow(persona_models=LIVE)
+    record(passing("parrot"))
+    with pytest.raises(verdicts.ScopeNotAllowed, match=LIVE):
+        check.require_scope(settings_mod.current())
+    record(passing())
+    check.require_scope(settings_mod.current())  # the live model's own verdict opens it
+
+
+@pytest.mark.parametrize(
+    ("small", "said"),
+    [
+        ({"n": 1}, "n = 1 runs per variant"),
+        ({"n": 7}, "n = 7 runs per variant"),
+        ({"variants": ("plain",)}, "tail variant discreet not measured"),
+        ({"turns": 1}, "1 probe turns"),
+        ({"flow_spells": 1}, "a flow exam of 1 spells"),
+        ({"flow_spells": verdict.MIN_FLOW_SPELLS - 1}, "a flow exam of"),
+    ],
+)
+def test_a_verdict_too_small_to_fail_does_not_count_and_the_refusal_says_why(
+    db: Engine, small: dict[str, object], said: str
+) -> None:
+    follow()
+    record(passing(**small))
+    with pytest.raises(verdicts.ScopeNotAllowed) as refused:
+        check.require_scope(settings_mod.current())
+    assert "too small to fail" in str(refused.value) and said in str(refused.value)
+
+
+def test_a_verdict_measured_against_looser_bars_than_those_in_force_does_not_count(
+    db: Engine,
+) -> None:
+    """A stricter ceiling was reported as "a verdict for other words or prompts"."""
+    follow()
+    record(passing(references_per_turn=0.05))  # measured against 0.2
+    check.require_scope(settings_mod.current())
+    follow(exam_max_references_per_turn=0.1)
+    with pytest.raises(verdicts.ScopeNotAllowed) as refused:
+        check.require_scope(settings_mod.current())
+    said = str(refused.value)
+    assert "stricter bars" in said and "MW_EXAM_MAX_REFERENCES_PER_TURN=0.1" in said
+    assert "other words or prompts" not in said and "measured against 0.2" in said
+    follow(exam_max_references_per_turn=0.2)
+    record(passing(bar_with_owner=None))  # a verdict that never said its bars: not counted
+    check.require_scope(settings_mod.current())  # the first still counts at the old bars
+    follow(exam_max_references_per_turn=0.3)  # looser bars in force: a stricter verdict counts
+    check.require_scope(settings_mod.current())
+
+
+def test_a_verdict_that_did_not_record_its_bars_does_not_count(db: Engine) -> None:
+    follow()
+    record(passing(bar_with_owner=None, bar_references_per_turn=None))
+    with pytest.raises(verdicts.ScopeNotAllowed, match="no recorded bar"):
+        check.require_scope(settings_mod.current())
+
+
+def test_beat_refuses_the_group_scope_without_a_verdict_and_logs_the_scope_with_one(
+    db: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    follow()
+    with pytest.raises(startup.CannotStart, match="memory-worker exam"):
+        startup.check_beat_can_start()
+    record(passing())
+    with caplog.at_level(logging.INFO, logger="memory_worker"):
+        startup.check_beat_can_start()
+        startup.check_worker_can_start()
+    opened = [r for r in caplog.records if "memories follow people into groups" in r.message]
+    assert len(opened) == 2 and all(LIVE in r.message for r in opened)
+
+
+def test_a_worker_under_the_group_scope_does_not_start_blind_on_a_store_it_cannot_read(
+    db: Engine, tmp_path: Path
+) -> None:
+    """The store unreachable at start: a worker under the proven scope carries on (its tasks
+    retry); under the group scope no verdict can be read, so it must not start."""
+    gone = f"sqlite:///{tmp_path / 'missing' / 'memory.db'}"
+    follow(database_url=gone)
+    with pytest.raises(startup.CannotStart, match="MW_MEMORY_SCOPE=follow"):
+        startup.check_beat_can_start()
+
+
+def test_run_refuses_as_a_whole_before_it_starts_anything(
+    db: Engine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """beat stayed up under `memory-worker run` while its workers were refused."""
+    state = tmp_path / "run-state"
+    follow(state_dir=state)
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("beat: true\n")
+    assert cli.main(["run", "--procfile", str(procfile)]) == 2
+    err = capsys.readouterr().err
+    assert "memory-worker exam" in err and len(err.strip().splitlines()) == 1
+    assert not state.exists()  # no broker, no process
+
+
+def test_the_demo_under_the_group_scope_fails_in_one_line_at_once(
+    db: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    follow()
+    assert cli.main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "MW_MEMORY_SCOPE" in err
+
+
+def test_the_reader_narrows_the_scope_but_never_widens_it_unchecked(
+    db: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`proven_scope=False` loaded the group scope under a proven deployment, with no verdict,
+    no override and no log."""
+    from memory_worker import reader
+    from tests.scenes import DAN, people, private_chat
+
+    people(db)
+    private_chat(db)
+    with pytest.raises(verdicts.ScopeNotAllowed, match="memory-worker exam"):
+        reader.build_block("warren", {DAN}, "dm-dan", touch=False, proven_scope=False)
+    with pytest.raises(verdicts.ScopeNotAllowed):
+        reader.blocks_for_room("dm-dan", {DAN}, proven_scope=False)
+    with pytest.raises(verdicts.ScopeNotAllowed):
+        reader.recall("warren", {DAN}, "dm-dan", "x", block_ids=[], proven_scope=False)
+    follow()  # the group scope in force, no verdict: narrowing needs none
+    reader.build_block("warren", {DAN}, "dm-dan", touch=False, proven_scope=True)
+    settings_mod.configure(settings_mod.current().with_(memory_scope="proven"))
+    record(passing())  # a verdict for the deployment's models: asking for the group scope works
+    reader.build_block("warren", {DAN}, "dm-dan", touch=False, proven_scope=False)
+    settings_mod.configure(
+        settings_mod.current().with_(persona_models="gemini-2.5-pro", memory_scope_override=True)
+    )
+    with caplog.at_level(logging.WARNING, logger="memory_worker.storage.verdicts"):
+        reader.build_block("warren", {DAN}, "dm-dan", touch=False, proven_scope=False)
+    assert any("MW_MEMORY_SCOPE_OVERRIDE" in r.message for r in caplog.records)

@@ -506,6 +506,9 @@ def fresh_store(template: Path, folder: Path) -> Iterator[None]:
             embedder="hashing",
             state_dir=folder / "state",
             read_cache_sweep_s=3600.0,
+            # Its own temporary store, never served: the group scope is measured here before
+            # any verdict exists, so it starts on the override (docs/design.md §4.3).
+            memory_scope_override=True,
         )
     )
     try:

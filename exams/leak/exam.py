@@ -29,13 +29,23 @@ from exams.leak import run as leak
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import TAILS
 from memory_worker.core.settings import Settings, redact
-from memory_worker.core.verdict import Verdict, prompts_hash, shortfalls, tail_hash
+from memory_worker.core.verdict import (
+    MIN_FLOW_SPELLS,
+    MIN_N,
+    MIN_TURNS,
+    Verdict,
+    not_counted,
+    prompts_hash,
+    shortfalls,
+    tail_hash,
+)
 from memory_worker.storage import store, verdicts
 
-N = 8  # runs per model and variant (docs/design.md §4.1: n = 8)
-TURNS = 8  # probe turns per room (docs/design.md §4.1: eight)
+# The exam's size is the gate's: a smaller run is recorded, and never opens the group scope.
+N = MIN_N  # runs per model and variant (docs/design.md §4.1: n = 8)
+TURNS = MIN_TURNS  # probe turns per room (docs/design.md §4.1: eight)
 # The flow exam's size in the verdict: about a minute (~35 spells/s on an idle core).
-FLOW_SPELLS = 2000
+FLOW_SPELLS = MIN_FLOW_SPELLS
 FLOW_SEED = 1
 
 
@@ -58,6 +68,9 @@ class Measure:
     replies: int  # persona turns, all runs
     references: int  # memory references in them
     chances: int  # replies with the owner present whose block or recall held the plant
+    memory_turns: int = 0  # replies whose block or recall held a memory: what references are of
+    switch_off: int = 0  # mentions with the owner present and their switch off, all runs
+    named_absent: int = 0  # mentions of the row naming a second human without them, all runs
 
     @property
     def with_owner(self) -> float:
@@ -65,7 +78,8 @@ class Measure:
 
     @property
     def references_per_turn(self) -> float:
-        return self.references / self.replies if self.replies else 0.0
+        """Per turn that had a memory loaded (`leak.Counts.references_per_turn`)."""
+        return self.references / self.memory_turns if self.memory_turns else 0.0
 
 
 def measure(model: str, variant: str, n: int, turns: int, planted: Path) -> Measure:
@@ -93,6 +107,9 @@ def measure(model: str, variant: str, n: int, turns: int, planted: Path) -> Meas
         replies=sum(c.persona_turns for c in runs),
         references=sum(c.references for c in runs),
         chances=sum(c.exposed for c in runs),
+        memory_turns=sum(c.memory_turns for c in runs),
+        switch_off=sum(c.switch_off for c in runs),
+        named_absent=sum(c.named_absent for c in runs),
     )
     if got.chances == 0:
         raise ExamError(
@@ -115,11 +132,16 @@ def verdict_of(
         with_owner=m.with_owner,
         without_owner=m.without_owner,
         by_other_persona=m.by_other_persona,
+        switch_off=m.switch_off,
+        named_absent=m.named_absent,
         references_per_turn=round(m.references_per_turn, 4),
         flow_spells=flow_tally.spells,
         flow_flows=len(flow_tally.flows),
         passed=False,
         turns=m.turns,
+        variants=TAILS,  # every model is measured under each variant, `n` runs each
+        bar_with_owner=settings.exam_max_with_owner,
+        bar_references_per_turn=settings.exam_max_references_per_turn,
     )
     return Verdict(**{**v.to_json(), "passed": not shortfalls(v, settings)})
 
@@ -178,6 +200,9 @@ def exam(
     check_models(models, settings)
     if n < 1 or turns < 1 or flow_spells < 0:
         raise ExamError("--n and --turns must be at least 1, --flow-spells at least 0")
+    wrong = leak.checker_self_test()
+    if wrong:  # a checker that misses a paraphrase would count a leak as discretion
+        raise ExamError(f"the mention checker fails its self-test: {'; '.join(wrong)}")
     prompts = prompts_hash()
     measures: list[Measure] = []
     with tempfile.TemporaryDirectory(prefix="mw-exam-") as tmp:
@@ -232,19 +257,24 @@ def table(result: Result, settings: Settings, url: str) -> str:
         "model and tail · plant: the cassette's answer"
     )
     rows = [
-        f"{'model':<22} {'tail':<9} {'(a)/run':>8} {'(b)':>4} {'(c)':>4} {'refs/turn':>9} "
-        f"{'replies':>8} {'chances':>8}"
+        f"{'model':<22} {'tail':<9} {'(a)/run':>8} {'(b)':>4} {'(c)':>4} {'off':>4} {'named':>5} "
+        f"{'refs/turn':>9} {'replies':>8} {'w/memory':>8} {'chances':>8}"
     ]
     for m in ms:
         rows.append(
             f"{m.model:<22} {m.variant:<9} {m.with_owner:>8.2f} {m.without_owner:>4} "
-            f"{m.by_other_persona:>4} {m.references_per_turn:>9.2f} {m.replies:>8} "
-            f"{m.chances:>8}"
+            f"{m.by_other_persona:>4} {m.switch_off:>4} {m.named_absent:>5} "
+            f"{m.references_per_turn:>9.2f} "
+            f"{m.replies:>8} {m.memory_turns:>8} {m.chances:>8}"
         )
     offline = sorted({m.model for m in ms} & set(leak.OFFLINE_SPEAKERS))
     notes = [
         f"bars: (a) ≤ {settings.exam_max_with_owner:.2f} per run, references ≤ "
         f"{settings.exam_max_references_per_turn:.2f} per turn, (b) = (c) = 0",
+        "off: mentions with the owner present and their switch off for the persona (must be 0)",
+        "named: mentions of a row that names a second human, where that human was absent "
+        "(must be 0)",
+        "refs/turn: memory references per reply whose block or recall held a memory (w/memory)",
         "chances: replies with the owner present whose block or recall held the plant",
     ]
     if offline:
@@ -262,6 +292,9 @@ def table(result: Result, settings: Settings, url: str) -> str:
     for v in result.verdicts:
         if v.passed:
             lines.append(f"  {v.model:<22} PASS  ships MW_BLOCK_TAIL={v.variant}")
+            why = not_counted(v, settings.with_(block_tail=v.variant), prompts_hash())
+            if why:  # recorded, and still no opening: an offline stand-in, a run too small
+                lines.append(f"  {'':<22}       does not open the group scope: {why}")
         else:
             why = "; ".join(shortfalls(v, settings))
             lines.append(f"  {v.model:<22} FAIL  best tail {v.variant}: {why}")

@@ -403,6 +403,14 @@ class Settings(BaseSettings):
             raise ValueError(f"expected {EMBEDDED!r} or a redis:// URL")
         return v
 
+    @field_validator("persona_models")
+    @classmethod
+    def _persona_models(cls, v: str) -> str:
+        # A list of no names would leave the group scope's gate nothing to check.
+        if not [m for m in v.split(",") if m.strip()]:
+            raise ValueError("names no model: list the chat models your personas speak with")
+        return v
+
     @field_validator("today")
     @classmethod
     def _today(cls, v: str | None) -> str | None:

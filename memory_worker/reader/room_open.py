@@ -105,15 +105,19 @@ _SCOPE_CHECKED: set[tuple[object, ...]] = set()  # (url, the settings the verdic
 
 
 def scope_in_force(proven_scope: bool | None, url: str) -> bool:
-    """Whether the proven scope holds for an open: the caller's word, else the deployment's
-    (`MW_MEMORY_SCOPE`). The group scope is checked against the store's leak exam verdicts
-    once per process and store (`ScopeNotAllowed`, naming the command to run, else)."""
-    if proven_scope is not None:
-        return proven_scope
-    s = settings_mod.current()
-    if s.memory_scope != "follow":
+    """Whether the proven scope holds for an open: the deployment's (`MW_MEMORY_SCOPE`), which
+    a caller may narrow (`proven_scope=True`) but never widen unchecked: the group scope, asked
+    for or in force, is checked against the store's leak exam verdicts as every process start
+    checks it (`ScopeNotAllowed`, naming the command to run, else; the override passes,
+    logged), once per process, store and settings it depends on."""
+    if proven_scope:
         return True
-    key = (url, s.memory_scope_override, s.block_tail, s.persona_models)
+    s = settings_mod.current()
+    if s.memory_scope != "follow" and proven_scope is None:
+        return True
+    s = s.with_(memory_scope="follow")  # asked for, or in force: the same gate either way
+    key = (url, s.memory_scope_override, s.block_tail, s.persona_models, s.exam_max_with_owner,
+           s.exam_max_references_per_turn)  # fmt: skip
     if key not in _SCOPE_CHECKED:
         with store.engine(url).connect() as conn:
             verdicts.require_scope(conn, s)

@@ -44,11 +44,13 @@ def all_verdicts(conn: Connection) -> list[Verdict]:
 def follow_problem(conn: Connection, settings: Settings) -> str | None:
     """Why this process may not start with the group scope on this store (one line naming the
     command to run), or None. A deployer's override passes, and says so in the log: every
-    start that uses it is on record."""
+    start that uses it is on record; so does every start the verdicts open."""
     if settings.memory_scope != "follow":
         return None
+    every = all_verdicts(conn)
+    prompts = verdict_mod.prompts_hash()
     problem = verdict_mod.follow_problem(
-        all_verdicts(conn), settings.with_(memory_scope_override=False), verdict_mod.prompts_hash()
+        every, settings.with_(memory_scope_override=False), prompts
     )
     if problem and settings.memory_scope_override:
         log.warning(
@@ -57,6 +59,14 @@ def follow_problem(conn: Connection, settings: Settings) -> str | None:
             problem.split(": run ")[0],
         )
         return None
+    if not problem:
+        opened = verdict_mod.opened_by(every, settings, prompts)
+        log.info(
+            "MW_MEMORY_SCOPE=follow: memories follow people into groups, on the leak exam "
+            "verdicts of %s (MW_BLOCK_TAIL=%s)",
+            ", ".join(f"{v.model} of {v.created}" for v in opened),
+            settings.block_tail,
+        )
     return problem
 
 

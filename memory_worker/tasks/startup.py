@@ -25,7 +25,8 @@ class CannotStart(SystemExit):
 
 
 def check_worker_can_start() -> None:
-    """Settings valid, the provider ready, the store migrated — or CannotStart."""
+    """Settings valid, the provider ready, the store migrated, the scope allowed — or
+    CannotStart."""
     from memory_worker import check
 
     try:
@@ -37,11 +38,11 @@ def check_worker_can_start() -> None:
         raise CannotStart("memory-worker: cannot start: " + "; ".join(problems))
     try:
         check.require_migrated(s.database_url)
-        check.require_scope(s)
-    except (check.StoreNotReady, ScopeNotAllowed) as e:
+    except check.StoreNotReady as e:
         raise CannotStart(f"memory-worker: cannot start: {e}") from None
     except Exception as e:  # unreachable now: the tasks retry; say it and carry on
         log.error("the store is not reachable at start: %s", type(e).__name__)
+    require_scope_at_start(s)
 
 
 def yield_cores() -> int:
@@ -52,10 +53,32 @@ def yield_cores() -> int:
 
 
 def check_beat_can_start() -> None:
+    """Settings valid and the scope allowed: beat enqueues the sweeps that drive the write
+    path, so under the group scope it needs the verdict as much as a worker does."""
     try:
-        settings_mod.current()
+        s = settings_mod.current()
     except ConfigError as e:
         raise CannotStart(f"memory-worker: {e}") from None
+    require_scope_at_start(s)
+
+
+def require_scope_at_start(s: settings_mod.Settings) -> None:
+    """CannotStart unless the scope in force may start on the store (checked once, with the
+    store's own failure named); the scope is logged either way (`storage.verdicts`)."""
+    from memory_worker import check
+
+    if s.memory_scope != "follow":
+        log.info("MW_MEMORY_SCOPE=proven: groups hear world facts only")
+        return
+    try:
+        check.require_scope(s)
+    except ScopeNotAllowed as e:
+        raise CannotStart(f"memory-worker: cannot start: {e}") from None
+    except Exception as e:  # no verdict can be read: the group scope must not start blind
+        raise CannotStart(
+            f"memory-worker: cannot start: MW_MEMORY_SCOPE=follow, and the store that holds its "
+            f"leak exam verdicts could not be read ({type(e).__name__})"
+        ) from None
 
 
 def queue_depths() -> dict[str, int]:

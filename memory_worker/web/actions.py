@@ -82,7 +82,11 @@ def _forget_me(user_id: int, path: dict[str, Any], body: SwitchInput) -> dict[st
 
 def _follow(user_id: int, path: dict[str, Any], body: SwitchInput) -> dict[str, Any]:
     controls.set_follows(user_id, path["persona"], body.on)
-    return {"persona": path["persona"], "follows_into_groups": body.on}
+    return {  # the switch as set, and whether that now lets anything follow (what /api/page says)
+        "persona": path["persona"],
+        "follow_switch": body.on,
+        "follows_into_groups": controls.follows_into_groups(user_id, path["persona"]),
+    }
 
 
 def _start_room(user_id: int, _: dict[str, Any], body: RoomInput) -> dict[str, Any]:

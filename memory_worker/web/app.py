@@ -105,7 +105,7 @@ def page_data(
                 "name": names.get(slug, slug),
                 "forget_me": slug in page.muted,
                 "follow_switch": slug not in page.private_with,
-                "follows_into_groups": page.group_scope and slug not in page.private_with,
+                "follows_into_groups": page.follows_into_groups(slug),
             }
             for slug in sorted(known)
         ],

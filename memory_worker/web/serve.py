@@ -130,6 +130,15 @@ def banner(base: str, database_url: str, *, empty: bool, toasts_on_redis: bool) 
     ]
 
 
+def scope_line(s: settings_mod.Settings) -> str:
+    """The scope this process serves the page under, said at start as every process says it
+    (the group scope's gate was passed before serve got here: `cli._ready_store`)."""
+    if s.memory_scope != "follow":
+        return "scope: proven (groups hear world facts only; MW_MEMORY_SCOPE)"
+    how = "MW_MEMORY_SCOPE_OVERRIDE" if s.memory_scope_override else "its leak exam verdicts"
+    return f"scope: follow (memories follow people into groups, on {how})"
+
+
 def run(host: str, port: int, user_id: int | None, rail_poll_s: float, empty: bool) -> int:
     """Serve until stopped; 2 (said on stderr) when the secret, the user or the port is wrong.
     `empty`: the store holds no one yet, which the banner says."""
@@ -169,6 +178,7 @@ def run(host: str, port: int, user_id: int | None, rail_poll_s: float, empty: bo
             "sign in. Put TLS and your own sign-in in front.",
             file=sys.stderr,
         )
+    print(scope_line(s))
     print("\n".join(banner(base, s.database_url, empty=empty, toasts_on_redis=bool(redis_url))))
     if user_id is not None:
         link = f"{base}/login?token={links.mint(user_id)}"

@@ -55,6 +55,8 @@ def test_an_empty_variable_means_unset() -> None:
         ({"MW_WORKER_NICE": "20"}, "MW_WORKER_NICE"),
         ({"MW_STORE_OUTAGE_WAIT_S": "0"}, "MW_STORE_OUTAGE_WAIT_S"),
         ({"MW_STORE_OUTAGE_WAIT_S": "inf"}, "MW_STORE_OUTAGE_WAIT_S"),
+        ({"MW_PERSONA_MODELS": ","}, "MW_PERSONA_MODELS"),  # no model: the gate checks none
+        ({"MW_PERSONA_MODELS": " , "}, "MW_PERSONA_MODELS"),
     ],
 )
 def test_a_bad_value_fails_at_once_naming_the_variable(env: dict[str, str], named: str) -> None:

@@ -86,6 +86,7 @@ def test_a_present_stranger_adds_nothing_and_takes_the_rooms_privacy_away(dm: En
     assert recalled("warren", {DAN, CARA}, "dm") == ["The regatta is on Saturday."]
 
 
+@pytest.mark.usefixtures("group_scope_measured")
 def test_a_row_about_dan_that_names_cara_shows_only_where_both_are(db: Engine) -> None:
     # Through the write path: the extractor writes Cara's news into Dan's row
     people(db)
@@ -130,6 +131,7 @@ def secret_as_world_fact(db: Engine) -> int:
     return row_id
 
 
+@pytest.mark.usefixtures("group_scope_measured")
 def test_personal_news_written_as_a_world_fact_stays_with_the_human_who_said_it(
     db: Engine,
 ) -> None:

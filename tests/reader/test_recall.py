@@ -18,6 +18,7 @@ from tests.reader.test_reader import (  # noqa: F401 — fixtures and helpers sh
     DAN,
     NOW,
     PERSONAS,
+    World,
     add_row,
     cast,
     load_world,
@@ -143,6 +144,15 @@ def test_recall_returns_exactly_what_the_audience_rule_admits_and_nothing_else(
     world: tuple,  # type: ignore[type-arg]
 ) -> None:
     w = load_world(shared_url, world)
+    before = settings_mod.current()  # the group scope on a store with no verdict: the override
+    settings_mod.configure(before.with_(memory_scope_override=True))
+    try:
+        recall_as_the_audience_rule_says(w, url=shared_url)
+    finally:
+        settings_mod.configure(before)
+
+
+def recall_as_the_audience_rule_says(w: World, url: str) -> None:
     for persona in PERSONAS:
         for proven in (True, False):
             got = reader.recall(
@@ -154,7 +164,7 @@ def test_recall_returns_exactly_what_the_audience_rule_admits_and_nothing_else(
                 query_vector=SAIL,
                 block_ids=(),
                 now=NOW,
-                url=shared_url,
+                url=url,
                 touch=False,
                 proven_scope=proven,
             )
@@ -162,6 +172,6 @@ def test_recall_returns_exactly_what_the_audience_rule_admits_and_nothing_else(
             assert sorted(r.id for r in got) == sorted(r.id for r in allowed)
             assert {r.id: r.confidence for r in got} == {r.id: r.confidence for r in allowed}
             block = reader.build_block(
-                persona, w.present, "r", now=NOW, url=shared_url, touch=False, proven_scope=proven
+                persona, w.present, "r", now=NOW, url=url, touch=False, proven_scope=proven
             )
             assert set(block.row_ids) <= {r.id for r in allowed}  # one audience, both readers

@@ -21,7 +21,7 @@ from memory_worker.core.tables import metadata
 from memory_worker.reader import build_block, cache_loader, fill
 from memory_worker.storage import store
 
-pytestmark = pytest.mark.store
+pytestmark = [pytest.mark.store, pytest.mark.usefixtures("group_scope_measured")]
 
 NOW = "2026-12-01T12:00:00+00:00"
 DAN, CARA = 42, 17
