@@ -26,10 +26,11 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from memory_worker.check import StoreNotReady, unreachable
+from memory_worker.check import unreachable
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import RAIL_POLL_S
-from memory_worker.core.settings import ConfigError, redact
+from memory_worker.core.errors import ConfigError, StoreNotReady
+from memory_worker.core.settings import redact
 from memory_worker.storage import store
 from memory_worker.web import serve
 
@@ -164,7 +165,7 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
     """The store a reading command opens, checked, named, and never created (SQLite would
     create it on connect); True when it holds no one yet.
 
-    Refused connection, unknown database, not migrated: `check.StoreNotReady`, each with its
+    Refused connection, unknown database, not migrated: `StoreNotReady`, each with its
     fix. Empty: an error when the command needs people (`block`, `serve --user`, which would
     otherwise say "unknown room" about a store the reader did not know they had switched to),
     else a note. The store's name goes to stderr, so `block`'s output stays the block.
@@ -177,7 +178,7 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True) -> bool:
     check.require_scope(settings_mod.current())  # MW_MEMORY_SCOPE=follow needs its verdict
     empty = check.is_empty(url)
     if empty and must_hold_people:
-        raise check.StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")
+        raise StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")
     if named:
         print(f"store: {redact(url)}{' (empty)' if empty else ''}", file=sys.stderr)
     return empty

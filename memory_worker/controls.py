@@ -27,7 +27,7 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import NoteTooLong, NotFound
 from memory_worker.core.provenance import witnesses
 from memory_worker.core.rows import Line, Row, concerned, human_id, human_ref
 from memory_worker.storage import memories, notices, rooms, store, users
@@ -35,23 +35,7 @@ from memory_worker.storage import memories, notices, rooms, store, users
 ID_MAX = 2**63 - 1  # the largest id a database integer holds
 
 
-class NotFound(MemoryWorkerError, LookupError):
-    """No such notice or row *for this user*: missing and not theirs answer the same."""
-
-    def __init__(self, what: str, item_id: object, user_id: int):
-        super().__init__(f"no {what} {item_id} for user {user_id}")
-
-
 NotYours = NotFound  # the old name: "not yours" is no longer told apart from "missing"
-
-
-class NoteTooLong(MemoryWorkerError, ValueError):
-    """The memory note is over the limit; the stored note is left as it was."""
-
-    def __init__(self, length: int, limit: int = MEMORY_NOTE_MAX_CHARS):
-        super().__init__(f"memory note is {length} chars; the limit is {limit}")
-        self.length = length
-        self.limit = limit
 
 
 # --- undo and delete ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from memory_worker import controls
 from memory_worker.core import tables as t
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
+from memory_worker.core.errors import NoteTooLong
 from memory_worker.core.rows import Row
 from tests import scenes
 from tests.scenes import CARA, DAN
@@ -118,7 +119,7 @@ def test_a_note_of_exactly_400_chars_is_kept(world: Engine) -> None:
 
 def test_a_401_char_note_is_refused_by_name_and_the_old_note_stays(world: Engine) -> None:
     controls.set_note(DAN, "I am vegetarian.")
-    with pytest.raises(controls.NoteTooLong, match="401.*400"):
+    with pytest.raises(NoteTooLong, match="401.*400"):
         controls.set_note(DAN, "x" * 401)
     assert user(world, DAN)["memory_note"] == "I am vegetarian."
 

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from memory_worker import app_side, controls
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.errors import ScopeNotAllowed
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import notices, store
 from tests.scenes import CARA, DAN, people
@@ -94,9 +95,9 @@ def test_the_reader_follows_the_deployments_scope_only_on_its_verdict_and_the_sw
     both = {DAN, CARA}
     assert "Sunday" not in reader.build_block("warren", both, "g", touch=False).text  # proven
     settings_mod.configure(settings_mod.current().with_(memory_scope="follow"))
-    with pytest.raises(verdicts.ScopeNotAllowed, match="memory-worker exam"):
+    with pytest.raises(ScopeNotAllowed, match="memory-worker exam"):
         reader.build_block("warren", both, "g", touch=False)
-    with pytest.raises(verdicts.ScopeNotAllowed):
+    with pytest.raises(ScopeNotAllowed):
         reader.prepare()
     settings_mod.configure(settings_mod.current().with_(persona_models="discreet"))
     with store.transaction() as conn:

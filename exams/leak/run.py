@@ -25,7 +25,8 @@ from memory_worker import app_side, models, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import render_line
 from memory_worker.core.constants import V1_PROVEN_SCOPE
-from memory_worker.core.model_interfaces import ChatModel, TransientModelError
+from memory_worker.core.errors import TransientModelError
+from memory_worker.core.model_interfaces import ChatModel
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import store
 from memory_worker.write import steps

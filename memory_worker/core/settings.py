@@ -23,7 +23,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from memory_worker.core.constants import INFLIGHT_TTL_S, WORKER_SOFT_SHUTDOWN_S
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import ConfigError
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (docs/design.md §9)
 PROVIDERS = ("replay", "gemini")
@@ -34,10 +34,6 @@ _ONLY_GIVEN: ContextVar[bool] = ContextVar("only_given", default=False)
 # ends it), and ?password=… in its query (libpq and redis-py read one there too).
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)(\S*?)@(?=[^@\s]*(?:[\s/?#]|$))")
 _PASSWORD_IN_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&#\s]+")
-
-
-class ConfigError(MemoryWorkerError, ValueError):
-    """A setting from the environment is wrong; the message names the variable, on one line."""
 
 
 # Variables that were settings once: set, they would be silently ignored (no limit where one

@@ -43,6 +43,7 @@ from memory_worker import controls
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
+from memory_worker.core.errors import NoteTooLong, Refused
 from memory_worker.storage import store, users
 from memory_worker.web import guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
@@ -210,7 +211,7 @@ def _html_write(action: Action) -> Endpoint:
             result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
         except (LookupError, PermissionError):
             return _error_page(request, 404, "Not found.")
-        except controls.NoteTooLong as e:
+        except NoteTooLong as e:
             return await run_in_threadpool(
                 _render_page, request, uid, status=422, note_error=_note_refusal(e),
                 note_draft=form.get("note", ""),
@@ -237,7 +238,7 @@ def _api_write(action: Action) -> Endpoint:
             result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
         except (LookupError, PermissionError):
             return _json_error(404, NOT_FOUND)
-        except controls.NoteTooLong as e:
+        except NoteTooLong as e:
             return _json_error(422, _note_refusal(e))
         except (ValidationError, ValueError, TypeError) as e:
             return _json_error(400, _plain(e))
@@ -258,7 +259,7 @@ async def _json_body(request: Request, action: Action) -> dict[str, Any]:
     return body
 
 
-def _note_refusal(e: controls.NoteTooLong) -> str:
+def _note_refusal(e: NoteTooLong) -> str:
     return (
         f"Not saved: the note is {e.length} characters; the limit is {e.limit}. "
         "Your saved note is unchanged."
@@ -365,7 +366,7 @@ def create_app(
                 https_only=False,  # loopback http; put TLS in front before exposing it
             ),
         ],
-        exception_handlers={guard.Refused: guard.on_refused},
+        exception_handlers={Refused: guard.on_refused},
     )
     app.max_body_bytes = (
         settings_mod.current().web_max_body_bytes if max_body_bytes is None else max_body_bytes

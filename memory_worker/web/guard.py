@@ -27,22 +27,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_worker.core.constants import WEB_BODY_TIMEOUT_S, WEB_JSON_MAX_DEPTH
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import Refused
 from memory_worker.web.security import SECURITY_HEADERS
 
 log = logging.getLogger(__name__)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # change nothing, so need no origin
 HANG_UP = frozenset({400, 408, 413})  # refusals of a body the server will not read further
-
-
-class Refused(MemoryWorkerError):
-    """A request refused for its shape (size, speed, origin), answered `status` + `message`."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def refusal(path: str, status: int, message: str) -> Response:

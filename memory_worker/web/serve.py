@@ -19,7 +19,7 @@ import sys
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import WEB_HEADER_TIMEOUT_S, WEB_MAX_CONNECTIONS
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import CannotListen
 from memory_worker.core.settings import EMBEDDED, redact
 from memory_worker.ops import embedded
 from memory_worker.storage import store, users
@@ -94,10 +94,6 @@ def head_deadline_protocol(timeout_s: float = WEB_HEADER_TIMEOUT_S) -> type[asyn
                 self.transport.close()  # no new request began in time
 
     return HeadDeadline
-
-
-class CannotListen(MemoryWorkerError, OSError):
-    """The address is taken or not ours to bind; the message says which and what to do."""
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -9,12 +9,14 @@ import pkgutil
 import pytest
 
 import memory_worker
-from memory_worker.controls import NotFound
-from memory_worker.core.errors import MemoryWorkerError
-from memory_worker.core.settings import ConfigError
-from memory_worker.storage.rooms import UnknownRoom
+from memory_worker.core.errors import (
+    CannotListen,
+    ConfigError,
+    MemoryWorkerError,
+    NotFound,
+    UnknownRoom,
+)
 from memory_worker.tasks.startup import CannotStart
-from memory_worker.web.serve import CannotListen
 
 # Exits, not errors: raised to stop a process where a library catches every Exception.
 # Each says why it cannot derive from MemoryWorkerError (an Exception).
@@ -49,6 +51,22 @@ def test_every_exception_the_library_defines_derives_from_memory_worker_error() 
         if c not in EXITS and not issubclass(c, MemoryWorkerError)
     )
     assert not outside, f"not derived from core.errors.MemoryWorkerError: {outside}"
+
+
+# Errors defined outside core/errors.py, each with its reason.
+LIVES_ELSEWHERE = {
+    "memory_worker.reader.cache_loader.NotHeld": "a signal inside the reader's cold path, "
+    "raised and caught there, never seen by a caller",
+}
+
+
+def test_every_error_lives_in_core_errors_so_a_reader_finds_them_together() -> None:
+    scattered = sorted(
+        f"{c.__module__}.{c.__qualname__}"
+        for c in library_exceptions()
+        if issubclass(c, MemoryWorkerError) and c.__module__ != "memory_worker.core.errors"
+    )
+    assert scattered == sorted(LIVES_ELSEWHERE), f"define these in core/errors.py: {scattered}"
 
 
 def test_the_exits_stay_exits_that_no_except_exception_swallows() -> None:
