@@ -29,7 +29,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from memory_worker.check import unreachable
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import RAIL_POLL_S
-from memory_worker.core.errors import ConfigError, StoreNotReady
+from memory_worker.core.errors import ConfigError, MemoryWorkerError, StoreNotReady
 from memory_worker.core.settings import redact
 from memory_worker.storage import store
 from memory_worker.web import serve
@@ -213,7 +213,7 @@ def _existing_store() -> None:
             file=sys.stderr,
         )
         return
-    raise LookupError(
+    raise StoreNotReady(
         f"no store at {path}: run `memory-worker init-db` to create it, or `make demo` "
         f"(which leaves its store in {DEMO_STORE}), or set MW_DATABASE_URL"
     )
@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (LookupError, StoreNotReady) as e:  # an unknown room, a store not ready: plainly
+    except MemoryWorkerError as e:  # ours, said plainly (an unknown room, a store not ready)
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2
     except (OperationalError, ProgrammingError) as e:

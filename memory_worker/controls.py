@@ -27,7 +27,7 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
-from memory_worker.core.errors import NoteTooLong, NotFound
+from memory_worker.core.errors import NoteTooLong, NotFound, UnknownUser
 from memory_worker.core.provenance import witnesses
 from memory_worker.core.rows import Line, Row, concerned, human_id, human_ref
 from memory_worker.storage import memories, notices, rooms, store, users
@@ -213,7 +213,7 @@ def mute(user_id: int, persona: str) -> None:
     with store.transaction() as conn:
         _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
-            raise LookupError(f"unknown persona {persona!r}")
+            raise NotFound("persona", repr(persona), user_id)
         if persona not in users.muted_by(conn, user_id):
             users.add_mute(conn, user_id, persona)
 
@@ -237,7 +237,7 @@ def set_follows(user_id: int, persona: str, on: bool) -> None:
     with store.transaction() as conn:
         _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
-            raise LookupError(f"unknown persona {persona!r}")
+            raise NotFound("persona", repr(persona), user_id)
         users.set_follows(conn, user_id, persona, on)
 
 
@@ -381,9 +381,9 @@ def _check_user_and_persona(user_id: object, persona: object) -> None:
 
 
 def _require_user(conn: Connection, user_id: int) -> None:
-    """LookupError for an unknown user — and for an id no database could hold."""
+    """UnknownUser for an unknown user — and for an id no database could hold."""
     if not _in_range(user_id):
-        raise LookupError(f"unknown user {user_id}")
+        raise UnknownUser(user_id)
     users.require_user(conn, user_id)
 
 
@@ -482,7 +482,7 @@ def start_room(user_id: int, persona: str, *, incognito: bool) -> str:
     with store.transaction() as conn:
         _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
-            raise LookupError(f"unknown persona {persona!r}")
+            raise NotFound("persona", repr(persona), user_id)
         room_id = f"room-{secrets.token_hex(6)}"
         members = [human_ref(user_id), persona]
         rooms.add_room(conn, room_id, "private", members, incognito=incognito)

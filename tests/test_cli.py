@@ -52,6 +52,23 @@ def test_block_for_an_unknown_room_says_so_and_exits_2(
     assert "unknown room 'nope'" in capsys.readouterr().err
 
 
+def test_a_builtin_raised_by_a_bug_is_a_traceback_never_a_plain_error_line(
+    db: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI says its own errors in one line (exit 2); a bug's KeyError is not one of them."""
+    from memory_worker import reader
+
+    people(db)
+
+    def bug(*args: object, **kwargs: object) -> object:
+        raise KeyError("a bug's key")
+
+    monkeypatch.setattr(reader, "build_block", bug)
+    with pytest.raises(KeyError):
+        cli.main(["block", "--persona", "warren", "--present", "42", "--room", "dm-dan"])
+    assert "error:" not in capsys.readouterr().err
+
+
 def test_parked_lists_the_spells_an_operator_must_see(
     db: Engine, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,7 +12,7 @@ from memory_worker import controls
 from memory_worker.core import tables as t
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
-from memory_worker.core.errors import NoteTooLong
+from memory_worker.core.errors import NoteTooLong, NotFound, UnknownUser
 from memory_worker.core.rows import Row
 from tests import scenes
 from tests.scenes import CARA, DAN
@@ -131,8 +131,8 @@ def test_the_note_is_stripped_and_a_blank_note_clears_it(world: Engine) -> None:
     assert user(world, DAN)["memory_note"] is None
 
 
-def test_a_note_for_an_unknown_user_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError):
+def test_a_note_for_an_unknown_user_is_an_unknown_user_error(world: Engine) -> None:
+    with pytest.raises(UnknownUser):
         controls.set_note(999, "hello")
 
 
@@ -175,8 +175,8 @@ def test_a_user_cannot_undo_another_users_notice(world: Engine) -> None:
         assert conn.execute(select(t.notices.c.undone)).scalar() == 0
 
 
-def test_undoing_an_unknown_notice_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError, match="notice 999"):
+def test_undoing_an_unknown_notice_is_not_found(world: Engine) -> None:
+    with pytest.raises(NotFound, match="notice 999"):
         controls.undo_notice(DAN, 999)
 
 
@@ -212,8 +212,8 @@ def test_deleting_never_reopens_a_row_about_someone_else(world: Engine) -> None:
     assert row(world, caras)["valid_to"] == "2026-08"
 
 
-def test_deleting_an_unknown_row_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError):
+def test_deleting_an_unknown_row_is_not_found(world: Engine) -> None:
+    with pytest.raises(NotFound):
         controls.delete_row(DAN, 12345)
 
 
@@ -320,8 +320,8 @@ def test_mute_and_unmute_persist_and_repeat_harmlessly(world: Engine) -> None:
     assert controls.manage_page(DAN).muted == []
 
 
-def test_muting_an_unknown_persona_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError, match="ghost"):
+def test_muting_an_unknown_persona_is_not_found(world: Engine) -> None:
+    with pytest.raises(NotFound, match="ghost"):
         controls.mute(DAN, "ghost")
 
 

@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 
 from memory_worker import app_side, controls
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.errors import ScopeNotAllowed
+from memory_worker.core.errors import NotFound, ScopeNotAllowed, UnknownUser
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import notices, store
 from tests.scenes import CARA, DAN, people
@@ -57,11 +57,11 @@ def test_the_page_says_per_persona_whether_memories_follow_into_groups(world: En
 
 
 def test_the_switch_is_the_users_and_checks_its_inputs(world: Engine) -> None:
-    with pytest.raises(LookupError):
+    with pytest.raises(NotFound):
         controls.set_follows(DAN, "nobody", False)
     with pytest.raises(TypeError):
         controls.set_follows(DAN, "warren", "no")  # type: ignore[arg-type]
-    with pytest.raises(LookupError):
+    with pytest.raises(UnknownUser):
         controls.set_follows(999, "warren", False)
 
 

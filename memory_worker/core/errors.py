@@ -2,9 +2,13 @@
 
 One module, as Celery's `celery.exceptions` and dramatiq's `dramatiq.errors`: a reader sees at
 once what can go wrong and which errors a shell may answer. It lives in core's leaf, which
-imports only the leaf, so every layer may import it. Each error keeps the standard base that
-says what kind of failure it is as well (`UnknownRoom` is still a `LookupError`, `ConfigError`
-a `ValueError`), so a caller's `except LookupError` still works.
+imports only the leaf, so every layer may import it.
+
+No error here also inherits a builtin (`LookupError`, `ValueError`, `RuntimeError`, `OSError`),
+so a shell catches what we raise on purpose and nothing else: a `KeyError` or a `ValueError`
+from a bug is a 500 with a log line on the page and a traceback in the CLI, never a 404, a
+sign-out or its message shown to the user (docs/design.md §10.12). Calling a function with the
+wrong type of argument stays a `TypeError`: that is a bug in the caller too.
 
 One kind of exception stays outside it on purpose: `tasks.startup.CannotStart` is an exit, not
 an error. It is a `SystemExit` because Celery's signal dispatch catches every `Exception` a
@@ -28,7 +32,7 @@ class MemoryWorkerError(Exception):
 # --- a process that cannot start: its settings, its store, its ports ----------------------
 
 
-class ConfigError(MemoryWorkerError, ValueError):
+class ConfigError(MemoryWorkerError):
     """A setting from the environment is wrong; the message names the variable, on one line."""
 
 
@@ -37,30 +41,30 @@ class ScopeNotAllowed(ConfigError):
     process must not start (the message names the command to run)."""
 
 
-class StoreNotReady(MemoryWorkerError, RuntimeError):
+class StoreNotReady(MemoryWorkerError):
     """The store is reachable but not initialised or not migrated to the newest revision."""
 
 
-class EmbedderMismatch(MemoryWorkerError, RuntimeError):
+class EmbedderMismatch(MemoryWorkerError):
     """The configured embedder is not the one that made this store's vectors."""
 
 
-class EmbeddedRedisError(MemoryWorkerError, RuntimeError):
+class EmbeddedRedisError(MemoryWorkerError):
     """The embedded Redis could not be started (its log's tail is in the message)."""
 
 
-class MissingLocalModel(MemoryWorkerError, RuntimeError):
+class MissingLocalModel(MemoryWorkerError):
     """The package that ships the local model is not installed."""
 
 
-class CannotListen(MemoryWorkerError, OSError):
+class CannotListen(MemoryWorkerError):
     """The address is taken or not ours to bind; the message says which and what to do."""
 
 
 # --- a request or message refused, a thing that is not there ------------------------------
 
 
-class MalformedMessage(MemoryWorkerError, ValueError):
+class MalformedMessage(MemoryWorkerError):
     """A task message that does not fit its model; says where, never what it carried."""
 
     def __init__(self, what: str, error: ValidationError | str):
@@ -74,7 +78,7 @@ class MalformedMessage(MemoryWorkerError, ValueError):
         super().__init__(f"malformed {what} message ({where})")
 
 
-class UnknownRoom(MemoryWorkerError, LookupError):
+class UnknownRoom(MemoryWorkerError):
     """The app named a room the store has never seen."""
 
     def __init__(self, room_id: str):
@@ -82,20 +86,34 @@ class UnknownRoom(MemoryWorkerError, LookupError):
         self.room_id = room_id
 
 
-class NotFound(MemoryWorkerError, LookupError):
+class UnknownUser(MemoryWorkerError):
+    """A user id the store does not hold: the page signs that session out."""
+
+    def __init__(self, user_id: int):
+        super().__init__(f"unknown user {user_id}")
+        self.user_id = user_id
+
+
+class NotFound(MemoryWorkerError):
     """No such notice or row *for this user*: missing and not theirs answer the same."""
 
     def __init__(self, what: str, item_id: object, user_id: int):
         super().__init__(f"no {what} {item_id} for user {user_id}")
 
 
-class NoteTooLong(MemoryWorkerError, ValueError):
+class NoteTooLong(MemoryWorkerError):
     """The memory note is over the limit; the stored note is left as it was."""
 
     def __init__(self, length: int, limit: int = MEMORY_NOTE_MAX_CHARS):
         super().__init__(f"memory note is {length} chars; the limit is {limit}")
         self.length = length
         self.limit = limit
+
+
+class BadRequest(MemoryWorkerError):
+    """A web request whose content is wrong (a body that is not a JSON object, a query
+    parameter that is not a number): a 400 whose message, written where it is raised, says what
+    to send instead and is safe to show."""
 
 
 class Refused(MemoryWorkerError):
