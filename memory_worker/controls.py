@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection
 
+from memory_worker.core import block, toasts
 from memory_worker.core import settings as settings_mod
-from memory_worker.core import toasts
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
 from memory_worker.core.errors import NoteTooLong, NotFound, UnknownUser
@@ -341,7 +341,7 @@ def group_by_persona(
     sections = []
     for slug in sorted(by_persona):
         mine = sorted(by_persona[slug], key=lambda r: r.id, reverse=True)
-        meter = sum(len(r.text) for r in mine if r.valid_to is None and r.subject != SUBJECT_WORLD)
+        meter = block.meter(mine)  # the block's own count: world rows and promises too
         lines = [page_line(r, seen, rooms_in) for r in mine]
         sections.append(PersonaSection(slug, names.get(slug, slug), lines, meter))
     return sections

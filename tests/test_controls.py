@@ -14,6 +14,7 @@ from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
 from memory_worker.core.errors import NoteTooLong, NotFound, UnknownUser
 from memory_worker.core.rows import Row
+from memory_worker.storage import memories
 from tests import scenes
 from tests.scenes import CARA, DAN
 
@@ -330,3 +331,21 @@ def test_the_memory_on_switch_persists(world: Engine) -> None:
     assert user(world, DAN)["memory_on"] == 0 and user(world, CARA)["memory_on"] == 1
     controls.set_memory_on(DAN, True)
     assert user(world, DAN)["memory_on"] == 1
+
+
+def test_the_page_s_meter_is_the_block_s_for_the_same_rows(world: Engine) -> None:
+    """The CLI printed 307/1200 and the page 259/1200 for the demo's block: the page left the
+    world row out. Both now count through `block.meter`."""
+    from memory_worker import reader
+
+    scenes.private_chat(world)
+    add_row(world, "u:42", "u:42 owns a flat in Xuhui.")
+    add_row(world, "self", "Warren promised to send u:42 the list.", counterpart="u:42")
+    world_row = add_row(world, "world", "The Odyssey is playing at the Majestic this week.")
+    with world.begin() as conn:
+        memories.set_audience(conn, world_row, [DAN])  # Dan witnessed its line: it is his too
+    add_row(world, "u:42", "u:42 rents in Jing'an.", valid_to="2026-08-01T00:00:00+00:00")
+    block = reader.build_block("warren", {DAN}, "dm-dan", touch=False)
+    (section,) = controls.manage_page(DAN).personas
+    assert len(block.row_ids) == 3
+    assert section.meter_chars == block.chars_current

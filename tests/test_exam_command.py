@@ -158,12 +158,12 @@ def test_memory_references_count_in_the_personas_own_words_only() -> None:
 
 
 def test_the_discreet_persona_keeps_a_confidence_to_itself_in_company_only() -> None:
-    block = "Warren's memory\n\nDan (u:42)\n- u:42 is interviewing at Tencent. (confidence)"
+    block = "Warren's memory\n\nDan (u:42)\n- u:42 is interviewing at Tencent. (told one-to-one)"
     said_in_group = leak.Discreet().reply(leak.Turn("warren", (42, 17), ("warren",), block, ()))
     said_alone = leak.Discreet().reply(leak.Turn("warren", (42,), ("warren",), block, ()))
     assert "Tencent" not in said_in_group and "Dan (u:42)" in said_in_group
     assert "Tencent" in said_alone
-    recalled = ("- u:42 is interviewing at Tencent. (confidence · open loop)",)
+    recalled = ("- u:42 is interviewing at Tencent. (told one-to-one · open loop)",)
     turn = leak.Turn("warren", (42,), ("warren", "nolan"), "", (), recalled)
     assert "Tencent" not in leak.Discreet().reply(turn)  # another persona hears it too
     shared = ("- u:42 likes films. (since 2026-07)",)
