@@ -169,9 +169,15 @@ def _limits(s: Settings) -> Finding:
     return Finding(
         "rate limits",
         True,
-        f"{s.model_requests_per_minute:g} requests/min ({q.requests} per {q.window_s:g}s "
-        f"sliding), {s.model_tokens_per_minute:g} tokens/min, shared by all workers",
+        f"{plain(s.model_requests_per_minute)} requests/min ({q.requests} per "
+        f"{plain(q.window_s)} s sliding), {plain(s.model_tokens_per_minute)} tokens/min, "
+        "shared by all workers",
     )
+
+
+def plain(x: float) -> str:
+    """A number as a person writes it: 1,000,000 and 0.5, never 1e+06."""
+    return f"{int(x):,}" if x == int(x) else f"{x:,}"
 
 
 def _short(e: BaseException) -> str:

@@ -302,7 +302,11 @@ def parser() -> argparse.ArgumentParser:
     command("init-db").set_defaults(run=_init_db)
     command("check").set_defaults(run=_check)
     r = command("run")
-    r.add_argument("--procfile", default="Procfile")
+    r.add_argument(
+        "--procfile",
+        default="Procfile",
+        help="the processes to run, one `name: command` a line (default: ./Procfile)",
+    )
     r.add_argument(
         "--stop-timeout",
         type=float,
@@ -325,13 +329,20 @@ def parser() -> argparse.ArgumentParser:
     c = command("cassette-answer")
     c.add_argument("miss", help="the request file a replay miss wrote (MW_REPLAY_MISSES_DIR)")
     c.add_argument("answer", help="a JSON file holding the answer")
-    c.add_argument("--cassette", type=Path)
-    c.add_argument("--note")
+    c.add_argument(
+        "--cassette", type=Path, help="the cassette to add the answer to (default: MW_CASSETTE)"
+    )
+    c.add_argument("--note", help="a note kept beside the answer: what it is for, who wrote it")
     c.set_defaults(run=_cassette_answer)
     w = command("serve")
     w.add_argument("--user", type=int, help="print a one-time sign-in link for this user id")
     w.add_argument("--host", default=serve.DEFAULT_HOST, help="bind address (default: loopback)")
-    w.add_argument("--port", type=int, default=serve.DEFAULT_PORT)
+    w.add_argument(
+        "--port",
+        type=int,
+        default=serve.DEFAULT_PORT,
+        help=f"port to listen on; 0 takes any free one (default: {serve.DEFAULT_PORT})",
+    )
     w.add_argument(
         "--rail-poll-s",
         type=float,

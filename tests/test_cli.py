@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,13 @@ def test_every_command_explains_itself_in_its_help(capsys: pytest.CaptureFixture
             cli.main([name, "--help"])
         shown = " ".join(capsys.readouterr().out.split())
         assert " ".join(description.split()) in shown, name
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    bare = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, sub in cli.parser()._subparsers._group_actions[0].choices.items()  # type: ignore[union-attr]
+        for action in sub._actions
+        if not isinstance(action, argparse._HelpAction) and not action.help
+    ]
+    assert not bare, f"options without help: {bare}"
