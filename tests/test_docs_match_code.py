@@ -24,7 +24,7 @@ from tests.scenes import DAN
 from tests.web import test_web_security
 
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS_DOC = ROOT / "README.md"
+SETTINGS_DOC = ROOT / "docs" / "settings.md"
 API_DOC = ROOT / "docs" / "api.md"
 DESIGN = ROOT / "docs" / "design.md"
 SETTINGS_HEADER = "| variable | default | meaning |"

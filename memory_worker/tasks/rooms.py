@@ -26,7 +26,7 @@ from memory_worker.write.embed import embed_topic, require_store_embedder
 
 log = logging.getLogger(__name__)
 
-RECOVERY_PROMISE_S = 120.0  # README: a toast lost to a fault reaches its human within this
+RECOVERY_PROMISE_S = 120.0  # docs/running.md: a toast lost to a fault reaches its human within this
 LAPSE_MARGIN_S = 1.0  # a room held by a claim is looked at again this long after it lapses
 
 
