@@ -111,6 +111,7 @@ def _fresh_store() -> tuple[str, tempfile.TemporaryDirectory]:
     return url, tmp
 
 
+@pytest.mark.slow  # 60 worlds through the write path, the slowest fast test: make test
 @settings(
     max_examples=60,
     deadline=None,
