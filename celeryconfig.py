@@ -90,10 +90,8 @@ task_publish_retry_policy = {
     "interval_max": 5.0,
 }
 
-# The sweeps: the queue is not the source of truth, the cursors and the outbox are. Every few
-# minutes, rooms whose lines waited longer than MW_SWEEP_LAG_S (a lost message, a killed
-# worker, a park) and undelivered toasts — over recent lines only, on an index; once a day,
-# everything.
+# The sweeps: the queue is not the source of truth, the cursors and the outbox are. Their
+# cadence and what each looks at: docs/design.md §10.1.
 timezone = "UTC"
 beat_schedule = {
     "frequent-sweep": {

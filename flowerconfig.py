@@ -2,6 +2,8 @@
 
 The credentials come from the environment, never the command line (where `ps` shows them),
 and as one `user:password` string, so a password with a comma or a space stays whole.
+`memory-worker run` sets them from the state folder when the deployer has not
+(`memory_worker/ops/flower.py`); another Procfile runner must set them.
 Flower binds all interfaces by default and `/metrics` and `/healthcheck` skip auth: loopback.
 """
 

@@ -7,8 +7,8 @@ storage seam (`memory_worker.storage.rooms` / `.users`); this module only names 
 
 from __future__ import annotations
 
+from memory_worker.core.errors import UnknownRoom
 from memory_worker.storage.rooms import (
-    UnknownRoom,
     add_room,
     join,
     load_room,

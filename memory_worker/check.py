@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import ScopeNotAllowed, StoreNotReady
 from memory_worker.core.settings import EMBEDDED, Settings, redact
-from memory_worker.storage.verdicts import ScopeNotAllowed
 
 INIT_HINT = "run `memory-worker init-db`"
 
@@ -27,10 +26,6 @@ class Finding:
     what: str
     ok: bool
     detail: str
-
-
-class StoreNotReady(MemoryWorkerError, RuntimeError):
-    """The store is reachable but not initialised or not migrated to the newest revision."""
 
 
 def store_revision(url: str) -> tuple[str | None, str]:
@@ -150,7 +145,7 @@ def _broker(s: Settings) -> Finding:
 def _provider(s: Settings) -> Finding:
     problems = s.provider_problems()
     if not problems and s.provider == "replay" and s.cassette is not None:
-        from memory_worker.core.model_interfaces import ModelError
+        from memory_worker.core.errors import ModelError
         from memory_worker.models.replay import load_cassette
 
         try:
@@ -174,9 +169,15 @@ def _limits(s: Settings) -> Finding:
     return Finding(
         "rate limits",
         True,
-        f"{s.model_requests_per_minute:g} requests/min ({q.requests} per {q.window_s:g}s "
-        f"sliding), {s.model_tokens_per_minute:g} tokens/min, shared by all workers",
+        f"{plain(s.model_requests_per_minute)} requests/min ({q.requests} per "
+        f"{plain(q.window_s)} s sliding), {plain(s.model_tokens_per_minute)} tokens/min, "
+        "shared by all workers",
     )
+
+
+def plain(x: float) -> str:
+    """A number as a person writes it: 1,000,000 and 0.5, never 1e+06."""
+    return f"{int(x):,}" if x == int(x) else f"{x:,}"
 
 
 def _short(e: BaseException) -> str:

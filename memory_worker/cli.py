@@ -26,10 +26,11 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from memory_worker.check import StoreNotReady, unreachable
+from memory_worker.check import unreachable
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import RAIL_POLL_S
-from memory_worker.core.settings import ConfigError, redact
+from memory_worker.core.errors import ConfigError, MemoryWorkerError, StoreNotReady
+from memory_worker.core.settings import redact
 from memory_worker.storage import store
 from memory_worker.web import serve
 
@@ -173,7 +174,7 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True, scope: b
     """The store a reading command opens, checked, named, and never created (SQLite would
     create it on connect); True when it holds no one yet.
 
-    Refused connection, unknown database, not migrated: `check.StoreNotReady`, each with its
+    Refused connection, unknown database, not migrated: `StoreNotReady`, each with its
     fix. Empty: an error when the command needs people (`block`, `serve --user`, which would
     otherwise say "unknown room" about a store the reader did not know they had switched to),
     else a note. The store's name goes to stderr, so `block`'s output stays the block.
@@ -189,7 +190,7 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True, scope: b
         check.require_scope(settings_mod.current())  # MW_MEMORY_SCOPE=follow needs its verdict
     empty = check.is_empty(url)
     if empty and must_hold_people:
-        raise check.StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")
+        raise StoreNotReady(f"the store {redact(url)} is empty: {_empty_fix()}")
     if named:
         print(f"store: {redact(url)}{' (empty)' if empty else ''}", file=sys.stderr)
     return empty
@@ -224,7 +225,7 @@ def _existing_store() -> None:
             file=sys.stderr,
         )
         return
-    raise LookupError(
+    raise StoreNotReady(
         f"no store at {path}: run `memory-worker init-db` to create it, or `make demo` "
         f"(which leaves its store in {DEMO_STORE}), or set MW_DATABASE_URL"
     )
@@ -313,7 +314,11 @@ def parser() -> argparse.ArgumentParser:
     command("init-db").set_defaults(run=_init_db)
     command("check").set_defaults(run=_check)
     r = command("run")
-    r.add_argument("--procfile", default="Procfile")
+    r.add_argument(
+        "--procfile",
+        default="Procfile",
+        help="the processes to run, one `name: command` a line (default: ./Procfile)",
+    )
     r.add_argument(
         "--stop-timeout",
         type=float,
@@ -336,13 +341,20 @@ def parser() -> argparse.ArgumentParser:
     c = command("cassette-answer")
     c.add_argument("miss", help="the request file a replay miss wrote (MW_REPLAY_MISSES_DIR)")
     c.add_argument("answer", help="a JSON file holding the answer")
-    c.add_argument("--cassette", type=Path)
-    c.add_argument("--note")
+    c.add_argument(
+        "--cassette", type=Path, help="the cassette to add the answer to (default: MW_CASSETTE)"
+    )
+    c.add_argument("--note", help="a note kept beside the answer: what it is for, who wrote it")
     c.set_defaults(run=_cassette_answer)
     w = command("serve")
     w.add_argument("--user", type=int, help="print a one-time sign-in link for this user id")
     w.add_argument("--host", default=serve.DEFAULT_HOST, help="bind address (default: loopback)")
-    w.add_argument("--port", type=int, default=serve.DEFAULT_PORT)
+    w.add_argument(
+        "--port",
+        type=int,
+        default=serve.DEFAULT_PORT,
+        help=f"port to listen on; 0 takes any free one (default: {serve.DEFAULT_PORT})",
+    )
     w.add_argument(
         "--rail-poll-s",
         type=float,
@@ -375,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (LookupError, StoreNotReady) as e:  # an unknown room, a store not ready: plainly
+    except MemoryWorkerError as e:  # ours, said plainly (an unknown room, a store not ready)
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2
     except (OperationalError, ProgrammingError) as e:

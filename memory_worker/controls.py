@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection
 
+from memory_worker.core import block, toasts
 from memory_worker.core import settings as settings_mod
-from memory_worker.core import toasts
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import BadRequest, NoteTooLong, NotFound, UnknownUser
 from memory_worker.core.names import sentence_key
 from memory_worker.core.provenance import witnesses
 from memory_worker.core.rows import Line, Row, concerned, human_id, human_ref
@@ -36,23 +36,7 @@ from memory_worker.storage import memories, notices, rooms, store, users
 ID_MAX = 2**63 - 1  # the largest id a database integer holds
 
 
-class NotFound(MemoryWorkerError, LookupError):
-    """No such notice or row *for this user*: missing and not theirs answer the same."""
-
-    def __init__(self, what: str, item_id: object, user_id: int):
-        super().__init__(f"no {what} {item_id} for user {user_id}")
-
-
 NotYours = NotFound  # the old name: "not yours" is no longer told apart from "missing"
-
-
-class NoteTooLong(MemoryWorkerError, ValueError):
-    """The memory note is over the limit; the stored note is left as it was."""
-
-    def __init__(self, length: int, limit: int = MEMORY_NOTE_MAX_CHARS):
-        super().__init__(f"memory note is {length} chars; the limit is {limit}")
-        self.length = length
-        self.limit = limit
 
 
 # --- undo and delete ------------------------------------------------------------------------
@@ -242,7 +226,7 @@ def mute(user_id: int, persona: str) -> None:
     with store.transaction() as conn:
         _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
-            raise LookupError(f"unknown persona {persona!r}")
+            raise NotFound("persona", repr(persona), user_id)
         if persona not in users.muted_by(conn, user_id):
             users.add_mute(conn, user_id, persona)
 
@@ -266,7 +250,7 @@ def set_follows(user_id: int, persona: str, on: bool) -> None:
     with store.transaction() as conn:
         _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
-            raise LookupError(f"unknown persona {persona!r}")
+            raise NotFound("persona", repr(persona), user_id)
         users.set_follows(conn, user_id, persona, on)
 
 
@@ -386,12 +370,12 @@ def page_lines(
     """One page of the user's lines: open ones newest first, then closed ones newest first,
     from `cursor` (None: the top) and holding `query`; and the next page's cursor (None: no
     more). A cursor is "o.<id>" or "c.<id>" (open or closed lines below that id) or "c"
-    (closed lines from the newest); anything else is a ValueError."""
+    (closed lines from the newest); anything else is a BadRequest."""
     check_id(limit, "limit")
     if not 1 <= limit <= PAGE_LINES_MAX:
-        raise ValueError(f"limit must be 1..{PAGE_LINES_MAX}, not {limit}")
+        raise BadRequest(f"limit must be 1..{PAGE_LINES_MAX}, not {limit}")
     if query is not None and len(query) > PAGE_QUERY_MAX_CHARS:
-        raise ValueError(f"a search is at most {PAGE_QUERY_MAX_CHARS} characters")
+        raise BadRequest(f"a search is at most {PAGE_QUERY_MAX_CHARS} characters")
     closed, before = parse_cursor(cursor)
 
     def read(closed: bool, before: int | None, n: int) -> list[Row]:
@@ -417,7 +401,7 @@ PAGE_LINES_MAX = 200  # ours: a page's lines at most, whatever a client asks
 
 
 def parse_cursor(cursor: str | None) -> tuple[bool, int | None]:
-    """A page cursor as (closed lines?, below which id); ValueError for one `page_lines`
+    """A page cursor as (closed lines?, below which id); BadRequest for one `page_lines`
     never gave."""
     if cursor is None or cursor == "":
         return False, None
@@ -425,7 +409,7 @@ def parse_cursor(cursor: str | None) -> tuple[bool, int | None]:
         return True, None
     phase, _, digits = cursor.partition(".")
     if phase not in ("o", "c") or not digits.isdigit() or not _in_range(int(digits)):
-        raise ValueError("not a page cursor")
+        raise BadRequest("not a page cursor")
     return phase == "c", int(digits)
 
 
@@ -474,7 +458,7 @@ def group_by_persona(
     sections = []
     for slug in sorted(by_persona):
         mine = sorted(by_persona[slug], key=lambda r: (r.valid_to is not None, -r.id))
-        meter = sum(len(r.text) for r in mine if r.valid_to is None and r.subject != SUBJECT_WORLD)
+        meter = block.meter(mine)  # the block's own count: world rows and promises too
         lines = [page_line(r, seen, rooms_in) for r in mine]
         closed = sum(1 for r in mine if r.valid_to is not None)
         section = PersonaSection(slug, names.get(slug, slug), lines, meter)
@@ -516,9 +500,9 @@ def _check_user_and_persona(user_id: object, persona: object) -> None:
 
 
 def _require_user(conn: Connection, user_id: int) -> None:
-    """LookupError for an unknown user — and for an id no database could hold."""
+    """UnknownUser for an unknown user — and for an id no database could hold."""
     if not _in_range(user_id):
-        raise LookupError(f"unknown user {user_id}")
+        raise UnknownUser(user_id)
     users.require_user(conn, user_id)
 
 
@@ -617,7 +601,7 @@ def start_room(user_id: int, persona: str, *, incognito: bool) -> str:
     with store.transaction() as conn:
         _require_user(conn, user_id)
         if not users.persona_exists(conn, persona):
-            raise LookupError(f"unknown persona {persona!r}")
+            raise NotFound("persona", repr(persona), user_id)
         room_id = f"room-{secrets.token_hex(6)}"
         members = [human_ref(user_id), persona]
         rooms.add_room(conn, room_id, "private", members, incognito=incognito)

@@ -83,7 +83,7 @@ def say_all(eng: Engine, lines: list[tuple[int | str, str]]) -> int:
 def wait_for_spell(eng: Engine, last_line_id: int, label: str) -> Mapping[str, Any]:
     """Watch the store (the source of truth) until the commit records this spell."""
     started = time.monotonic()
-    with console.status(f"[bold]{label}[/]: extract → embed → route → commit → notify") as status:
+    with console.status(f"[bold]{label}[/]: extract → embed → route → commit") as status:
         while time.monotonic() - started < SPELL_TIMEOUT_S:
             with eng.connect() as c:
                 row = spells.latest(c, "warren", "dm-dan")
@@ -213,15 +213,17 @@ def run() -> None:
         console.rule("the read path · room open")
         show_block("Warren's block, next private chat with Dan", "dm-dan", {DAN})
         show_block("Warren's block, group room with Dan and Cara", "lunch", {DAN, CARA})
+        # Prose is one string: rich wraps it to the terminal's width.
         console.print(
-            "A group gets world facts only (v1's proven scope), and the Odyssey fact came from\n"
-            "Dan's line: it stays with Dan until a second person says it."
+            "A group gets world facts only (v1's proven scope), and the Odyssey fact came from "
+            "Dan's line: it stays with Dan. Repeating it never makes it public: someone else "
+            "joins its audience only by stating it in a line of their own."
         )
         console.rule("the human's side")
         console.print(
-            "Dan's page (what Warren remembers, the toasts with undo, the note, the switches):\n"
-            f"  .venv/bin/memory-worker serve --user {DAN}\n"
-            "then open the one-time sign-in link it prints (it reads the demo's store)."
+            "Dan's page (what Warren remembers, the toasts with undo, the note, the switches): "
+            "run the line below, then open the one-time sign-in link it prints (it reads the "
+            f"demo's store).\n  .venv/bin/memory-worker serve --user {DAN}"
         )
     finally:
         local_worker.stop(worker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,23 @@ def test_block_for_an_unknown_room_says_so_and_exits_2(
     assert "unknown room 'nope'" in capsys.readouterr().err
 
 
+def test_a_builtin_raised_by_a_bug_is_a_traceback_never_a_plain_error_line(
+    db: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI says its own errors in one line (exit 2); a bug's KeyError is not one of them."""
+    from memory_worker import reader
+
+    people(db)
+
+    def bug(*args: object, **kwargs: object) -> object:
+        raise KeyError("a bug's key")
+
+    monkeypatch.setattr(reader, "build_block", bug)
+    with pytest.raises(KeyError):
+        cli.main(["block", "--persona", "warren", "--present", "42", "--room", "dm-dan"])
+    assert "error:" not in capsys.readouterr().err
+
+
 def test_parked_lists_the_spells_an_operator_must_see(
     db: Engine, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -94,3 +112,13 @@ def test_every_command_explains_itself_in_its_help(capsys: pytest.CaptureFixture
             cli.main([name, "--help"])
         shown = " ".join(capsys.readouterr().out.split())
         assert " ".join(description.split()) in shown, name
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    bare = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, sub in cli.parser()._subparsers._group_actions[0].choices.items()  # type: ignore[union-attr]
+        for action in sub._actions
+        if not isinstance(action, argparse._HelpAction) and not action.help
+    ]
+    assert not bare, f"options without help: {bare}"

@@ -12,7 +12,9 @@ from memory_worker import app_side, controls
 from memory_worker.core import tables as t
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS
+from memory_worker.core.errors import NoteTooLong, NotFound, UnknownUser
 from memory_worker.core.rows import Row
+from memory_worker.storage import memories
 from tests import scenes
 from tests.scenes import CARA, DAN
 
@@ -118,7 +120,7 @@ def test_a_note_of_exactly_400_chars_is_kept(world: Engine) -> None:
 
 def test_a_401_char_note_is_refused_by_name_and_the_old_note_stays(world: Engine) -> None:
     controls.set_note(DAN, "I am vegetarian.")
-    with pytest.raises(controls.NoteTooLong, match="401.*400"):
+    with pytest.raises(NoteTooLong, match="401.*400"):
         controls.set_note(DAN, "x" * 401)
     assert user(world, DAN)["memory_note"] == "I am vegetarian."
 
@@ -130,8 +132,8 @@ def test_the_note_is_stripped_and_a_blank_note_clears_it(world: Engine) -> None:
     assert user(world, DAN)["memory_note"] is None
 
 
-def test_a_note_for_an_unknown_user_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError):
+def test_a_note_for_an_unknown_user_is_an_unknown_user_error(world: Engine) -> None:
+    with pytest.raises(UnknownUser):
         controls.set_note(999, "hello")
 
 
@@ -174,8 +176,8 @@ def test_a_user_cannot_undo_another_users_notice(world: Engine) -> None:
         assert conn.execute(select(t.notices.c.undone)).scalar() == 0
 
 
-def test_undoing_an_unknown_notice_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError, match="notice 999"):
+def test_undoing_an_unknown_notice_is_not_found(world: Engine) -> None:
+    with pytest.raises(NotFound, match="notice 999"):
         controls.undo_notice(DAN, 999)
 
 
@@ -211,8 +213,8 @@ def test_deleting_never_reopens_a_row_about_someone_else(world: Engine) -> None:
     assert row(world, caras)["valid_to"] == "2026-08"
 
 
-def test_deleting_an_unknown_row_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError):
+def test_deleting_an_unknown_row_is_not_found(world: Engine) -> None:
+    with pytest.raises(NotFound):
         controls.delete_row(DAN, 12345)
 
 
@@ -319,8 +321,8 @@ def test_mute_and_unmute_persist_and_repeat_harmlessly(world: Engine) -> None:
     assert controls.manage_page(DAN).muted == []
 
 
-def test_muting_an_unknown_persona_is_a_lookup_error(world: Engine) -> None:
-    with pytest.raises(LookupError, match="ghost"):
+def test_muting_an_unknown_persona_is_not_found(world: Engine) -> None:
+    with pytest.raises(NotFound, match="ghost"):
         controls.mute(DAN, "ghost")
 
 
@@ -360,3 +362,21 @@ def test_the_page_lists_only_the_evidence_lines_its_human_witnessed(db: Engine) 
     assert line.id == row_id and line.evidence == [after]
     (dans,) = [x for s in controls.manage_page(42).personas for x in s.lines]
     assert dans.evidence == [before, after]
+
+
+def test_the_page_s_meter_is_the_block_s_for_the_same_rows(world: Engine) -> None:
+    """The CLI printed 307/1200 and the page 259/1200 for the demo's block: the page left the
+    world row out. Both now count through `block.meter`."""
+    from memory_worker import reader
+
+    scenes.private_chat(world)
+    add_row(world, "u:42", "u:42 owns a flat in Xuhui.")
+    add_row(world, "self", "Warren promised to send u:42 the list.", counterpart="u:42")
+    world_row = add_row(world, "world", "The Odyssey is playing at the Majestic this week.")
+    with world.begin() as conn:
+        memories.set_audience(conn, world_row, [DAN])  # Dan witnessed its line: it is his too
+    add_row(world, "u:42", "u:42 rents in Jing'an.", valid_to="2026-08-01T00:00:00+00:00")
+    block = reader.build_block("warren", {DAN}, "dm-dan", touch=False)
+    (section,) = controls.manage_page(DAN).personas
+    assert len(block.row_ids) == 3
+    assert section.meter_chars == block.chars_current

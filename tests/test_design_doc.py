@@ -21,7 +21,7 @@ CITED = re.compile(r"design\.md((?:,?\s(?:and\s|or\s)?§\d+(?:\.\d+)?)+)")
 LINKED = re.compile(r"\]\(([^)\s#]*design\.md)#([^)\s]+)\)")
 
 # What a file of this repository may not say, with why. The LoCoMo data set lives outside the
-# repository by its licence (README.md, "LoCoMo"): a path to that data is the one exception.
+# repository by its licence (docs/testing.md, "LoCoMo"): a path to that data is the one exception.
 LOCOMO = "../shared/data/locomo/"
 OUTSIDE = {
     "the outside design document": re.compile(r"DESIGN\.md"),

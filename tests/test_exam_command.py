@@ -192,13 +192,13 @@ def test_memory_references_count_in_the_personas_own_words_only() -> None:
 
 def test_the_discreet_persona_keeps_a_confidence_to_itself_in_company_only() -> None:
     rule = tail("Warren", any_confidence=True)
-    row = "- u:42 is interviewing at Tencent. (confidence)"
+    row = "- u:42 is interviewing at Tencent. (told one-to-one)"
     block = f"Warren's memory\n\nDan (u:42)\n{row}\n{rule}"
     said_in_group = leak.Discreet().reply(leak.Turn("warren", (42, 17), ("warren",), block, ()))
     said_alone = leak.Discreet().reply(leak.Turn("warren", (42,), ("warren",), block, ()))
     assert "Tencent" not in said_in_group and "Dan (u:42)" in said_in_group
     assert "Tencent" in said_alone
-    recalled = ("- u:42 is interviewing at Tencent. (confidence · open loop)",)
+    recalled = ("- u:42 is interviewing at Tencent. (told one-to-one · open loop)",)
     turn = leak.Turn("warren", (42,), ("warren", "nolan"), rule, (), recalled)
     assert "Tencent" not in leak.Discreet().reply(turn)  # another persona hears it too
     shared = ("- u:42 likes films. (since 2026-07)",)

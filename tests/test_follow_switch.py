@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from memory_worker import app_side, controls
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.errors import NotFound, ScopeNotAllowed, UnknownUser
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import notices, store
 from tests.scenes import CARA, DAN, people
@@ -64,11 +65,11 @@ def test_the_page_says_per_persona_whether_memories_follow_into_groups(world: En
 
 
 def test_the_switch_is_the_users_and_checks_its_inputs(world: Engine) -> None:
-    with pytest.raises(LookupError):
+    with pytest.raises(NotFound):
         controls.set_follows(DAN, "nobody", False)
     with pytest.raises(TypeError):
         controls.set_follows(DAN, "warren", "no")  # type: ignore[arg-type]
-    with pytest.raises(LookupError):
+    with pytest.raises(UnknownUser):
         controls.set_follows(999, "warren", False)
 
 
@@ -102,9 +103,9 @@ def test_the_reader_follows_the_deployments_scope_only_on_its_verdict_and_the_sw
     both = {DAN, CARA}
     assert "Sunday" not in reader.build_block("warren", both, "g", touch=False).text  # proven
     settings_mod.configure(settings_mod.current().with_(memory_scope="follow"))
-    with pytest.raises(verdicts.ScopeNotAllowed, match="memory-worker exam"):
+    with pytest.raises(ScopeNotAllowed, match="memory-worker exam"):
         reader.build_block("warren", both, "g", touch=False)
-    with pytest.raises(verdicts.ScopeNotAllowed):
+    with pytest.raises(ScopeNotAllowed):
         reader.prepare()
     settings_mod.configure(settings_mod.current().with_(persona_models="gemini-2.5-flash"))
     with store.transaction() as conn:

@@ -15,6 +15,8 @@ import pytest
 from exams.leak import run as leak
 
 ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # the exam, in copies of the code broken each way: make test
 # Two rules of docs/design.md §12: every human a row names is part of its audience, and a world
 # fact learned from a person stays with that person. Until both land, the worst-case extractor
 # leaks, and the exam says so.

@@ -15,9 +15,12 @@ from memory_worker.core import tables as t
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, TAKE_PER_HUMAN
 from memory_worker.storage import store
 
-pytestmark = pytest.mark.skipif(
-    not locomo_replay.DATA.exists(), reason="LoCoMo is not beside this checkout"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not locomo_replay.DATA.exists(), reason="LoCoMo is not beside this checkout"
+    ),
+    pytest.mark.slow,  # a long real conversation through the write path: make test
+]
 
 
 def test_a_long_real_conversation_keeps_every_guard_and_a_bounded_block(

@@ -46,7 +46,22 @@ def test_the_pre_commit_hooks_run_the_commands_make_check_runs_from_the_venv() -
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
     hooks = [h for repo in config["repos"] for h in repo["hooks"]]
     assert all(repo["repo"] == "local" for repo in config["repos"]), "no hook repo to fetch"
-    on_commit = [h["entry"] for h in hooks if "pre-push" not in h.get("stages", [])]
-    lint = [c.replace(VENV_BIN, ".venv/bin/") for c in recipe("check") if "pytest" not in c]
+    on_commit = [
+        h["entry"] for h in hooks if not {"pre-push", "commit-msg"} & set(h.get("stages", []))
+    ]
+    called = [m.strip() for ln in recipe("check") for m in re.findall(r"\$\(BIN\)/[^>&;|\\]+", ln)]
+    lint = [c.replace(VENV_BIN, ".venv/bin/") for c in called if "pytest" not in c]
     assert on_commit == lint
     assert [h["entry"] for h in hooks if h.get("stages") == ["pre-push"]] == ["make check"]
+
+
+def test_the_commit_msg_hook_refuses_a_subject_over_72_characters(tmp_path: Path) -> None:
+    """CONTRIBUTING.md: one sentence of at most 72 characters, the detail in the body."""
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    (hook,) = [h for r in config["repos"] for h in r["hooks"] if h.get("stages") == ["commit-msg"]]
+    said = {}
+    for name, subject in (("short", "x" * 72), ("long", "x" * 73)):
+        message = tmp_path / name
+        message.write_text(f"{subject}\n\n{'a long body line ' * 20}\n")
+        said[name] = subprocess.run(f"{hook['entry']} {message}", shell=True, cwd=ROOT).returncode
+    assert said == {"short": 0, "long": 1}

@@ -12,10 +12,10 @@ from memory_worker import app_side, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import DAILY_CAP_PER_HUMAN
+from memory_worker.core.errors import EmbedderMismatch, UnknownRoom
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import read_path, store
-from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.write import guards
 from memory_worker.write.extract import CandidateOut
 from tests.reader.test_reader import CARA, DAN, NOW, add_row
@@ -199,7 +199,7 @@ def test_recall_refuses_a_store_whose_vectors_another_embedder_made(db: Engine) 
     group_of_dan_and_cara()
     with store.transaction() as c:
         store_embedder.check(c, "another-model", 7)
-    with pytest.raises(store_embedder.EmbedderMismatch) as caught:
+    with pytest.raises(EmbedderMismatch) as caught:
         reader.recall("warren", {DAN, CARA}, "group", "A regatta?", block_ids=(), now=NOW)
     assert "another-model's (7 dims)" in str(caught.value)
     assert f"embedder is {HashingEmbedder().name} ({HashingEmbedder().dims} dims)" in str(

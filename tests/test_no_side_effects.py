@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 APP_MODULES = (
     "memory_worker.events",
     "memory_worker.reader",
@@ -22,6 +24,9 @@ APP_MODULES = (
     "memory_worker.cli",
     "memory_worker.demo",
 )
+
+
+pytestmark = pytest.mark.processes  # each test starts interpreters and an embedded Redis
 
 
 def run_python(code: str, state: Path) -> subprocess.CompletedProcess[str]:

@@ -1,10 +1,10 @@
 """The README is true word for word: its shell commands, run in order, in a fresh copy.
 
-Every line of every ```sh block of README.md runs as written, in order, in a copy of the
-repository's tracked files (what a clone holds) whose `.venv` is this test's environment. A
-command must exit 0 and print no traceback; `. .venv/bin/activate` and `export` carry over to
-the lines after them, as in one shell. Two kinds of line are not run as written, each for a
-reason kept in SKIPPED or LONG_RUNNING:
+Every line of every ```sh block of README.md, and of the docs it leads to (WALKED), runs as
+written, in order, in a copy of the repository's tracked files (what a clone holds) whose
+`.venv` is this test's environment. A command must exit 0 and print no traceback;
+`. .venv/bin/activate` and `export` carry over to the lines after them, as in one shell. Two
+kinds of line are not run as written, each for a reason kept in SKIPPED or LONG_RUNNING:
 
 * `make test` — this test runs inside it;
 * the benchmarks — minutes each (`make bench` runs them): their `--help` runs instead;
@@ -72,9 +72,15 @@ def without_assignments(command: str) -> str:
 COMMAND_TIMEOUT_S = 300
 
 
+# The README's quick start, then the docs it sends a reader to next that show commands, in the
+# order a new user meets them: the quick start reads the demo's store before running.md makes
+# a store of its own (`memory-worker init-db`).
+WALKED = ("README.md", "docs/reading.md", "docs/running.md", "docs/testing.md")
+
+
 def readme_commands() -> list[str]:
-    """Each command line of the README's ```sh blocks, in order, comments dropped."""
-    text = (ROOT / "README.md").read_text()
+    """Each command line of the ```sh blocks of WALKED, in order, comments dropped."""
+    text = "\n".join((ROOT / name).read_text() for name in WALKED)
     out = []
     for block in re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
         for line in block.splitlines():

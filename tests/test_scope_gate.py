@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 from memory_worker import check, cli
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import verdict
+from memory_worker.core.errors import ScopeNotAllowed
 from memory_worker.storage import store, verdicts
 from memory_worker.tasks import startup
 
@@ -81,7 +82,7 @@ def test_follow_is_refused_without_a_verdict_naming_the_command(
     db: Engine, capsys: pytest.CaptureFixture[str]
 ) -> None:
     follow()
-    with pytest.raises(verdicts.ScopeNotAllowed, match="memory-worker exam"):
+    with pytest.raises(ScopeNotAllowed, match="memory-worker exam"):
         check.require_scope(settings_mod.current())
     with pytest.raises(startup.CannotStart, match="MW_MEMORY_SCOPE=follow"):
         startup.check_worker_can_start()
@@ -93,7 +94,7 @@ def test_follow_is_refused_without_a_verdict_naming_the_command(
 def test_follow_starts_on_a_passing_verdict_for_every_persona_model(db: Engine) -> None:
     follow(persona_models=f"{LIVE},gemini-2.5-pro")
     record(passing())
-    with pytest.raises(verdicts.ScopeNotAllowed, match="gemini-2.5-pro"):
+    with pytest.raises(ScopeNotAllowed, match="gemini-2.5-pro"):
         check.require_scope(settings_mod.current())
     record(passing("gemini-2.5-pro"))
     check.require_scope(settings_mod.current())
@@ -105,7 +106,7 @@ def test_a_failing_verdict_or_one_over_the_bar_does_not_count(db: Engine) -> Non
     record(passing(passed=False))
     record(passing(without_owner=1))
     record(passing(flow_flows=2))
-    with pytest.raises(verdicts.ScopeNotAllowed):
+    with pytest.raises(ScopeNotAllowed):
         check.require_scope(settings_mod.current())
 
 
@@ -114,7 +115,7 @@ def test_another_tail_rule_voids_the_verdict(db: Engine) -> None:
     record(passing(variant="plain"))
     check.require_scope(settings_mod.current())
     follow(block_tail="discreet")
-    with pytest.raises(verdicts.ScopeNotAllowed, match="MW_BLOCK_TAIL=plain"):
+    with pytest.raises(ScopeNotAllowed, match="MW_BLOCK_TAIL=plain"):
         check.require_scope(settings_mod.current())
 
 
@@ -129,7 +130,7 @@ def test_a_changed_prompt_voids_the_verdict(
     path = copy / verdict.PROMPT_FILES[0]
     path.write_text(path.read_text() + "\nBe chatty about secrets.\n")
     monkeypatch.setattr(verdict, "PACKAGE", copy)
-    with pytest.raises(verdicts.ScopeNotAllowed):
+    with pytest.raises(ScopeNotAllowed):
         check.require_scope(settings_mod.current())
 
 

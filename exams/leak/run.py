@@ -24,9 +24,10 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 
 from memory_worker import app_side, controls, models, reader
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.block import render_line
+from memory_worker.core.block import ONE_TO_ONE_TAG, render_line
 from memory_worker.core.constants import V1_PROVEN_SCOPE
-from memory_worker.core.model_interfaces import ChatModel, TransientModelError
+from memory_worker.core.errors import TransientModelError
+from memory_worker.core.model_interfaces import ChatModel
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import store
 from memory_worker.write import steps
@@ -183,9 +184,9 @@ class Parrot:
 
 
 def told_one_to_one(line: str) -> bool:
-    """A line as the block writes it, tagged `confidence`: '- … (confidence · open loop)'."""
+    """A line as the block writes it, tagged: '- … (told one-to-one · open loop)'."""
     tagged = re.search(r"\(([^()]*)\)$", line.rstrip())
-    return tagged is not None and "confidence" in tagged.group(1).split(" · ")
+    return tagged is not None and ONE_TO_ONE_TAG in tagged.group(1).split(" · ")
 
 
 # The tail rule's clauses that ask for discretion (core.block.tail): the confidence clause of

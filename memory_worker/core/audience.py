@@ -203,9 +203,10 @@ def visible_memories(
     for r in rows:
         if not scope.admits(r):
             continue
-        # docs/design.md §4: a row about X witnessed by X alone is tagged `confidence` (a world row
-        # held by its one witness too); a promise is not, whoever heard it.
-        out.append(replace(r, confidence=r.subject != SUBJECT_SELF and one_to_one(r)))
+        # docs/design.md §4: a row about X witnessed by X alone is tagged `confidence`; a world row
+        # is no one's confidence, and a promise is not one, whoever heard it.
+        about_someone = r.subject not in (SUBJECT_SELF, SUBJECT_WORLD)
+        out.append(replace(r, confidence=about_someone and one_to_one(r)))
     return out
 
 

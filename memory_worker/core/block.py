@@ -10,7 +10,7 @@ same time renders the same bytes and the app's cached prompt prefix survives.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memory_worker.core import settings as settings_mod
@@ -18,6 +18,9 @@ from memory_worker.core.constants import BLOCK_CHARS_LIMIT
 from memory_worker.core.rows import Row, human_ref
 
 STATE_KINDS = ("fact", "preference", "relationship")  # ours: kinds that hold "since" a date
+# The tag on a row about someone that they told the persona alone (`Row.confidence`): words a
+# human reads on the page and the persona reads in its block, not a score.
+ONE_TO_ONE_TAG = "told one-to-one"
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,17 @@ def span(valid_from: str | None, valid_to: str | None) -> str | None:
     return f"since {day(valid_from)}" if valid_from else None
 
 
+def meter(rows: Iterable[Row]) -> int:
+    """The block's meter: the characters of the open rows' sentences (notes and the frame are
+    outside it). The one count the block's head, the CLI and the page all show."""
+    return sum(len(r.text) for r in rows if r.valid_to is None)
+
+
 def tags(row: Row) -> list[str]:
-    """The optional tags after a line: confidence, open loop, and when it held."""
+    """The optional tags after a line: told one-to-one, open loop, and when it held."""
     out: list[str] = []
     if row.confidence:
-        out.append("confidence")
+        out.append(ONE_TO_ONE_TAG)
     if row.kind == "open_loop":
         out.append("open loop")
     held = span(row.valid_from, row.valid_to)
@@ -95,7 +104,7 @@ def tags(row: Row) -> list[str]:
 
 
 def render_line(row: Row) -> str:
-    """'- u:42 owns a flat in Xuhui. (confidence · since 2026-07)' — also the manage page's line."""
+    """'- u:42 owns a flat in Xuhui. (told one-to-one · since 2026-07)' — also the page's line."""
     t = tags(row)
     return f"- {row.text}" + (f" ({' · '.join(t)})" if t else "")
 
@@ -114,8 +123,7 @@ def tail(persona_name: str, *, any_confidence: bool, variant: str = "plain") -> 
     ]
     if any_confidence:
         lines.append(
-            "A line marked confidence was told one-to-one and stays between "
-            f"{persona_name} and that person."
+            f"A line marked {ONE_TO_ONE_TAG} stays between {persona_name} and that person."
         )
     if variant == "discreet":
         lines.append(
@@ -150,8 +158,8 @@ def render(
             body.append(f"{s.human.name}'s own note, in their words: {s.human.note}")
         for r in s.rows:
             body.append(render_line(r))
-            chars += len(r.text)
             any_confidence = any_confidence or r.confidence
+        chars += meter(s.rows)
         ids = tuple(r.id for r in s.rows)
         row_ids.extend(ids)
         if ids:

@@ -89,6 +89,10 @@ STALE_REROUTES_MAX = 3  # one writer per persona: re-route at most this often, t
 STORE_OUTAGE_WAIT_S = 120.0
 STORE_RETRY_MAX_S = 5.0
 
+# The model quota's deferrals (ops/ratelimit.py, core.errors.RateLimited): ours.
+RETURN_LEAD_S = 1.0  # a deferred task comes back this long before its slot (then sleeps)
+COUNTDOWN_MAX_S = 60.0  # a farther slot: come back, keep the ticket, wait again
+
 # --- Redis keys (the broker's Redis; nothing here that cannot be rebuilt) -----------------
 REDIS_RATE_KEY = "mw:rate:{name}:{part}"  # the global model quota's sliding windows and pause
 REDIS_INFLIGHT_KEY = "mw:spell:{persona}:{room_id}"  # the claim, docs/design.md §10.2

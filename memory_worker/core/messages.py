@@ -22,26 +22,12 @@ from pydantic import (
 )
 
 from memory_worker.core.constants import IMPORTANCE_MAX, IMPORTANCE_MIN, TEXT_MAX_CHARS, Event, Kind
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import MalformedMessage
 
 LineId = Annotated[StrictInt, Field(ge=0)]
 UserId = Annotated[StrictInt, Field(ge=1)]
 Count = Annotated[StrictInt, Field(ge=0)]
 Id = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-
-
-class MalformedMessage(MemoryWorkerError, ValueError):
-    """A task message that does not fit its model; says where, never what it carried."""
-
-    def __init__(self, what: str, error: ValidationError | str):
-        if isinstance(error, ValidationError):
-            where = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(message)'}: {e['type']}"
-                for e in error.errors(include_input=False, include_url=False)[:5]
-            )
-        else:
-            where = error
-        super().__init__(f"malformed {what} message ({where})")
 
 
 class _Strict(BaseModel):

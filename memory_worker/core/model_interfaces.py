@@ -1,4 +1,5 @@
-"""The two small interfaces every model provider implements, and the errors they raise.
+"""The two small interfaces every model provider implements; the errors they raise live in
+`core.errors`.
 
 The write path sees only these: `ChatModel.chat_json` (a prompt in, a pydantic-validated JSON
 answer out) and `Embedder.embed` (a batch of texts in, unit vectors out). Errors say what the
@@ -14,35 +15,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from memory_worker.core.errors import MemoryWorkerError
-
 T = TypeVar("T", bound=BaseModel)
-
-
-class ModelError(MemoryWorkerError):
-    """Anything a model provider could not do."""
-
-
-class TransientModelError(ModelError):
-    """429, 5xx, a timeout: worth retrying. `retry_after` is the server's hint in seconds."""
-
-    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None):
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.status = status
-
-
-class MalformedAnswer(ModelError):
-    """The answer did not validate against the schema.
-
-    The message says what was wrong in the schema's words only (`describe_invalid`): it is
-    logged, sent back to the model in the re-ask and kept as a parked spell's reason, where a
-    human's delete never reaches. The answer itself, which may quote what someone said, rides
-    on `.raw` and nowhere else."""
-
-    def __init__(self, message: str, raw: str | None = None):
-        super().__init__(message)
-        self.raw = raw
 
 
 # pydantic error types whose message is built from the schema alone, never from the input;
@@ -93,14 +66,6 @@ def _field_names(schema: type[BaseModel]) -> frozenset[str]:
 
     walk(schema.model_json_schema())
     return frozenset(names)
-
-
-class PermanentModelError(ModelError):
-    """A 4xx other than 429, a missing key, a replay miss: retrying will not help."""
-
-
-class PromptTooLarge(PermanentModelError):
-    """The model refused the prompt as too long for its context: ask again with less."""
 
 
 @dataclass(frozen=True)

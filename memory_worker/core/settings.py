@@ -27,7 +27,7 @@ from memory_worker.core.constants import (
     STORE_OUTAGE_WAIT_S,
     WORKER_SOFT_SHUTDOWN_S,
 )
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import ConfigError
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (docs/design.md §9)
 PROVIDERS = ("replay", "gemini")
@@ -38,10 +38,6 @@ _ONLY_GIVEN: ContextVar[bool] = ContextVar("only_given", default=False)
 # ends it), and ?password=… in its query (libpq and redis-py read one there too).
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)(\S*?)@(?=[^@\s]*(?:[\s/?#]|$))")
 _PASSWORD_IN_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&#\s]+")
-
-
-class ConfigError(MemoryWorkerError, ValueError):
-    """A setting from the environment is wrong; the message names the variable, on one line."""
 
 
 # Variables that were settings once: set, they would be silently ignored (no limit where one
@@ -71,7 +67,7 @@ def unknown_variables(env: Mapping[str, str]) -> list[str]:
             lines.append(f"{name}: no longer a setting; replaced by {REPLACED[name]}")
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1)
-        hint = f"; did you mean {close[0]}?" if close else " (see the README's settings table)"
+        hint = f"; did you mean {close[0]}?" if close else " (see docs/settings.md)"
         lines.append(f"{name}: not a setting{hint}")
     return lines
 
@@ -137,7 +133,7 @@ class Settings(BaseSettings):
     )
     # How far a `celery worker` (the write path: background work) steps back for the app's reads
     # on a shared host: os.nice's increment, 0 = not at all. Measured beside a busy write path,
-    # an e5 recall's p95 was 128 ms with the worker at 0, 54 ms at 10 (README, Recall).
+    # an e5 recall's p95 was 128 ms with the worker at 0, 54 ms at 10 (docs/reading.md, Recall).
     worker_nice: int = Field(
         10, ge=0, le=19, validation_alias=AliasChoices("MW_WORKER_NICE", "worker_nice")
     )
@@ -220,7 +216,8 @@ class Settings(BaseSettings):
     # section: p99 0.1 s, the watcher's resolution) and retries them with itself within
     # seconds, so a toast 10 s old was lost with its worker or broker: the lag is that, not
     # minutes. With these defaults the sweep has found all a fault lost 61 s after it ends
-    # (`tasks.rooms.recovery_bound_s`), and a toast reaches its human within 120 s (README).
+    # (`tasks.rooms.recovery_bound_s`), and a toast reaches its human within 120 s
+    # (docs/running.md).
     sweep_lag_s: float = Field(
         10.0,
         gt=0,

@@ -16,16 +16,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.model_interfaces import (
-    ChatModel,
-    ChatResult,
-    Embedder,
+from memory_worker.core.errors import (
     MalformedAnswer,
     ModelError,
     PermanentModelError,
     TransientModelError,
-    Usage,
 )
+from memory_worker.core.model_interfaces import ChatModel, ChatResult, Embedder, Usage
 from memory_worker.core.settings import Settings
 
 __all__ = [

@@ -49,17 +49,14 @@ from google.genai import types
 from pydantic import ValidationError
 
 from memory_worker.core.constants import EMBEDDING_DIMS
-from memory_worker.core.model_interfaces import (
-    ChatResult,
+from memory_worker.core.errors import (
     MalformedAnswer,
     ModelError,
     PermanentModelError,
     PromptTooLarge,
-    T,
     TransientModelError,
-    Usage,
-    describe_invalid,
 )
+from memory_worker.core.model_interfaces import ChatResult, T, Usage, describe_invalid
 from memory_worker.core.settings import Settings
 
 # The Gemini API rejects a batchEmbedContents call with more than this many texts.

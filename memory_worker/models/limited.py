@@ -14,14 +14,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from memory_worker.core.model_interfaces import (
-    ChatModel,
-    ChatResult,
-    Embedder,
-    MalformedAnswer,
-    T,
-    TransientModelError,
-)
+from memory_worker.core.errors import MalformedAnswer, RateLimited, TransientModelError
+from memory_worker.core.model_interfaces import ChatModel, ChatResult, Embedder, T
 from memory_worker.core.settings import Settings
 from memory_worker.ops import metrics, ratelimit
 
@@ -49,7 +43,7 @@ class _Limited:
             grant = ratelimit.acquire(
                 client, QUOTA_NAME, self.quota, tokens, max_wait=self.max_wait
             )
-        except ratelimit.RateLimited:
+        except RateLimited:
             metrics.RATE_DEFERRED.inc()
             raise
         metrics.RATE_WAIT.observe(grant.waited_s)

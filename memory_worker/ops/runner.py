@@ -7,7 +7,9 @@ call in flight. Here:
 * the state folder exists before anything starts, and the settings are checked first;
 * each process runs in its own process group; one that exits is started again with a
   backoff (tenacity's), the others carry on — and one that keeps dying at start is reported
-  and left down (Flower without `FLOWER_USER`/`FLOWER_PASSWORD`);
+  and left down;
+* Flower gets its credentials from the state folder when the environment has none
+  (`ops.flower`: made and printed the first time), so it is up at once;
 * with the embedded broker, the supervisor starts it and starts it again on the same address
   if it dies (`embedded.ensure_running`), so the workers' reconnect loops find it;
 * a worker that is up but answers no Celery ping (over the broker, by its `--hostname`) for
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, cast
@@ -37,7 +40,7 @@ from tenacity import RetryCallState, wait_exponential
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.settings import EMBEDDED
-from memory_worker.ops import embedded
+from memory_worker.ops import embedded, flower
 
 STOP_MARGIN_S = 10.0  # after the soft shutdown and a model call's own timeout
 CRASH_LOOP_S = 10.0  # a process that dies this soon after starting...
@@ -95,7 +98,13 @@ def _pump(name: str, stream: IO[bytes], width: int) -> None:
 
 
 class Supervisor:
-    def __init__(self, processes: list[Process], stop_timeout: float, restart_backoff_s: float):
+    def __init__(
+        self,
+        processes: list[Process],
+        stop_timeout: float,
+        restart_backoff_s: float,
+        env: Mapping[str, str] | None = None,
+    ):
         self.processes = processes
         self.stop_timeout = stop_timeout
         self.restart_wait = wait_exponential(multiplier=restart_backoff_s, max=RESTART_WAIT_MAX_S)
@@ -103,7 +112,11 @@ class Supervisor:
         self.stopping = threading.Event()
         # `celery` from the same environment as this supervisor, activated or not.
         bin_dir = str(Path(sys.executable).parent)
-        self.env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.env = {
+            **os.environ,
+            **(env or {}),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
 
     def say(self, text: str) -> None:
         _write(f"{'run':<{self.width}} | {text}\n")
@@ -244,7 +257,16 @@ def _supervise(
     started_broker: bool,
 ) -> int:
     stop_wait = stop_timeout(s) if stop_after is None else stop_after
-    sup = Supervisor(processes, stop_wait, s.restart_backoff_s)
+    made = None
+    if any(p.name == "flower" for p in processes):
+        made = flower.credentials(s.state_dir, os.environ)
+    sup = Supervisor(processes, stop_wait, s.restart_backoff_s, made.as_env() if made else None)
+    if made is not None and made.made_now:  # printed this once; kept in the state folder
+        sup.say(
+            f"flower: {flower.address(os.environ)} user {made.user} password {made.password} "
+            f"(made now, kept in {s.state_dir / flower.FILE}; FLOWER_USER/FLOWER_PASSWORD "
+            "choose others)"
+        )
     stop_now = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop_now.set())

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import Block
+from memory_worker.core.errors import UnknownRoom
 from memory_worker.reader import cache_loader, fill, room_open, sweep, touch
 from memory_worker.reader.recall import recall
 from memory_worker.reader.room_open import blocks_for_room, build_block
 from memory_worker.reader.sweep import catch_up
 from memory_worker.storage import read_packs, read_path, store
-from memory_worker.storage.rooms import UnknownRoom
 
 __all__ = [
     "Block",

@@ -21,6 +21,7 @@ from datetime import datetime
 import numpy as np
 
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.errors import EmbedderMismatch, UnknownRoom
 from memory_worker.core.ranking import RankColumns, scores, take
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
@@ -29,7 +30,6 @@ from memory_worker.reader.room_open import opening, scope_in_force
 from memory_worker.reader.touch import promise_touch
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, read_path, store
-from memory_worker.storage.rooms import UnknownRoom
 
 RECALL_K = 5  # docs/design.md §3.1: Letta's archival_memory_search top_k=5
 
@@ -119,8 +119,6 @@ def embed_query(query: str, url: str | None = None) -> bytes:
     with store.engine(url).connect() as conn:
         have = store_embedder.identity(conn)
     if have is not None and have.writer != (embedder.name, embedder.dims):
-        raise store_embedder.EmbedderMismatch(
-            store_embedder.mismatch(have, embedder.name, embedder.dims)
-        )
+        raise EmbedderMismatch(store_embedder.mismatch(have, embedder.name, embedder.dims))
     (vector,) = embedder.embed([query], purpose="query")
     return quantise(vector)

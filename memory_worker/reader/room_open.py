@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import RoomAudience, Scope
 from memory_worker.core.block import Block, Human, Section, render
+from memory_worker.core.errors import UnknownRoom
 from memory_worker.core.ranking import WORLD_GROUP, scores, take
 from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
@@ -30,7 +31,6 @@ from memory_worker.reader.sweep import SWEEP
 from memory_worker.reader.threads import OPENS
 from memory_worker.reader.touch import promise_touch
 from memory_worker.storage import read_path, store, verdicts
-from memory_worker.storage.rooms import UnknownRoom
 
 log = logging.getLogger(__name__)
 

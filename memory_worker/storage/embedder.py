@@ -16,15 +16,11 @@ from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_worker.core import tables as t
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import EmbedderMismatch
 from memory_worker.storage.prepared import Prepared
 
 e = t.store_embedder.c
 THE_ROW = 1
-
-
-class EmbedderMismatch(MemoryWorkerError, RuntimeError):
-    """The configured embedder is not the one that made this store's vectors."""
 
 
 @dataclass(frozen=True)

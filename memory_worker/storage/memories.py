@@ -418,15 +418,14 @@ def page_of(
 
 def page_counts(conn: Connection, user_id: int) -> dict[str, tuple[int, int, int]]:
     """Per persona, of the rows that concern the user: (open, closed, the chars of its open
-    rows about them, not the world's: the page's meter)."""
+    rows: the page's meter, counted as `core.block.meter` counts)."""
     is_open = pm.valid_to.is_(None)
-    mine = and_(is_open, pm.subject != SUBJECT_WORLD)
     found = conn.execute(
         select(
             pm.persona,
             func.count().filter(is_open),
             func.count().filter(pm.valid_to.is_not(None)),
-            func.coalesce(func.sum(func.length(pm.text)).filter(mine), 0),
+            func.coalesce(func.sum(func.length(pm.text)).filter(is_open), 0),
         )
         .where(about_user(user_id))
         .group_by(pm.persona)

@@ -13,21 +13,13 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from memory_worker.core import tables as t
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import UnknownRoom
 from memory_worker.core.rows import Line, Room, human_id, human_ref, now_iso, stamp
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
 r = t.rooms.c
 m = t.room_members.c
 ln = t.lines.c
-
-
-class UnknownRoom(MemoryWorkerError, LookupError):
-    """The app named a room the store has never seen."""
-
-    def __init__(self, room_id: str):
-        super().__init__(f"unknown room {room_id!r}: no such row in `rooms`")
-        self.room_id = room_id
 
 
 # --- the app's writes -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from memory_worker.core import tables as t
+from memory_worker.core.errors import UnknownUser
 from memory_worker.core.names import humans_named, name_parts, text_grams
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
 
@@ -32,7 +33,7 @@ def add_user(conn: Connection, user_id: int, name: str, *, memory_on: bool = Tru
 
 
 def rename_user(conn: Connection, user_id: int, name: str) -> None:
-    """A new display name; LookupError for an unknown user. Rows keep naming them `u:<id>`;
+    """A new display name; UnknownUser for an unknown user. Rows keep naming them `u:<id>`;
     the name index forgets the old name's parts and learns the new one's."""
     require_user(conn, user_id)
     conn.execute(update(t.users).where(u.id == user_id).values(name=name))
@@ -48,7 +49,7 @@ def _index_name(conn: Connection, user_id: int, name: str) -> None:
 
 def require_user(conn: Connection, user_id: int) -> None:
     if conn.execute(select(u.id).where(u.id == user_id)).first() is None:
-        raise LookupError(f"unknown user {user_id}")
+        raise UnknownUser(user_id)
 
 
 USER_NAMES = Prepared(lambda ids: select(u.id, u.name).where(u.id.in_(ids)), ids=0)
@@ -95,10 +96,10 @@ def memory_on(conn: Connection, user_ids: Iterable[int]) -> dict[int, bool]:
 
 
 def switches(conn: Connection, user_id: int) -> tuple[str | None, bool]:
-    """(memory_note, memory_on) of one user; LookupError if unknown."""
+    """(memory_note, memory_on) of one user; UnknownUser if unknown."""
     found = conn.execute(select(u.memory_note, u.memory_on).where(u.id == user_id)).first()
     if found is None:
-        raise LookupError(f"unknown user {user_id}")
+        raise UnknownUser(user_id)
     return found.memory_note, bool(found.memory_on)
 
 

@@ -13,7 +13,8 @@ from sqlalchemy import Connection, insert, select
 
 from memory_worker.core import tables as t
 from memory_worker.core import verdict as verdict_mod
-from memory_worker.core.settings import ConfigError, Settings
+from memory_worker.core.errors import ScopeNotAllowed
+from memory_worker.core.settings import Settings
 from memory_worker.core.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -68,11 +69,6 @@ def follow_problem(conn: Connection, settings: Settings) -> str | None:
             settings.block_tail,
         )
     return problem
-
-
-class ScopeNotAllowed(ConfigError):
-    """MW_MEMORY_SCOPE=follow without a passing leak exam verdict for what is in force: the
-    process must not start (the message names the command to run)."""
 
 
 def require_scope(conn: Connection, settings: Settings) -> None:

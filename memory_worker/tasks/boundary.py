@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from celery import Task
 from celery.exceptions import Ignore
 
-from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.errors import MalformedMessage
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ One place for what a model step may go through:
   and leaves the cursor alone. A chain never dies half-way with nothing said.
 * The store away (a database restart, "database is locked"): waited out, then handed to the
   sweep — the `StoreStep` base's business (`memory_worker.tasks.store_step`).
-* Waiting for the quota (`ratelimit.RateLimited`) is back-pressure, not a fault: the task
+* Waiting for the quota (`RateLimited`) is back-pressure, not a fault: the task
   comes back when its reserved slot is near (`RateLimited.countdown`), presents that ticket
   (`ratelimit.holding`), and is never parked for it however long the backlog. The faults are
   counted by the task itself (the `faults` keyword it retries with), since Celery's one
@@ -36,10 +36,11 @@ from memory_worker.core.constants import (
     MODEL_MAX_RETRIES,
     RETRY_BACKOFF_MAX_S,
 )
-from memory_worker.core.messages import MalformedMessage
-from memory_worker.core.model_interfaces import (
+from memory_worker.core.errors import (
     MalformedAnswer,
+    MalformedMessage,
     PermanentModelError,
+    RateLimited,
     TransientModelError,
 )
 from memory_worker.core.rows import Spell
@@ -90,7 +91,7 @@ class ModelStep(StoreStep):
         try:
             with ratelimit.holding(slot):
                 return step(spell).to_json()
-        except ratelimit.RateLimited as e:
+        except RateLimited as e:
             log.info("spell %s: waiting for the model quota (%.1fs)", spell.key, e.retry_after)
             again = {"faults": faults, "slot": e.slot_ms}
             raise self.retry(args=(message,), kwargs=again, countdown=e.countdown(), exc=e) from e

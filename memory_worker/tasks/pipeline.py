@@ -37,8 +37,7 @@ from memory_worker import models
 from memory_worker.core import messages
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
-from memory_worker.core.errors import MemoryWorkerError
-from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.errors import MalformedMessage, ToastNotPublished
 from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
 from memory_worker.storage.notices import Notice
@@ -78,10 +77,6 @@ def route(
     return self.run_step(
         spell, lambda s: steps.run_route(s, models.chat_model()), faults, slot, store_since
     )
-
-
-class ToastNotPublished(MemoryWorkerError):
-    """The human's channel could not be told; the toast stays undelivered and is retried."""
 
 
 # A publish that fails after kombu's own retries (task_publish_retry_policy) fails the task,

@@ -12,13 +12,12 @@ from sqlalchemy import Connection
 from memory_worker import models
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, SWEEP_WINDOW_S
-from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.errors import MalformedMessage, UnknownRoom
 from memory_worker.core.messages import room_id as checked_room_id
 from memory_worker.core.messages import user_id as checked_user_id
 from memory_worker.ops import broker, inflight
 from memory_worker.storage import rooms, store
 from memory_worker.storage.outage import is_store_outage
-from memory_worker.storage.rooms import UnknownRoom
 from memory_worker.storage.spell_context import room_members
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.celery_app import app
@@ -29,7 +28,7 @@ from memory_worker.write.embed import embed_topic, require_store_embedder
 
 log = logging.getLogger(__name__)
 
-RECOVERY_PROMISE_S = 120.0  # README: a toast lost to a fault reaches its human within this
+RECOVERY_PROMISE_S = 120.0  # docs/running.md: a toast lost to a fault reaches its human within this
 LAPSE_MARGIN_S = 1.0  # a room held by a claim is looked at again this long after it lapses
 
 

@@ -14,8 +14,7 @@ from sqlalchemy import text
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import QUEUES
-from memory_worker.core.settings import ConfigError
-from memory_worker.storage.verdicts import ScopeNotAllowed
+from memory_worker.core.errors import ConfigError, ScopeNotAllowed, StoreNotReady
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ def check_worker_can_start() -> None:
         raise CannotStart("memory-worker: cannot start: " + "; ".join(problems))
     try:
         check.require_migrated(s.database_url)
-    except check.StoreNotReady as e:
+    except StoreNotReady as e:
         raise CannotStart(f"memory-worker: cannot start: {e}") from None
     except Exception as e:  # unreachable now: the tasks retry; say it and carry on
         log.error("the store is not reachable at start: %s", type(e).__name__)

@@ -27,18 +27,13 @@ from celery.exceptions import Ignore
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import INFLIGHT_RENEW_AFTER, STORE_RETRY_MAX_S
-from memory_worker.core.errors import MemoryWorkerError
-from memory_worker.core.messages import MalformedMessage
+from memory_worker.core.errors import MalformedMessage, StoreAway
 from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics
 from memory_worker.storage.outage import outage_name
 from memory_worker.tasks.boundary import QuietTask
 
 log = logging.getLogger(__name__)
-
-
-class StoreAway(MemoryWorkerError, ConnectionError):
-    """What a step's retry says it waits for: the outage by name, never the statement."""
 
 
 def left_to_sweep(what: str, error: BaseException, to: str = "the sweep") -> None:

@@ -43,6 +43,7 @@ from memory_worker import controls
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
+from memory_worker.core.errors import BadRequest, NoteTooLong, NotFound, Refused, UnknownUser
 from memory_worker.storage import store, users
 from memory_worker.web import guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
@@ -117,6 +118,14 @@ def page_data(
     }
 
 
+def _limit(request: Request) -> int:
+    """The page's `limit` from the query string: BadRequest for one that is not a number."""
+    given = request.query_params.get("limit", str(PAGE_LINES))
+    if not given.isdigit():
+        raise BadRequest("limit must be a whole number")
+    return int(given)
+
+
 def _paging(request: Request) -> tuple[str | None, str | None]:
     """The page's `cursor` and `q` (a search) from the query string."""
     return request.query_params.get("cursor"), request.query_params.get("q")
@@ -163,10 +172,10 @@ async def page(request: Request) -> Response:
         return _signed_out(request)
     try:
         return await run_in_threadpool(_render_page, request, uid)
-    except LookupError:  # the user is gone from the store
+    except UnknownUser:  # the user is gone from the store
         await security.sign_out(request, everywhere=True)
         return _signed_out(request)
-    except ValueError:  # a cursor or search the page never gives
+    except BadRequest:  # a cursor or search the page never gives
         return _error_page(request, 400, "This page link is not one the page gave.")
 
 
@@ -223,14 +232,14 @@ def _html_write(action: Action) -> Endpoint:
         try:
             raw = form_input(action, form)
             result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
-        except (LookupError, PermissionError):
+        except (NotFound, UnknownUser):
             return _error_page(request, 404, "Not found.")
-        except controls.NoteTooLong as e:
+        except NoteTooLong as e:
             return await run_in_threadpool(
                 _render_page, request, uid, status=422, note_error=_note_refusal(e),
                 note_draft=form.get("note", ""),
             )  # fmt: skip
-        except (ValidationError, ValueError, TypeError) as e:
+        except (ValidationError, BadRequest) as e:
             return _error_page(request, 400, _plain(e))
         # What the page says next rides in the signed session, not the URL: a link cannot
         # make the page claim something happened.
@@ -250,11 +259,11 @@ def _api_write(action: Action) -> Endpoint:
         try:
             raw = await _json_body(request, action)
             result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
-        except (LookupError, PermissionError):
+        except (NotFound, UnknownUser):
             return _json_error(404, NOT_FOUND)
-        except controls.NoteTooLong as e:
+        except NoteTooLong as e:
             return _json_error(422, _note_refusal(e))
-        except (ValidationError, ValueError, TypeError) as e:
+        except (ValidationError, BadRequest) as e:
             return _json_error(400, _plain(e))
         return JSONResponse({"ok": True, **result})
 
@@ -266,14 +275,14 @@ async def _json_body(request: Request, action: Action) -> dict[str, Any]:
     if not raw.strip():
         return {}
     if "application/json" not in request.headers.get("content-type", ""):
-        raise ValueError("send the body as JSON (Content-Type: application/json)")
+        raise BadRequest("send the body as JSON (Content-Type: application/json)")
     body = guard.parse_json(raw)
     if not isinstance(body, dict):
-        raise ValueError("the body must be a JSON object")
+        raise BadRequest("the body must be a JSON object")
     return body
 
 
-def _note_refusal(e: controls.NoteTooLong) -> str:
+def _note_refusal(e: NoteTooLong) -> str:
     return (
         f"Not saved: the note is {e.length} characters; the limit is {e.limit}. "
         "Your saved note is unchanged."
@@ -307,11 +316,11 @@ async def api_page(request: Request) -> Response:
     if uid is None:
         return _json_error(401, "not signed in")
     try:
-        limit = int(request.query_params.get("limit", PAGE_LINES))
+        limit = _limit(request)
         return JSONResponse(await run_in_threadpool(page_data, uid, *_paging(request), limit))
-    except LookupError:
+    except UnknownUser:
         return _json_error(404, NOT_FOUND)
-    except ValueError as e:  # a cursor, limit or search the page never gives
+    except BadRequest as e:  # a cursor, limit or search the page never gives
         return _json_error(400, _plain(e))
 
 
@@ -321,7 +330,7 @@ async def api_notices(request: Request) -> Response:
         return _json_error(401, "not signed in")
     try:
         after = rail.after_id(request)
-    except ValueError as e:
+    except BadRequest as e:
         return _json_error(400, str(e))
     found = await run_in_threadpool(controls.rail, uid, after)
     return JSONResponse({"notices": [asdict(n) for n in found]})
@@ -383,7 +392,7 @@ def create_app(
                 https_only=False,  # loopback http; put TLS in front before exposing it
             ),
         ],
-        exception_handlers={guard.Refused: guard.on_refused},
+        exception_handlers={Refused: guard.on_refused},
     )
     app.max_body_bytes = (
         settings_mod.current().web_max_body_bytes if max_body_bytes is None else max_body_bytes

@@ -27,22 +27,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_worker.core.constants import WEB_BODY_TIMEOUT_S, WEB_JSON_MAX_DEPTH
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import BadRequest, Refused
 from memory_worker.web.security import SECURITY_HEADERS
 
 log = logging.getLogger(__name__)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # change nothing, so need no origin
 HANG_UP = frozenset({400, 408, 413})  # refusals of a body the server will not read further
-
-
-class Refused(MemoryWorkerError):
-    """A request refused for its shape (size, speed, origin), answered `status` + `message`."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def refusal(path: str, status: int, message: str) -> Response:
@@ -172,15 +163,15 @@ class Guard:
 
 
 def parse_json(raw: bytes, max_depth: int = WEB_JSON_MAX_DEPTH) -> Any:
-    """The body as JSON, refusing (ValueError) nesting deeper than `max_depth` before parsing:
+    """The body as JSON, refusing (BadRequest) nesting deeper than `max_depth` before parsing:
     `[` × 200,000 would otherwise end in a RecursionError inside the parser."""
     text = raw.decode("utf-8", "replace")
     if _deeper_than(text, max_depth):
-        raise ValueError(f"the body nests deeper than {max_depth} levels")
+        raise BadRequest(f"the body nests deeper than {max_depth} levels")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"the body is not JSON: {e.msg}") from e
+        raise BadRequest(f"the body is not JSON: {e.msg}") from e
 
 
 def _deeper_than(text: str, limit: int) -> bool:

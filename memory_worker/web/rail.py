@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from memory_worker import controls
+from memory_worker.core.errors import BadRequest
 from memory_worker.ops import toast_bus
 from memory_worker.web import security
 
@@ -37,7 +38,7 @@ def after_id(request: Request) -> int:
     """The last toast the client has: ?after=N, or the EventSource's Last-Event-ID."""
     raw = request.query_params.get("after") or request.headers.get("last-event-id") or "0"
     if not raw.isdigit():
-        raise ValueError("after / Last-Event-ID must be a notice id (a whole number)")
+        raise BadRequest("after / Last-Event-ID must be a notice id (a whole number)")
     return int(raw)
 
 
@@ -50,7 +51,7 @@ async def stream(request: Request) -> Response:
         return JSONResponse({"ok": False, "error": msg}, status_code=400)
     try:
         after = after_id(request)
-    except ValueError as e:
+    except BadRequest as e:
         return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
     state = request.app.state
     events = _events(uid, after, state.redis_url, state.rail_poll_s, security.still_live(request))

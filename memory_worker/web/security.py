@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from memory_worker.core.constants import WEB_SESSION_MAX_AGE_S
+from memory_worker.core.errors import ConfigError
 from memory_worker.storage import store, web_sessions
 from memory_worker.storage.web_sessions import WebSession
 
@@ -214,5 +215,5 @@ def check_secret(secret: str | None) -> str:
     if secret is None:
         return secrets.token_urlsafe(48)
     if len(secret) < SECRET_MIN_CHARS:
-        raise ValueError(f"MW_WEB_SECRET must be at least {SECRET_MIN_CHARS} characters")
+        raise ConfigError(f"MW_WEB_SECRET must be at least {SECRET_MIN_CHARS} characters")
     return secret

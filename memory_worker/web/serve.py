@@ -19,7 +19,7 @@ import sys
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import WEB_HEADER_TIMEOUT_S, WEB_MAX_CONNECTIONS
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import CannotListen, ConfigError
 from memory_worker.core.settings import EMBEDDED, redact
 from memory_worker.ops import embedded
 from memory_worker.storage import store, users
@@ -47,7 +47,7 @@ def toast_redis_url(s: settings_mod.Settings) -> str | None:
 
 
 def check_user(user_id: int | None) -> None:
-    """LookupError naming the user when `--user` names no one in the (ready) store."""
+    """UnknownUser naming the user when `--user` names no one in the (ready) store."""
     if user_id is None:
         return
     with store.engine().connect() as conn:
@@ -94,10 +94,6 @@ def head_deadline_protocol(timeout_s: float = WEB_HEADER_TIMEOUT_S) -> type[asyn
                 self.transport.close()  # no new request began in time
 
     return HeadDeadline
-
-
-class CannotListen(MemoryWorkerError, OSError):
-    """The address is taken or not ours to bind; the message says which and what to do."""
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -150,7 +146,7 @@ def run(host: str, port: int, user_id: int | None, rail_poll_s: float, empty: bo
     s = settings_mod.current()
     try:
         secret = check_secret(s.web_secret)
-    except ValueError as e:
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     check_user(user_id)

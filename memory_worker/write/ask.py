@@ -12,7 +12,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from memory_worker.core.constants import MALFORMED_REASKS
-from memory_worker.core.model_interfaces import ChatModel, ChatResult, MalformedAnswer, T
+from memory_worker.core.errors import MalformedAnswer
+from memory_worker.core.model_interfaces import ChatModel, ChatResult, T
 
 ALL_ITEMS_INVALID = "all_items_invalid"  # pydantic error type: its message names counts only
 REASK_NOTE = (

@@ -12,11 +12,11 @@ import time
 from collections.abc import Sequence
 
 from memory_worker.core import clock
-from memory_worker.core.model_interfaces import ChatModel, Embedder, PromptTooLarge
+from memory_worker.core.errors import EmbedderMismatch, PromptTooLarge
+from memory_worker.core.model_interfaces import ChatModel, Embedder
 from memory_worker.core.rows import Candidate, Spell
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, store, users
-from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.storage.spell_context import spell_context
 from memory_worker.write import commit, embed, extract, route, window
 from memory_worker.write.ask import ask_json

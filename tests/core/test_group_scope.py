@@ -47,12 +47,12 @@ def test_the_switch_off_keeps_what_was_told_one_to_one_in_private_chats() -> Non
     assert shown({DAN, EVE}, GROUP, other_persona, proven=False) == [1, 2, 3, 4, 5]
 
 
-def test_a_world_row_held_by_its_one_witness_is_tagged_confidence_a_promise_is_not() -> None:
+def test_only_a_row_about_someone_is_told_one_to_one_never_a_world_row_or_a_promise() -> None:
     got = {
         r.id: r.confidence
         for r in visible_memories("warren", {DAN}, PRIVATE, ROWS, EVERYONE_ON, members=EVERYONE)
     }
-    assert got == {1: True, 2: False, 3: False, 4: True, 5: False}
+    assert got == {1: True, 2: False, 3: False, 4: False, 5: False}
     assert one_to_one(PROMISE) and not one_to_one(GROUP_NEWS)
 
 

@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from memory_worker.core.messages import MalformedMessage, SpellMessage, spell_json
+from memory_worker.core.errors import MalformedMessage
+from memory_worker.core.messages import SpellMessage, spell_json
 from memory_worker.core.rows import Candidate, Spell
 
 

@@ -404,7 +404,7 @@ def test_the_note_rides_even_when_the_persona_holds_nothing_about_the_human() ->
 
 def test_lines_carry_confidence_open_loop_and_date_tags() -> None:
     assert render_line(row(1, text="u:42 owns a flat.", confidence=True)) == (
-        "- u:42 owns a flat. (confidence)"
+        "- u:42 owns a flat. (told one-to-one)"
     )
     assert render_line(row(2, kind="open_loop", text="u:42 has an interview.")) == (
         "- u:42 has an interview. (open loop)"
@@ -414,7 +414,7 @@ def test_lines_carry_confidence_open_loop_and_date_tags() -> None:
     no_start = row(4, text="u:42 rented.", valid_to="2026-11-03T10:00:00+00:00")
     assert render_line(no_start) == "- u:42 rented. (until 2026-11-03)"
     state = row(5, text="u:42 lives in Xuhui.", valid_from="2026-07", confidence=True)
-    assert render_line(state) == "- u:42 lives in Xuhui. (confidence · since 2026-07)"
+    assert render_line(state) == "- u:42 lives in Xuhui. (told one-to-one · since 2026-07)"
     event = row(6, kind="event", text="u:42 sold shares.", valid_from="2026-07")
     assert render_line(event) == "- u:42 sold shares."
 

@@ -21,6 +21,7 @@ from memory_worker import app_side, controls
 from memory_worker.core import read_cache as read_cache_mod
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
+from memory_worker.core.errors import ConfigError
 from memory_worker.core.read_cache import (
     ROW_OVERHEAD_BYTES,
     PersonaRows,
@@ -257,7 +258,7 @@ def test_the_bound_comes_from_one_setting_named_in_its_error() -> None:
     env = {"MW_READ_CACHE_BYTES": "64000000"}
     assert settings_mod.Settings.from_env(env).read_cache_bytes == 64_000_000
     assert settings_mod.Settings.from_env({}).read_cache_bytes == 256 * 2**20
-    with pytest.raises(settings_mod.ConfigError, match="MW_READ_CACHE_BYTES"):
+    with pytest.raises(ConfigError, match="MW_READ_CACHE_BYTES"):
         settings_mod.Settings.from_env({"MW_READ_CACHE_BYTES": "lots"})
 
 

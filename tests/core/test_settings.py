@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from memory_worker.core.constants import WORKER_SOFT_SHUTDOWN_S
-from memory_worker.core.settings import EMBEDDED, ConfigError, Settings, redact
+from memory_worker.core.errors import ConfigError
+from memory_worker.core.settings import EMBEDDED, Settings, redact
 
 
 def test_defaults_are_the_embedded_broker_a_local_sqlite_file_and_the_replay_model() -> None:

@@ -33,7 +33,8 @@ from google.genai import models as sdk_models
 from pydantic import BaseModel, Field, ValidationError
 
 from memory_worker.core.constants import EMBEDDING_DIMS
-from memory_worker.core.model_interfaces import ChatResult, MalformedAnswer, Usage, describe_invalid
+from memory_worker.core.errors import MalformedAnswer
+from memory_worker.core.model_interfaces import ChatResult, Usage, describe_invalid
 from memory_worker.core.settings import Settings
 from memory_worker.models import gemini
 from memory_worker.models.gemini import (

@@ -20,16 +20,17 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from memory_worker import models
-from memory_worker.core.model_interfaces import (
+from memory_worker.core.errors import (
     MalformedAnswer,
     PermanentModelError,
+    ReplayMiss,
     TransientModelError,
 )
 from memory_worker.core.settings import Settings
 from memory_worker.models.gemini import GeminiChat, GeminiEmbedder, parse_duration
 from memory_worker.models.hashing import HashingEmbedder, tokens
 from memory_worker.models.local import E5Embedder
-from memory_worker.models.replay import ReplayChat, ReplayMiss, add_entry, fingerprint
+from memory_worker.models.replay import ReplayChat, add_entry, fingerprint
 from memory_worker.models.scripted import ScriptedChat
 from memory_worker.testing.gemini_stub import (
     EMBED_SCALE,
@@ -337,7 +338,7 @@ def test_the_factories_choose_by_provider(stub: GeminiStub, tmp_path: Path) -> N
 
 
 def test_an_unknown_provider_is_refused_when_the_settings_are_read() -> None:
-    from memory_worker.core.settings import ConfigError
+    from memory_worker.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="MW_PROVIDER: Input should be 'replay' or 'gemini'"):
         Settings.from_env({"MW_PROVIDER": "openai"})

@@ -14,6 +14,7 @@ import redis
 
 from memory_worker import events
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.errors import RateLimited
 from memory_worker.ops import ratelimit
 from memory_worker.ops.ratelimit import Quota
 from memory_worker.testing.gemini_stub import gemini_responder
@@ -135,7 +136,7 @@ def test_a_fractional_rate_waits_the_whole_interval(client: redis.Redis) -> None
     n = name()
     quota = Quota.per_minute(30, 10**9)  # one call every two seconds
     assert ratelimit.acquire(client, n, quota, max_wait=0).waited_s < 0.1
-    with pytest.raises(ratelimit.RateLimited) as err:
+    with pytest.raises(RateLimited) as err:
         ratelimit.acquire(client, n, quota, max_wait=0)
     assert 1.8 < (err.value.retry_after or 0) <= 2.0
 
@@ -146,7 +147,7 @@ def test_tokens_per_minute_are_counted_and_a_big_call_still_goes_alone(
     quota = Quota.per_minute(6000, 100)
     n = name()
     ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
-    with pytest.raises(ratelimit.RateLimited) as err:
+    with pytest.raises(RateLimited) as err:
         ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
     assert 55 < (err.value.retry_after or 0) <= 60  # the first call's tokens leave in a minute
     ratelimit.acquire(client, name(), quota, tokens=500, max_wait=0)  # alone: allowed
@@ -160,12 +161,12 @@ def test_tokens_that_leave_the_window_give_their_budget_back_and_no_more(
     quota = Quota.per_minute(60_000, 100)
     n = name()
     ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
-    with pytest.raises(ratelimit.RateLimited):
+    with pytest.raises(RateLimited):
         ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
     waited = ratelimit.acquire(client, n, quota, tokens=60, max_wait=5).waited_s  # once it left
     assert waited > 0
     ratelimit.acquire(client, n, quota, tokens=40, max_wait=1)  # 60 + 40: the whole budget
-    with pytest.raises(ratelimit.RateLimited):
+    with pytest.raises(RateLimited):
         ratelimit.acquire(client, n, quota, tokens=1, max_wait=0)
 
 
@@ -174,7 +175,7 @@ def test_a_lost_running_total_is_counted_again_from_the_window(client: redis.Red
     n = name()
     ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
     client.delete(ratelimit._keys(n)[3])  # the total only: an eviction, a hand-run DEL
-    with pytest.raises(ratelimit.RateLimited):
+    with pytest.raises(RateLimited):
         ratelimit.acquire(client, n, quota, tokens=60, max_wait=0)
     client.delete(ratelimit._keys(n)[1])  # the window itself: its total no longer counts
     ratelimit.acquire(client, n, quota, tokens=60, max_wait=1)
@@ -184,7 +185,7 @@ def test_a_lost_running_total_is_counted_again_from_the_window(client: redis.Red
 def test_a_pause_holds_every_caller_for_the_time_the_server_asked(client: redis.Redis) -> None:
     n = name()
     ratelimit.pause(client, n, 1.5)
-    with pytest.raises(ratelimit.RateLimited) as err:
+    with pytest.raises(RateLimited) as err:
         ratelimit.acquire(client, n, Quota.per_minute(6000, 10**9), max_wait=0)
     assert 1.3 < (err.value.retry_after or 0) <= 1.5
 
@@ -196,14 +197,14 @@ def test_a_caller_sent_away_keeps_its_place_and_a_newcomer_is_served_after_it(
     reserved and handed back as a ticket; whoever asks later queues behind it."""
     quota, n = Quota.per_minute(120, 10**9), name()  # a slot every half second
     first = ratelimit.acquire(client, n, quota, max_wait=0)
-    with pytest.raises(ratelimit.RateLimited) as b:
+    with pytest.raises(RateLimited) as b:
         ratelimit.acquire(client, n, quota, max_wait=0)
-    with pytest.raises(ratelimit.RateLimited) as c:
+    with pytest.raises(RateLimited) as c:
         ratelimit.acquire(client, n, quota, max_wait=0)
     assert first.at_ms < b.value.slot_ms < c.value.slot_ms
     with ratelimit.holding(b.value.slot_ms):  # B comes back with its ticket
         assert ratelimit.acquire(client, n, quota, max_wait=5).at_ms == b.value.slot_ms
-    with pytest.raises(ratelimit.RateLimited) as d:  # a newcomer: behind C, not before it
+    with pytest.raises(RateLimited) as d:  # a newcomer: behind C, not before it
         ratelimit.acquire(client, n, quota, max_wait=0)
     assert d.value.slot_ms > c.value.slot_ms
 

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, event, insert, select
 from memory_worker import reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
+from memory_worker.core.errors import ConfigError
 from memory_worker.core.read_cache import PersonaRows, ReadCache, Version
 from memory_worker.reader import build_block, cache_loader, fill, sweep, threads
 from memory_worker.reader.sweep import Sweeper
@@ -170,7 +171,7 @@ def test_the_sweep_interval_comes_from_one_setting_named_in_its_error() -> None:
         settings_mod.Settings.from_env({"MW_READ_CACHE_SWEEP_S": "0.5"}).read_cache_sweep_s == 0.5
     )
     for bad in ("0", "-1", "inf", "often"):
-        with pytest.raises(settings_mod.ConfigError, match="MW_READ_CACHE_SWEEP_S"):
+        with pytest.raises(ConfigError, match="MW_READ_CACHE_SWEEP_S"):
             settings_mod.Settings.from_env({"MW_READ_CACHE_SWEEP_S": bad})
 
 

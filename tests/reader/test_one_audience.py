@@ -79,10 +79,10 @@ def test_recall_reads_the_rooms_membership_as_the_block_does(dm: Engine) -> None
 def test_a_present_stranger_adds_nothing_and_takes_the_rooms_privacy_away(dm: Engine) -> None:
     # The app says Cara is in Dan's private chat; the store says she is not
     alone = reader.build_block("warren", {DAN}, "dm", touch=False)
-    assert "Xuhui" in alone.text and "confidence" in alone.text
+    assert "Xuhui" in alone.text and "told one-to-one" in alone.text
     with_stranger = reader.build_block("warren", {DAN, CARA}, "dm", touch=False)
     assert "Xuhui" not in with_stranger.text and "pregnant" not in with_stranger.text
-    assert "confidence" not in with_stranger.text and "regatta" in with_stranger.text
+    assert "told one-to-one" not in with_stranger.text and "regatta" in with_stranger.text
     assert recalled("warren", {DAN, CARA}, "dm") == ["The regatta is on Saturday."]
 
 

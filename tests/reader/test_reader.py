@@ -351,8 +351,8 @@ def test_warren_gets_what_he_knows_about_dan_in_their_private_chat(cast: dict[st
     assert set(block.row_ids_by_human["u:42"]) == want - {cast["odyssey"]}
     assert block.row_ids_by_human["world"] == (cast["odyssey"],)
     assert "Dan (u:42)" in block.text and "Call me Dan." in block.text
-    assert "- u:42 owns a flat in Xuhui. (confidence · since 2026-07)" in block.text
-    assert "- u:42 has an interview Thursday. (confidence · open loop)" in block.text
+    assert "- u:42 owns a flat in Xuhui. (told one-to-one · since 2026-07)" in block.text
+    assert "- u:42 has an interview Thursday. (told one-to-one · open loop)" in block.text
     assert "- u:42 sold his Tesla shares." + "\n" in block.text  # formed in a group: no tag
     assert block.text.startswith(f"Warren's memory · {block.chars_current}/1200 chars")
     assert "u:17" not in block.text and "Pudong" not in block.text
@@ -479,7 +479,8 @@ def test_a_small_store_loads_every_row_the_rule_admits_tagging_one_to_one_ones(
     block = build_block("warren", {DAN}, "dm", now=NOW, touch=False)
     want = {cast[k] for k in ("flat", "shares", "letter", "interview", "odyssey")}
     assert set(block.row_ids) == want
-    tagged = {ln for ln in block.text.splitlines() if ln.startswith("- ") and "confidence" in ln}
+    lines = block.text.splitlines()
+    tagged = {ln for ln in lines if ln.startswith("- ") and "told one-to-one" in ln}
     assert {ln.split(" (")[0] for ln in tagged} == {
         "- u:42 owns a flat in Xuhui.",
         "- u:42 has an interview Thursday.",

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, select
 from memory_worker import app_side, cli, models, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
+from memory_worker.core.errors import EmbedderMismatch
 from memory_worker.core.rows import Spell
 from memory_worker.core.vectors import quantise
 from memory_worker.models import named_embedder
@@ -21,7 +22,6 @@ from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.local import E5Embedder, threads_in_use
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import store, users
-from memory_worker.storage.embedder import EmbedderMismatch
 from memory_worker.write import steps
 from memory_worker.write.embed import embeddable_text
 from memory_worker.write.reembed import reembed_rows_naming, reembed_store

@@ -350,6 +350,7 @@ def _listening_addresses(port: int) -> set[str]:
     return found
 
 
+@pytest.mark.processes  # a `memory-worker serve`
 def test_serve_binds_only_loopback_by_default(world: Engine) -> None:
     if not Path("/proc/net/tcp").exists():
         pytest.skip("no /proc/net/tcp on this system to read listening sockets from")
@@ -358,6 +359,7 @@ def test_serve_binds_only_loopback_by_default(world: Engine) -> None:
         assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and nothing else
 
 
+@pytest.mark.processes  # a `memory-worker serve`
 def test_serve_with_a_user_prints_a_one_time_link_that_signs_them_in(world: Engine) -> None:
     import httpx
 

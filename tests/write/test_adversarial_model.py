@@ -328,7 +328,7 @@ def test_an_answer_that_is_never_json_parks_the_spell_after_its_retries_and_writ
 ) -> None:  # type: ignore[no-untyped-def]
     scene, runner = attack
     if runner.mode == "in-process":
-        from memory_worker.core.model_interfaces import MalformedAnswer
+        from memory_worker.core.errors import MalformedAnswer
 
         with pytest.raises(MalformedAnswer):  # the task shell parks it; here it propagates
             runner.spell("dm-dan", scene.ids["warren_loaf"], lambda p: "I refuse.", sensible_route)
@@ -356,7 +356,7 @@ def test_a_malformed_answer_that_repeats_the_chat_parks_without_keeping_a_word_o
     scene, runner = attack
     said = ("stole money", "Wuyuan Road", "loaf", "Xuhui")
     if runner.mode == "in-process":
-        from memory_worker.core.model_interfaces import MalformedAnswer
+        from memory_worker.core.errors import MalformedAnswer
 
         with pytest.raises(MalformedAnswer) as caught:
             runner.spell("dm-dan", scene.ids["warren_loaf"], echo, sensible_route)

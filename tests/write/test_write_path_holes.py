@@ -15,6 +15,7 @@ from memory_worker import app_side, controls, reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import DAILY_CAP_PER_HUMAN, DAILY_CAP_WORLD
+from memory_worker.core.errors import NotFound, UnknownUser
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route, transcript_ids
 from memory_worker.write.guards import is_one_sentence
@@ -83,7 +84,7 @@ def test_hole1_a_world_row_is_on_the_page_of_whoever_it_cites_who_gets_its_toast
     assert toast["user_id"] == DAN and json.loads(toast["row_ids"]) == [row["id"]]
     page = controls.manage_page(DAN)
     assert [ln.id for s in page.personas for ln in s.lines] == [row["id"]]
-    with pytest.raises(controls.NotFound):
+    with pytest.raises(NotFound):
         controls.delete_row(CARA, row["id"])  # not from Cara's words
     assert controls.clear_all(DAN) == 1 and rows(world) == []
 
@@ -263,13 +264,13 @@ def test_hole11_a_note_that_is_not_text_is_a_type_error_and_the_note_is_kept(wor
 
 def test_hole11_ids_of_the_wrong_type_or_out_of_range_get_a_clear_error(world) -> None:  # type: ignore[no-untyped-def]
     for call in (controls.delete_row, controls.undo_notice):
-        with pytest.raises(controls.NotFound):
+        with pytest.raises(NotFound):
             call(DAN, 2**63)
         with pytest.raises(TypeError, match="must be an int"):
             call(DAN, "7")  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="user_id must be an int"):
             call(True, 7)
-    with pytest.raises(LookupError):
+    with pytest.raises(UnknownUser):
         controls.manage_page(2**63)
     with pytest.raises(TypeError, match="on must be a bool"):
         controls.set_memory_on(DAN, "no")  # type: ignore[arg-type]
@@ -280,7 +281,7 @@ def test_hole11_missing_and_not_yours_are_the_same_error(world) -> None:  # type
     missing = caras + 1000
     errors = []
     for row_id in (caras, missing):
-        with pytest.raises(LookupError) as e:
+        with pytest.raises(NotFound) as e:
             controls.delete_row(DAN, row_id)
         errors.append((type(e.value), str(e.value).replace(str(row_id), "#")))
     assert errors[0] == errors[1]

@@ -18,7 +18,7 @@ from memory_worker import app_side
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import EVENTS, KINDS
-from memory_worker.core.model_interfaces import MalformedAnswer
+from memory_worker.core.errors import MalformedAnswer
 from memory_worker.models.scripted import ScriptedChat
 from memory_worker.storage import store
 from tests.write_helpers import assert_write_rules, plant, rows, run_spell
@@ -111,6 +111,7 @@ def _fresh_store() -> tuple[str, tempfile.TemporaryDirectory]:
     return url, tmp
 
 
+@pytest.mark.slow  # 60 worlds through the write path, the slowest fast test: make test
 @settings(
     max_examples=60,
     deadline=None,
