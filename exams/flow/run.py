@@ -2,7 +2,7 @@
 
 README.md beside this file says what it proves. In short: random worlds (exams/flow/world.py)
 where every line carries unique markers; spells run through the real write path (extract →
-embed → route → commit → notify) on a real SQLite store, with the hostile model
+embed → route → commit, then its toasts delivered) on a real SQLite store, with the hostile model
 (exams/flow/hostile.py) answering both calls; then every room is opened for every persona
 (block cold and warm, recall), and every human's page, evidence and rail are read. A marker
 that reaches a human who never heard a line holding it, or a model prompt of a spell some of

@@ -192,7 +192,7 @@ def told_one_to_one(line: str) -> bool:
 # The tail rule's clauses that ask for discretion (core.block.tail): the confidence clause of
 # both variants, and the discreet variant's own. The discreet stand-in keeps a confidence only
 # when its block says one of them, so a tail rule that stops asking fails the exam offline.
-DISCRETION_CLAUSES = ("was told one-to-one and stays between", "is theirs to bring up")
+DISCRETION_CLAUSES = (f"marked {ONE_TO_ONE_TAG} stays between", "is theirs to bring up")
 
 
 class Discreet:

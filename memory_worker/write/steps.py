@@ -2,7 +2,8 @@
 step, return the next Spell. No Celery here — `memory_worker.tasks` adds queues and retries,
 and tests run these functions directly.
 
-    begin → extract → embed → route → commit → notify
+    begin → extract → embed → route → commit (which writes the toasts; `run_notify` marks them
+    delivered, as the commit task does after it publishes them)
 """
 
 from __future__ import annotations
