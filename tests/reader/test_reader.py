@@ -761,10 +761,10 @@ def test_the_readers_audience_index_selects_exactly_what_the_rule_admits(
                 visible_ids(shared_url, scope),
                 {r.id for r in w.allowed(persona, proven)},
             )
-            if scope.guarded and scope.keepers:
-                # the group scope with someone keeping rows out of groups: the index leaves out
-                # what it can tell from its columns (one-to-one rows of a present keeper), the
-                # gate every winner passes the rest (whom a row was formed with)
+            if scope.guarded:
+                # the group scope in a group: the index leaves out what it can tell from its
+                # columns (one-to-one rows of a present keeper); the gate every winner passes
+                # decides the rest (whom a row was formed with, and who has left a world row)
                 assert got >= allowed
             else:
                 assert got == allowed
