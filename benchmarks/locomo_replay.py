@@ -196,13 +196,10 @@ def _ids(ev: str | list[str]) -> list[str]:
 
 
 def _slice(spell):  # type: ignore[no-untyped-def]
-    from memory_worker.storage.spell_context import spell_context
     from memory_worker.write import window
 
     with store.engine().connect() as c:
-        ctx = spell_context(c, spell.persona, spell.room_id, spell.witnessed)
-        assert ctx is not None
-        return window.load_slice(c, spell, window.line_time(c, spell.persona, ctx)), spell.present
+        return window.slice_of(c, spell), spell.present
 
 
 def main() -> None:

@@ -142,6 +142,12 @@ def load_slice(conn: Connection, spell: Spell, time: LineTime) -> list[Line]:
     return [line for line in found if time.readable(line.id, line.speaker)]
 
 
+def slice_of(conn: Connection, spell: Spell) -> list[Line]:
+    """`load_slice` with the room read afresh: what the spell's model would be shown now."""
+    ctx = spell_context(conn, spell.persona, spell.room_id, spell.witnessed)
+    return [] if ctx is None else load_slice(conn, spell, line_time(conn, spell.persona, ctx))
+
+
 def spell_label(conn: Connection, spell: Spell) -> Label:
     """The label of the spell's lines read again from the store — the commit's own reading,
     so nothing the chain carried can widen it — met with the label it carried."""

@@ -49,7 +49,7 @@ def test_a_spell_never_passes_a_line_that_a_still_open_transaction_will_commit(
     b_done.wait(1.0)  # without the lock B commits at once; with it, B waits for A
     with db.connect() as conn:  # a spell reading the room now
         spell = window.begin_spell(conn, "warren", "dm-dan")
-        read = {ln.id for ln in window.load_slice(conn, spell)} if spell else set()
+        read = {ln.id for ln in window.slice_of(conn, spell)} if spell else set()
     a_tx.commit()
     a.close()
     writer.join(30)
