@@ -82,6 +82,7 @@ def close(timeout: float | None = None) -> bool:
     fill.FILLS.wait(timeout)
     with sweep.SWEEP.paused():
         cache_loader.READ_CACHE.clear()
+    room_open.forget_scope_checks()
     return drained
 
 

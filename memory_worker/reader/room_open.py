@@ -104,6 +104,12 @@ def _build(
 _SCOPE_CHECKED: set[tuple[object, ...]] = set()  # (url, the settings the verdict is for)
 
 
+def forget_scope_checks() -> None:
+    """A store is going away (`reader.close`): another may come at the same URL, with
+    verdicts of its own, so every check is made again."""
+    _SCOPE_CHECKED.clear()
+
+
 def scope_in_force(proven_scope: bool | None, url: str) -> bool:
     """Whether the proven scope holds for an open: the deployment's (`MW_MEMORY_SCOPE`), which
     a caller may narrow (`proven_scope=True`) but never widen unchecked: the group scope, asked
