@@ -154,3 +154,13 @@ def gemini_stub() -> Iterator[GeminiStub]:
     """A started stub for one test; stopped (hanging handlers released) afterwards."""
     with GeminiStub() as stub:
         yield stub
+
+
+@pytest.fixture
+def hashing_embedder(db: Engine) -> Iterator[None]:
+    """The store embeds with hashing, as `tests.write_helpers.run_spell` does, so recall
+    compares vectors of one model."""
+    before = settings_mod.current()
+    settings_mod.configure(before.with_(embedder="hashing"))
+    yield
+    settings_mod.configure(before)

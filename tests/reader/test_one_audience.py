@@ -7,31 +7,20 @@ leaked is a test here, through the real reader and write path."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, select
 
 from memory_worker import app_side, reader
-from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from tests.reader.test_reader import add_row
 from tests.scenes import CARA, DAN, people
 from tests.write_helpers import rows, run_spell
 
-pytestmark = pytest.mark.store
+pytestmark = [pytest.mark.store, pytest.mark.usefixtures("hashing_embedder")]
 
 NOW = "2026-12-01T12:00:00+00:00"
-
-
-@pytest.fixture(autouse=True)
-def hashing(db: Engine) -> Iterator[None]:
-    """The write path here embeds with hashing (tests.write_helpers.run_spell): so does recall."""
-    before = settings_mod.current()
-    settings_mod.configure(before.with_(embedder="hashing"))
-    yield
-    settings_mod.configure(before)
 
 
 def room(db: Engine, room_id: str, kind: str, members: list[str]) -> None:

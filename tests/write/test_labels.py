@@ -14,34 +14,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, update
 
 from memory_worker import app_side, controls, reader
-from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import notices, store
 from tests.write_helpers import prompts, rows, run_spell
 
-pytestmark = pytest.mark.store
+pytestmark = [pytest.mark.store, pytest.mark.usefixtures("hashing_embedder")]
 
 DAN, CARA, EVE = 42, 17, 5
 SECRET = "I'm interviewing at Tencent on Thursday, don't tell anyone."
 WORLD_SECRET = "An interview at Tencent is on Thursday."
 NOW = "2026-12-01T12:00:00+00:00"
 _LINE = re.compile(r"^\[(\d+)\] (\S+): (.*)$", re.M)
-
-
-@pytest.fixture(autouse=True)
-def hashing(db: Engine) -> Iterator[None]:
-    before = settings_mod.current()
-    settings_mod.configure(before.with_(embedder="hashing"))
-    yield
-    settings_mod.configure(before)
 
 
 @pytest.fixture

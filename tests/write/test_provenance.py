@@ -9,33 +9,24 @@ Eve's chat, a group without Dan, recall there, or anyone's page but Dan's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select, update
 
 from memory_worker import app_side, controls, reader
-from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.models.scripted import ScriptedChat, candidate, route_payload, sensible_route
 from memory_worker.storage import notices, store, users
 from tests.write_helpers import prompts, rows, run_spell
 
-pytestmark = pytest.mark.store
+pytestmark = [pytest.mark.store, pytest.mark.usefixtures("hashing_embedder")]
 
 DAN, CARA, EVE, ZED = 42, 17, 5, 99
 SECRET = "I'm interviewing at Tencent on Thursday, don't tell anyone."
 WORLD_SECRET = "An interview at Tencent is on Thursday."
 NOW = "2026-12-01T12:00:00+00:00"
-
-
-@pytest.fixture(autouse=True)
-def hashing(db: Engine) -> Iterator[None]:
-    before = settings_mod.current()
-    settings_mod.configure(before.with_(embedder="hashing"))
-    yield
-    settings_mod.configure(before)
 
 
 @pytest.fixture
