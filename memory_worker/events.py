@@ -5,9 +5,10 @@ What the app says is already in the store when it calls these: the message only 
 sweep a wait. So a publish gets MW_PUBLISH_TIMEOUT_S (1 s) and no retries; one that fails or
 is still stuck then is left to the sweep, with one log line (once `room_quiet` blocked
 36 s and raised while the broker restarted). The store gets the same bound: with the database
-away (a restart, a lock held) a call logs once and returns, and the sweep finds the room when
-the store is back (once `room_quiet` raised the database's error at each of 24 calls during
-restarts).
+away (a restart, a lock held) a call logs once and returns (once `room_quiet` raised the
+database's error at each of 24 calls during restarts): a quiet or archived room's fan-out is
+sent all the same and waits for the store, so its spells start once the store is back; a topic
+or a rename is not recorded then (the app says it again).
 
     room_quiet(room_id)            the presence gate booked a quiet spell: write memories
     room_archived(room_id)         flush what is left before the room goes away
@@ -59,7 +60,13 @@ def publish(task: Task, *args: Any) -> bool:
     return False
 
 
-def in_store(what: str, work: Callable[[Connection], object], *, write: bool = False) -> bool:
+def in_store(
+    what: str,
+    work: Callable[[Connection], object],
+    *,
+    write: bool = False,
+    left_to: str = "the sweep",
+) -> bool:
     """Run `work` on a connection (in a transaction when `write`). False (logged once, ids
     only) when the store is away (`storage.outage`): the app never sees a database restart,
     and the sweep finds the work once the store is back. Any other error (`UnknownRoom`: a
@@ -74,26 +81,37 @@ def in_store(what: str, work: Callable[[Connection], object], *, write: bool = F
     except Exception as e:
         if not is_store_outage(e):
             raise
-        left_to_sweep(what, e)
+        left_to_sweep(what, e, left_to)
         return False
     return True
 
 
+FAN_OUT_WAITS = "the fan-out, which waits for it"
+
+
 def room_quiet(room_id: str) -> None:
-    if in_store(f"room_quiet({room_id!r})", lambda c: rooms.require_room(c, room_id)):
-        publish(on_room_quiet, room_id)
+    """With the store away the room cannot be checked, but the fan-out is sent all the same:
+    it waits for the store (`tasks.store_step`) and starts the room's spells the moment the
+    store is back — not a sweep's cadence later (a 5-s restart once held 63 rooms' toasts for
+    20–30 s). An unknown room is then logged by the fan-out, not raised to the app."""
+
+    def check(conn: Connection) -> None:
+        rooms.require_room(conn, room_id)  # UnknownRoom: a clear error now
+
+    in_store(f"room_quiet({room_id!r})", check, left_to=FAN_OUT_WAITS)
+    publish(on_room_quiet, room_id)
 
 
 def room_archived(room_id: str) -> None:
-    """With the store away the room is not marked archived (say so again later); the sweep
-    still finds its lines."""
+    """With the store away the room is not marked archived (say so again later); its lines are
+    still written, by the fan-out that waits for the store (as `room_quiet`'s)."""
 
     def archive(conn: Connection) -> None:
         rooms.require_room(conn, room_id)
         rooms.set_archived(conn, room_id)
 
-    if in_store(f"room_archived({room_id!r})", archive, write=True):
-        publish(on_room_quiet, room_id)
+    in_store(f"room_archived({room_id!r})", archive, write=True, left_to=FAN_OUT_WAITS)
+    publish(on_room_quiet, room_id)
 
 
 def room_opened(room_id: str, topic: str | None = None) -> None:
