@@ -3,8 +3,8 @@ recovery takes.
 
     .venv/bin/python benchmarks/faults.py [--rooms 12] [--redis URL] [--database URL]
 
-A stack of real processes — two Celery workers (2 threads each, every queue) and a beat running
-the frequent sweep every second — on one Redis database (embedded, or `--redis`, e.g. the
+A stack of real processes — two Celery workers (2 threads each, every queue; for the store's
+outages the Procfile's three, at its concurrency, as a deployer runs them) and a beat — on one Redis database (embedded, or `--redis`, e.g. the
 host's db 15) and one store (a SQLite file, or `--database`, e.g. PostgreSQL), with the real
 google-genai client at the stub. Each room is a private chat of its own human, said in three
 bursts, each followed by `room_quiet`, each burst waited for before the next:
@@ -75,7 +75,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 from sqlalchemy import Engine, func, make_url, select  # noqa: E402
@@ -86,7 +87,7 @@ from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.core.constants import QUEUES  # noqa: E402
 from memory_worker.core.settings import EMBEDDED, Settings  # noqa: E402
 from memory_worker.models.scripted import candidate, transcript_ids  # noqa: E402
-from memory_worker.ops import embedded, local_worker  # noqa: E402
+from memory_worker.ops import embedded, local_worker, runner  # noqa: E402
 from memory_worker.ops.ratelimit import Quota  # noqa: E402
 from memory_worker.storage import store  # noqa: E402
 from memory_worker.storage.outage import is_store_outage  # noqa: E402
@@ -300,27 +301,60 @@ class ToastWatch:
         fig.toast_max_s = round(delays[-1], 2)
 
 
-class Stack:
-    """Two workers and a beat, as the Procfile runs them, on one broker and one store."""
+WorkerShape = tuple[tuple[str, ...], str, int]  # queues, pool, concurrency
 
-    def __init__(self, settings: Settings, workdir: Path, workers: int = 2, concurrency: int = 2):
+
+def procfile_workers() -> list[WorkerShape]:
+    """The Procfile's worker lines (`model`, `commit`, `events`) as `memory-worker run` starts
+    them: each line's queues, pool and concurrency, read from the Procfile itself."""
+    shapes = []
+    for line in runner.parse_procfile(ROOT / "Procfile"):
+        queues = re.search(r" -Q (\S+)", line.command)
+        pool = re.search(r"pools\.(\w+):", line.command)
+        threads = re.search(r"--concurrency (\d+)", line.command)
+        if " worker " in line.command and queues and pool and threads:
+            shapes.append((tuple(queues.group(1).split(",")), pool.group(1), int(threads.group(1))))
+    return shapes
+
+
+class Stack:
+    """Workers and a beat on one broker and one store. `procfile`: the Procfile's three workers
+    at its concurrency (model and embed on 32 threads, the commit solo, events on 4) — what a
+    deployer runs, and what the store's outages are measured under; else `workers` alike, each
+    on every queue with `concurrency` threads (a small stack that a kill fault can hit often)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        workdir: Path,
+        workers: int = 2,
+        concurrency: int = 2,
+        *,
+        procfile: bool = False,
+    ):
         self.settings = settings
         self.workdir = workdir
-        self.concurrency = concurrency
-        self.workers: list[subprocess.Popen | None] = [None] * workers
+        self.shapes: list[WorkerShape] = (
+            procfile_workers() if procfile else [(QUEUES, "threads", concurrency)] * workers
+        )
+        self.procfile = procfile
+        self.workers: list[subprocess.Popen | None] = [None] * len(self.shapes)
         self.beat: subprocess.Popen | None = None
         self.starts = 0
 
     def start_worker(self, i: int) -> None:
         self.starts += 1  # each start its own log: what a worker said before it was killed
         log = self.workdir / f"worker{i}-{self.starts}.log"
+        queues, pool, concurrency = self.shapes[i]
         self.workers[i] = local_worker.start(
             self.settings,
-            pool="threads",
-            concurrency=self.concurrency,
+            queues=queues,
+            pool=pool,
+            concurrency=concurrency,
             name=f"fault{i}",
             log=log,
             loglevel="INFO",
+            procfile_pool=self.procfile,
         )
 
     def logged(self, *marks: str) -> list[str]:
@@ -598,7 +632,13 @@ def run(
             for room, human in placed:
                 first[room] = say(eng, room, human, BURSTS[0])
                 room_quiet(url, room)
-        stack = Stack(s, work, workers=3 if cold else 2, concurrency=8 if cold else 2)
+        stack = Stack(
+            s,
+            work,
+            workers=3 if cold else 2,
+            concurrency=8 if cold else 2,
+            procfile=fault in STORE_OUTAGE_S,  # a deployer's restart, under the Procfile's workers
+        )
         stack.start()
         errors: list[str] = []
         last_fault = [time.monotonic()]
@@ -772,7 +812,10 @@ def main() -> None:
     started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = round(os.getloadavg()[0], 1)
     sweep = ", ".join(f"{k} {v:g}" for k, v in overrides.items()) or "the default settings"
-    print(f"{a.rooms} rooms × 3 spells, 2 workers + beat ({sweep})")
+    print(
+        f"{a.rooms} rooms × 3 spells, 2 workers + beat (the store's outages: the Procfile's "
+        f"workers; {sweep})"
+    )
     head = (
         f"{'fault':<8}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
         f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'parked':>7}{'quota':>6}{'at stub':>8}"
