@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from celery.signals import before_task_publish
+from celery.signals import before_task_publish, task_failure
 from sqlalchemy import insert, select
 
 from memory_worker import app_side, events
@@ -82,6 +82,46 @@ def test_hole8_the_claim_is_freed_when_the_spell_ends_so_the_next_quiet_spell_ru
     events.room_quiet("dm-dan")
     assert pipeline.wait_for_spell("warren", "dm-dan", more)["status"] == "committed"
     assert "u:42 has a dog called Biscuit." in row_texts(pipeline)
+
+
+@pytest.mark.parametrize("step", ["extract", "commit"])
+def test_a_step_that_fails_for_a_bug_frees_its_rooms_claim_at_once_so_the_next_quiet_event_runs(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """Not the store away (that path waits, then hands on): a step raising for any other reason
+    ends its chain, and its room's claim goes with it (`StoreStep.on_failure`), not a claim's
+    lifetime later. Celery runs `on_failure` before it sends `task_failure`: the event waited on."""
+    from memory_worker.ops import broker
+
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    run_step = f"run_{step}"
+    real = getattr(steps, run_step)
+
+    def bug(*_: object) -> None:
+        raise ZeroDivisionError("a bug in the step")
+
+    monkeypatch.setattr(steps, run_step, bug)
+    failed = threading.Event()
+
+    def heard(sender: object = None, **_: object) -> None:
+        if getattr(sender, "name", None) == f"memory_worker.{step}":
+            failed.set()
+
+    task_failure.connect(heard, weak=False)
+    try:
+        events.room_quiet("dm-dan")
+        assert failed.wait(SPELL_TIMEOUT_S)
+    finally:
+        task_failure.disconnect(heard)
+    client = broker.client(str(app.conf.broker_url))
+    assert client.get(inflight.key("warren", "dm-dan")) is None  # freed now, not in 60 s
+    assert cursor(pipeline) == 0
+
+    monkeypatch.setattr(steps, run_step, real)  # the bug fixed: the next quiet event mines it
+    events.room_quiet("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", lines[-1])["status"] == "committed"
 
 
 def test_a_step_renews_the_claim_only_when_it_was_taken_more_than_ten_seconds_ago(
