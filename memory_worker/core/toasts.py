@@ -27,7 +27,6 @@ class Toast:
     user_id: int
     text: str
     row_ids: list[int]
-    notice_id: int | None = None  # set once stored (`write.steps.run_notify`)
 
 
 def toasts(
