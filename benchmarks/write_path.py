@@ -194,7 +194,7 @@ def step_cpu(n: int) -> dict[str, float]:
         t4 = clock()
         outcome = steps.run_commit(spell)
         t5 = clock()
-        steps.run_notify(spell, outcome.row_ids)
+        steps.mark_delivered(steps.place_toasts(spell.persona, spell.room_id))  # no channel
         t6 = clock()
         if i >= n // 5:  # the first fifth warms caches and connections
             for k, a, b in zip(

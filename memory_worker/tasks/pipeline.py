@@ -145,22 +145,6 @@ def _commit(s: Spell) -> Message:
 
 
 @app.task(
-    name="memory_worker.notify_toast",
-    autoretry_for=BROKER_ERRORS,
-    retry_backoff=True,
-    max_retries=DB_MAX_RETRIES,
-)
-def notify_toast(result: Message) -> int:
-    """The chain's old last step, for its messages still queued from before the commit
-    delivered its own toasts: delivers what the commit wrote. Returns how many."""
-    try:
-        checked = messages.parse(messages.CommitResult, result, "commit result")
-    except MalformedMessage as e:
-        reject("memory_worker.notify_toast", e)
-    return deliver_waiting(Spell.from_json(checked.spell.model_dump()).key)
-
-
-@app.task(
     name="memory_worker.deliver_toasts",
     autoretry_for=BROKER_ERRORS,
     retry_backoff=True,

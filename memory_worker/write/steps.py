@@ -171,12 +171,3 @@ def waiting_toasts(written_before: str) -> list[str]:
     """Keys of spells with a toast written before then and still undelivered (the sweep)."""
     with store.engine().connect() as conn:
         return notices.waiting_spells(conn, written_before)
-
-
-def run_notify(spell: Spell, row_ids: list[int] | None = None) -> list[notices.Notice]:
-    """Deliver the spell's toasts (written by its commit): returns those not delivered before.
-    The task publishes each to the human's channel between `pending_toasts` and
-    `mark_delivered`, so a crash in between delivers twice rather than never."""
-    toasts = pending_toasts(spell.key)
-    mark_delivered(toasts)
-    return toasts
