@@ -2,8 +2,8 @@
 step, return the next Spell. No Celery here — `memory_worker.tasks` adds queues and retries,
 and tests run these functions directly.
 
-    begin → extract → embed → route → commit (which writes the toasts; `run_notify` marks them
-    delivered, as the commit task does after it publishes them)
+    begin → extract → embed → route → commit (which writes the toasts; the commit task tells
+    them, `place_toasts` … `mark_delivered`, and the sweep finds those left, `waiting_toasts`)
 """
 
 from __future__ import annotations
