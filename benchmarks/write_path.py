@@ -192,7 +192,7 @@ def step_cpu(n: int) -> dict[str, float]:
         t3 = clock()
         spell = steps.run_route(spell, models.chat_model(s))
         t4 = clock()
-        outcome = steps.run_commit(spell)
+        steps.run_commit(spell)
         t5 = clock()
         steps.mark_delivered(steps.place_toasts(spell.persona, spell.room_id))  # no channel
         t6 = clock()
