@@ -135,9 +135,8 @@ class StoreStep(QuietTask):
 def release_claim(app: Any, spell: Spell) -> None:
     """Free the spell's room now, not when its claim would lapse: the one way a sent chain's
     claim is freed (its commit, a step that fails, a spell handed to the sweep). Only while
-    the spell's token
-    still holds it (`inflight.release`), so a second call — a retry's — frees nothing, least
-    of all a newer spell's claim."""
+    the spell's token still holds it (`inflight.release`), so a second call — a retry's —
+    frees nothing, least of all a newer spell's claim."""
     client = broker.client(app.conf.broker_url)
     inflight.release(client, spell.persona, spell.room_id, spell.inflight)
 
