@@ -73,7 +73,6 @@ task_routes = {
     "memory_worker.room_topic": {"queue": QUEUE_EMBED},
     "memory_worker.reembed_user": {"queue": QUEUE_EMBED},
     "memory_worker.commit": {"queue": QUEUE_COMMIT},
-    "memory_worker.notify_toast": {"queue": QUEUE_NOTIFY},
     "memory_worker.deliver_toasts": {"queue": QUEUE_NOTIFY},
     "memory_worker.on_room_quiet": {"queue": QUEUE_EVENTS},
     "memory_worker.sweep": {"queue": QUEUE_EVENTS},

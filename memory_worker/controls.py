@@ -36,9 +36,6 @@ from memory_worker.storage import memories, notices, rooms, store, users
 ID_MAX = 2**63 - 1  # the largest id a database integer holds
 
 
-NotYours = NotFound  # the old name: "not yours" is no longer told apart from "missing"
-
-
 # --- undo and delete ------------------------------------------------------------------------
 
 

@@ -144,7 +144,7 @@ def show_rows(eng: Engine, title: str) -> None:
 
 
 def show_toasts(eng: Engine, spell_key_suffix: str) -> None:
-    """The spell's toasts, once notify_toast (the step after the commit) has posted them."""
+    """The spell's toasts, once its commit has written them (and told them: `tasks.delivery`)."""
     started = time.monotonic()
     found: list[notices.Notice] = []
     while not found and time.monotonic() - started < SPELL_TIMEOUT_S:

@@ -3,12 +3,16 @@
 Every setting's variable is a row of the settings table, and the table names no variable that
 no setting reads; every route of the page's app and every field of its JSON answers is in
 docs/api.md; the sweep's cadence and the write chain are stated once, in docs/design.md, as
-the code has them.
+the code has them; docs/architecture.md walks a commit in the order the code calls its steps.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -156,3 +160,45 @@ def test_the_design_doc_s_chain_is_the_chain_the_code_sends() -> None:
     steps = [task.name.removeprefix("memory_worker.") for task in spell_chain(spell).tasks]
     chain = " ─► ".join(steps)
     assert f"    {chain}\n" in DESIGN.read_text(), f"docs/design.md §2 should show: {chain}"
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+WALKED = re.compile(r"^### `([\w.]+)`$")
+STEP = re.compile(r"^\d+\. `([\w.]+)`")
+
+
+def walks() -> dict[str, list[str]]:
+    """docs/architecture.md's walk of a commit: each function it lists → the names its
+    numbered steps begin with, in order."""
+    lines = ARCHITECTURE.read_text().splitlines()
+    start = lines.index("## A commit, step by step")
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines[start + 1 :]:
+        if line.startswith("## "):
+            break
+        if heading := WALKED.match(line):
+            current = found.setdefault(heading.group(1), [])
+        elif (step := STEP.match(line)) and current is not None:
+            current.append(step.group(1))
+    return found
+
+
+def calls_of(function: Any) -> list[str]:
+    """The functions `function` calls, in source order (classes, named in capitals, left out)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    calls = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.Call)),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    names = [ast.unparse(c.func) for c in calls]
+    return [n for n in names if not n.rpartition(".")[2][:1].isupper()]
+
+
+def test_the_architecture_doc_walks_a_commit_in_the_order_the_code_calls_it() -> None:
+    found = walks()
+    assert set(found) == {"tasks.pipeline.commit_steps", "write.commit.commit_spell"}
+    for where, said in found.items():
+        module, _, name = where.rpartition(".")
+        function = getattr(importlib.import_module(f"memory_worker.{module}"), name)
+        assert said == calls_of(function), f"docs/architecture.md's walk of {where}"

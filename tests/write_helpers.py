@@ -13,6 +13,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
 from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
+from memory_worker.storage.notices import Notice
 from memory_worker.write import steps
 
 EMB = HashingEmbedder()
@@ -28,8 +29,18 @@ class SpellRun:
     toasts: int = 0
 
 
+def mark_told(spell: Spell) -> list[Notice]:
+    """The room's waiting toasts (the spell's and any an earlier spell left) marked delivered,
+    as the commit task marks them once it has told each on its human's channel — there is no
+    channel here. Returns those it found."""
+    waiting = steps.place_toasts(spell.persona, spell.room_id)
+    steps.mark_delivered(waiting)
+    return waiting
+
+
 def run_spell(persona: str, room_id: str, chat) -> SpellRun:  # type: ignore[no-untyped-def]
-    """begin → extract → embed → route → commit → notify, as the chain runs them."""
+    """begin → extract → embed → route → commit, then its toasts marked told, as the chain runs
+    them."""
     spell = steps.begin(persona, room_id)
     if spell is None:
         return SpellRun(None)
@@ -40,7 +51,7 @@ def run_spell(persona: str, room_id: str, chat) -> SpellRun:  # type: ignore[no-
     if outcome.status == "stale":
         spell = steps.run_route(spell, chat)
         outcome = steps.run_commit(spell)
-    toasts = steps.run_notify(spell, outcome.row_ids)
+    toasts = mark_told(spell)
     return SpellRun(outcome.status, outcome.row_ids, spell, len(toasts))
 
 

@@ -275,7 +275,7 @@ def spell(world: World, room: Room, hostile: Hostile, tally: Tally) -> list[Flow
     while outcome.status == "stale":
         s = steps.run_route(s, chat)
         outcome = steps.run_commit(s)
-    steps.run_notify(s, outcome.row_ids)
+    steps.mark_delivered(steps.place_toasts(s.persona, s.room_id))  # told: no channel here
     tally.asked += bool(chat.calls)
     tally.rows += len(outcome.row_ids)
     found = prompt_flows(world, chat.calls, f"spell {s.key}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 
 # Characters that render as nothing and so can hide inside a name: every format character
@@ -168,11 +168,3 @@ def humans_named(text: str, people: Mapping[int, str]) -> set[int]:
             found.add(uid)
             break
     return found
-
-
-def names_anyone(text: str, names: Iterable[str]) -> bool:
-    """True when `text` names a human: a `u:` id, or any part of one of these names."""
-    if human_refs(text):
-        return True
-    people = dict(enumerate(names))
-    return bool(humans_named(text, people))

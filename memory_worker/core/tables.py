@@ -96,8 +96,8 @@ notices = Table(
     Column("spell_key", Text, nullable=False),  # persona/room/last line: one toast per spell
     Column("created", Text, nullable=False),
     Column("undone", Integer, nullable=False, server_default="0"),
-    # The outbox: written with the rows in the commit's transaction, 1 once `notify_toast`
-    # handed it to the app's channel; the sweep finds the ones still 0.
+    # The outbox: written with the rows in the commit's transaction, 1 once the commit task
+    # (or the sweep, `tasks.delivery`) told it on the app's channel; the sweep finds those 0.
     Column("delivered", Integer, nullable=False, server_default="0"),
     UniqueConstraint("spell_key", "user_id", name="uq_notices_spell_user"),
     Index("ix_notices_user_id", "user_id"),

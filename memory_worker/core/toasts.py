@@ -6,7 +6,7 @@ them (who witnessed the lines they cite).
 Keyed by (spell, user): a second run inserts nothing. Undo lives in `memory_worker.controls`;
 when rows are deleted, the toasts that quoted them are reworded without them (`redacted`).
 
-Pure wording, shared by the write path (`write.steps.run_notify` posts toasts), the human's
+Pure wording, shared by the write path (`write.commit` writes the toasts), the human's
 controls (rewording after a delete) and the page.
 """
 
@@ -27,7 +27,6 @@ class Toast:
     user_id: int
     text: str
     row_ids: list[int]
-    notice_id: int | None = None  # set once stored (`write.steps.run_notify`)
 
 
 def toasts(

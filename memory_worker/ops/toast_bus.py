@@ -1,4 +1,5 @@
-"""Toasts reach the app: a message on a Redis pub/sub channel per human when a toast is stored.
+"""Toasts reach the app: a message on a Redis pub/sub channel per human when a stored toast is
+told (`tasks.delivery`: the commit task, or the sweep).
 
 The message carries ids only (the notice, the persona, the room, the rows) — never the toast's
 text, which stays in the store: an app that pushes it reads the notice through

@@ -8,7 +8,7 @@ write them; the app adds users and personas.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
@@ -71,19 +71,6 @@ def user_names(conn: Connection, user_ids: Sequence[int]) -> dict[int, str]:
     else:
         found = conn.execute(select(u.id, u.name).where(u.id.in_(ids))).all()
     return {int(i): str(n) for i, n in found}
-
-
-class UserRow(NamedTuple):
-    id: int
-    name: str
-    memory_note: str | None
-    memory_on: bool
-
-
-def present_users(conn: Connection, user_ids: Iterable[int]) -> list[UserRow]:
-    """Each of these users that exists, with note and switch: one read at room open."""
-    query = select(u.id, u.name, u.memory_note, u.memory_on).where(u.id.in_(sorted(user_ids)))
-    return [UserRow(int(i), n, note, bool(on)) for i, n, note, on in conn.execute(query)]
 
 
 def memory_on(conn: Connection, user_ids: Iterable[int]) -> dict[int, bool]:

@@ -20,7 +20,7 @@ A task body names only its step:
     @app.task(name="memory_worker.extract", bind=True, base=ModelStep)
     def extract(self: ModelStep, spell: dict, faults: int = 0, slot: int = 0,
                 store_since: float = 0.0) -> dict:
-        return self.run_step(spell, lambda s: pipeline.run_extract(s, ...), faults, slot,
+        return self.run_step(spell, lambda s: steps.run_extract(s, ...), faults, slot,
                              store_since)
 """
 

@@ -1,4 +1,4 @@
-"""The chain's tasks: extract → embed → route → commit, whose last act is the toast.
+"""The chain's tasks: extract → embed → route → commit, which also tells the spell's toasts.
 
 Each is a thin shell over `memory_worker.write.steps`: the JSON message in (checked at the
 boundary, `memory_worker.tasks.boundary`), the step, the JSON message out. What a model fault
@@ -6,15 +6,17 @@ means (retry, park) is the `ModelStep` base class's business (`memory_worker.tas
 the store away (a restart, "database is locked") is waited out by every step, the commit too
 (`memory_worker.tasks.store_step`); the commit also retries a broker away.
 
-The toast is delivered by the commit itself, right after its transaction, and retried with it
-as one task: a delivery is never a message of its own that a killed worker or a wiped broker
-can lose between the commit and the human (such a toast once waited 309–350 s for the sweep).
-Whichever comes first delivers it: the commit's own run or retry, the next spell's commit in
-the same room (which delivers whatever the room's earlier spells left), or the sweep, once it
-waited past MW_SWEEP_LAG_S.
+The commit is one task of four jobs in order (`commit_steps`): record the spell, tell the
+room's toasts, free the room's claim, begin its next window. The toast is told by the commit
+itself, right after its transaction, and retried with it as one task: a delivery is never a
+message of its own that a killed worker or a wiped broker can lose between the commit and the
+human (such a toast once waited 309–350 s for the sweep). Whichever comes first delivers it:
+the commit's own run or retry, the next spell's commit in the same room (which delivers
+whatever the room's earlier spells left), or the sweep, once it waited past MW_SWEEP_LAG_S.
 
 One spell, one run: `start_spell` claims the persona's key for the room
-(`memory_worker.ops.inflight`) before it sends a chain, and the commit frees it. A backlog drains
+(`memory_worker.ops.inflight`) before it sends a chain, and the commit frees it
+(`store_step.release_claim`; a step that fails for good frees it too). A backlog drains
 window by window: a commit that moved the cursor starts the next spell at once, so lines that
 arrived while the key was held (their quiet event found it taken) are never left behind.
 """
@@ -25,7 +27,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 from celery import chain
@@ -39,14 +41,15 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
 from memory_worker.core.errors import MalformedMessage, ToastNotPublished
 from memory_worker.core.rows import Spell
-from memory_worker.ops import broker, inflight, metrics, spell_log, toast_bus
-from memory_worker.storage.notices import Notice
+from memory_worker.ops import broker, inflight, metrics, spell_log
 from memory_worker.storage.outage import is_store_outage
+from memory_worker.tasks import delivery
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.model_step import ModelStep
-from memory_worker.tasks.store_step import StoreStep, left_to_sweep, since_of
+from memory_worker.tasks.store_step import StoreStep, release_claim, since_of
 from memory_worker.write import steps
+from memory_worker.write.commit import Outcome
 
 log = logging.getLogger(__name__)
 Message = dict[str, Any]
@@ -95,69 +98,86 @@ BROKER_ERRORS = (KombuOperationalError, redis.exceptions.ConnectionError, ToastN
     max_retries=None,  # the store's wait is bounded by time (MW_STORE_OUTAGE_WAIT_S)
 )
 def commit(self: StoreStep, spell: Message, store_since: float = 0.0) -> Message:
-    """The single writer. A stale view of the open rows sends the spell back to the router."""
+    """The single writer, the chain's last step (`commit_steps`)."""
     try:
         s = Spell.from_json(spell)
         store_since = since_of(store_since)
     except MalformedMessage as e:
         reject(self.name, e)
     try:
-        return _commit(s)
+        return commit_steps(s)
     except Exception as e:
         if not is_store_outage(e):
             raise
         self.wait_for_store(spell, s, e, store_since)
 
 
-def _commit(s: Spell) -> Message:
-    """The commit's body: record the spell, deliver its toasts, free its claim, begin the
-    room's next window."""
+def commit_steps(s: Spell) -> Message:
+    """The commit task's four jobs, in order, each a function of its own. A run that ends
+    early ends the task (Ignore): a spell routed on a stale view goes back to the router with
+    its claim; a foreign one is dropped, its claim freed. A toast not told retries the whole
+    task, which finds the spell recorded and tells it (a retry's release frees nothing)."""
+    outcome = record(s)  # 1. the transaction
+    if outcome.status == "stale":
+        reroute(s)  # back to the router, the claim kept: ends here
+    if outcome.status == "foreign":
+        drop_foreign(s)  # not a spell of this store: its claim freed, ends here
+    untold = delivery.deliver_room(s)  # 2. the room's toasts told
+    release_claim(app, s)  # 3. the room freed
+    begin_next(s, outcome)  # 4. its next window begun
+    if untold:
+        raise ToastNotPublished(f"{untold} toast(s) of {s.persona}/{s.room_id}")
+    return settled(s, outcome)
+
+
+def record(s: Spell) -> Outcome:
+    """The commit's transaction (`steps.run_commit`), timed; a spell whose open rows kept
+    changing under the router (STALE_REROUTES_MAX re-routes) is recorded parked instead. Each
+    outcome but 'stale' and 'foreign' ends the spell: its one log line."""
     started = time.perf_counter()
     outcome = steps.run_commit(s)
     metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
-    if outcome.status == "stale":
-        if s.reroutes >= STALE_REROUTES_MAX:
-            s.parked = f"open rows kept changing under the router ({s.reroutes} re-routes)"
-            outcome = steps.run_commit(s)
-        else:
-            s.reroutes += 1
-            log.info("spell %s: open rows changed since routing; routing again", s.key)
-            chain(route.s(s.to_json()), commit.s()).apply_async()
-            raise Ignore()
-    if outcome.status == "foreign":
-        log.warning(
-            "spell %s: its last line is not a line of its room in this store (a message that "
-            "outlived its store, or a line deleted since); dropped, the room's cursor unmoved",
-            s.key,
-        )
-        inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
-        raise Ignore()
-    spell_log.finished(s, outcome.status, len(outcome.row_ids))
-    waiting, told = deliver(steps.place_toasts(s.persona, s.room_id))
-    inflight.release(broker.client(app.conf.broker_url), s.persona, s.room_id, s.inflight)
+    if outcome.status == "stale" and s.reroutes >= STALE_REROUTES_MAX:
+        s.parked = f"open rows kept changing under the router ({s.reroutes} re-routes)"
+        outcome = steps.run_commit(s)
+    if outcome.status not in ("stale", "foreign"):
+        spell_log.finished(s, outcome.status, len(outcome.row_ids))
+    return outcome
+
+
+def reroute(s: Spell) -> NoReturn:
+    """A stale view of the open rows: route the spell again and commit that, its claim kept."""
+    s.reroutes += 1
+    log.info("spell %s: open rows changed since routing; routing again", s.key)
+    chain(route.s(s.to_json()), commit.s()).apply_async()
+    raise Ignore()
+
+
+def drop_foreign(s: Spell) -> NoReturn:
+    """A spell whose last line is not a line of its room in this store: nothing recorded, the
+    room's cursor unmoved, its claim freed."""
+    log.warning(
+        "spell %s: its last line is not a line of its room in this store (a message that "
+        "outlived its store, or a line deleted since); dropped, the room's cursor unmoved",
+        s.key,
+    )
+    release_claim(app, s)
+    raise Ignore()
+
+
+def begin_next(s: Spell, outcome: Outcome) -> None:
+    """A commit that moved the cursor with lines after it (a backlog's next window, or lines
+    said while the claim was held: their quiet event found it taken) begins the room's next
+    spell at once."""
     if outcome.status in ("committed", "skipped") and steps.has_lines_after(s):
-        start_spell(s.persona, s.room_id, s.witnessed)  # a backlog's next window, or new lines
-    if told < waiting:  # the commit again (it finds itself recorded), its toasts with it
-        raise ToastNotPublished(f"{waiting - told} toast(s) of {s.persona}/{s.room_id}")
-    # The result shows in the task's events: what was said and decided goes no further.
-    settled = dataclasses.replace(s, candidates=[], decisions=[])
-    return {"spell": settled.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
+        start_spell(s.persona, s.room_id, s.witnessed)
 
 
-@app.task(
-    name="memory_worker.notify_toast",
-    autoretry_for=BROKER_ERRORS,
-    retry_backoff=True,
-    max_retries=DB_MAX_RETRIES,
-)
-def notify_toast(result: Message) -> int:
-    """The chain's old last step, for its messages still queued from before the commit
-    delivered its own toasts: delivers what the commit wrote. Returns how many."""
-    try:
-        checked = messages.parse(messages.CommitResult, result, "commit result")
-    except MalformedMessage as e:
-        reject("memory_worker.notify_toast", e)
-    return deliver_waiting(Spell.from_json(checked.spell.model_dump()).key)
+def settled(s: Spell, outcome: Outcome) -> Message:
+    """The task's result, which shows in its events: what was said and decided goes no
+    further."""
+    spell = dataclasses.replace(s, candidates=[], decisions=[])
+    return {"spell": spell.to_json(), "row_ids": outcome.row_ids, "status": outcome.status}
 
 
 @app.task(
@@ -167,52 +187,17 @@ def notify_toast(result: Message) -> int:
     max_retries=DB_MAX_RETRIES,
 )
 def deliver_toasts(spell_key: str) -> int:
-    """The sweep's way in: a spell's undelivered toasts, by key."""
+    """The sweep's way in: a spell's undelivered toasts, by key (`delivery.deliver_spell`)."""
     try:
         spell_key = messages.spell_key(spell_key)
     except MalformedMessage as e:
         reject("memory_worker.deliver_toasts", e)
-    return deliver_waiting(spell_key)
-
-
-def deliver_waiting(spell_key: str) -> int:
-    """The spell's undelivered toasts, delivered (`deliver_all`). With the store away they
-    stay in the outbox, where the sweep finds them once it is back: 0."""
-    try:
-        return deliver_all(steps.pending_toasts(spell_key))
-    except Exception as e:
-        if not is_store_outage(e):
-            raise
-        left_to_sweep(f"toasts of spell {spell_key}", e)
-        return 0
-
-
-def deliver(waiting: list[Notice]) -> tuple[int, int]:
-    """Tell each toast's human channel (ids only), then mark those told delivered: a crash in
-    between delivers twice rather than never. Returns (how many waited, how many were told);
-    a toast not told stays undelivered for a retry, the room's next commit or the sweep."""
-    bus = broker.client(app.conf.broker_url)
-    told = [
-        n
-        for n in waiting
-        if toast_bus.publish(
-            bus, toast_bus.ToastPosted(n.id, n.user_id, n.persona, n.room_id, n.row_ids)
-        )
-    ]
-    steps.mark_delivered(told)
-    return len(waiting), len(told)
-
-
-def deliver_all(waiting: list[Notice]) -> int:
-    """`deliver`, raising ToastNotPublished (the task retries) unless every toast was told."""
-    count, told = deliver(waiting)
-    if told < count:
-        raise ToastNotPublished(f"{count - told} of {count} toast(s)")
-    return told
+    return delivery.deliver_spell(spell_key)
 
 
 def spell_chain(spell: Spell) -> Signature:
-    """The four steps for one persona's spell, as one Celery chain (the commit toasts)."""
+    """The four steps for one persona's spell, as one Celery chain (the commit delivers the
+    toasts itself: `commit_steps`)."""
     return chain(extract.s(spell.to_json()), embed.s(), route.s(), commit.s())
 
 

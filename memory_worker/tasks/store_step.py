@@ -85,7 +85,7 @@ class StoreStep(QuietTask):
         why = outage_name(error)
         if waited >= limit:
             if spell is not None:
-                self.release_claim(spell)
+                release_claim(self.app, spell)
             log.error(
                 "%s: the store was away for %.0fs (%s); handed to the sweep%s",
                 what,
@@ -118,11 +118,6 @@ class StoreStep(QuietTask):
             max_retries=None,
         ) from None
 
-    def release_claim(self, spell: Spell) -> None:
-        """Free the room for the sweep now, not when the claim would lapse."""
-        client = broker.client(self.app.conf.broker_url)
-        inflight.release(client, spell.persona, spell.room_id, spell.inflight)
-
     def on_failure(
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
@@ -132,9 +127,18 @@ class StoreStep(QuietTask):
         except (MalformedMessage, IndexError, KeyError, TypeError, ValueError):
             return
         try:
-            self.release_claim(spell)
+            release_claim(self.app, spell)
         except Exception:  # the broker away too: the claim lapses on its own
             log.info("spell %s: its claim could not be released; it lapses", spell.key)
+
+
+def release_claim(app: Any, spell: Spell) -> None:
+    """Free the spell's room now, not when its claim would lapse: the one way a sent chain's
+    claim is freed (its commit, a step that fails, a spell handed to the sweep). Only while
+    the spell's token still holds it (`inflight.release`), so a second call — a retry's —
+    frees nothing, least of all a newer spell's claim."""
+    client = broker.client(app.conf.broker_url)
+    inflight.release(client, spell.persona, spell.room_id, spell.inflight)
 
 
 def renew_claim(app: Any, spell: Spell, now: float | None = None) -> None:

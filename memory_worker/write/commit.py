@@ -5,12 +5,13 @@ CLOSE sets `valid_to`; NONE writes nothing. The persona's cursor advances in the
 transaction, and the outcome is recorded in `spells` keyed by (persona, room, last line): a
 second run finds it and returns the same row ids; a spell whose lines the cursor already
 covers changes nothing. The toasts are written here too (the outbox), so rows never exist
-without their toast. Run it inside `store.writer(persona)`.
+without their toast; the commit task tells them right after (`tasks.delivery`). Run it
+inside `store.writer(persona)`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
@@ -49,14 +50,31 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
         return done
     if not _lines_are_here(conn, spell):
         return Outcome("foreign", [], [])
-    # Order is part of exactly-once: lines the cursor already covers were read by a newer
-    # spell, whose decisions stand. A late spell (a retry delay, a redelivery) changes nothing
-    # for them — never reopens or re-adds what that spell closed — and toasts nothing.
     read_through = spells.cursor(conn, spell.persona, spell.room_id)
+    without_rows = _without_rows(conn, spell, read_through, now)
+    if without_rows is not None:
+        return without_rows
+    plan = _plan(conn, spell, read_through, today)
+    if plan is None:
+        return Outcome("stale", [], [])
+    written = _apply(conn, spell, plan, now, today)
+    _advance_cursor(conn, spell, now)
+    spells.record(conn, spell, "committed", None, written.row_ids, now)
+    toasted = [i for i in written.row_ids if i not in written.untold]
+    _post_toasts(conn, spell, plan.room, toasted, now)
+    return Outcome("committed", written.row_ids, written.closed)
+
+
+def _without_rows(conn: Connection, spell: Spell, read_through: int, now: str) -> Outcome | None:
+    """The outcomes that write no row, recorded: 'covered', 'parked', 'skipped'; None for a
+    spell whose decisions are to be applied.
+
+    Order is part of exactly-once: lines the cursor already covers were read by a newer
+    spell, whose decisions stand. A late spell (a retry delay, a redelivery) changes nothing
+    for them — never reopens or re-adds what that spell closed — and toasts nothing."""
     if read_through >= spell.last_line_id:
-        spells.record(
-            conn, spell, "covered", f"read by a newer spell (cursor {read_through})", [], now
-        )
+        why = f"read by a newer spell (cursor {read_through})"
+        spells.record(conn, spell, "covered", why, [], now)
         return Outcome("covered", [], [])
     if spell.parked:
         spells.record(conn, spell, "parked", spell.parked, [], now)
@@ -65,7 +83,26 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
         _advance_cursor(conn, spell, now)
         spells.record(conn, spell, "skipped", spell.skipped, [], now)
         return Outcome("skipped", [], [])
+    return None
 
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the spell's decisions are applied against, read in the commit's transaction."""
+
+    candidates: list[Candidate]
+    decisions: list[Decision]  # those citing a line the cursor has not passed
+    room: Room
+    shown: dict[int, memories.OpenRow]  # the open rows the router saw: only these may close
+    reach: Label  # who the new rows may reach at most
+    capped: set[int]  # id() of the candidates today's cap lets through
+    named: dict[int, list[int]]  # id(candidate) → the humans its text names
+    same: copies.Copies  # open rows of the same sentence
+
+
+def _plan(conn: Connection, spell: Spell, read_through: int, today: str) -> _Plan | None:
+    """The spell's decisions and what they are checked against; None when the open rows moved
+    since the router saw them (stale: route again)."""
     candidates = [Candidate.from_json(c) for c in spell.candidates]
     decisions = [
         d
@@ -76,64 +113,100 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
     subjects = {c.subject for c in candidates}
     rows = memories.open_rows(conn, window.spell_scope(spell, room), subjects)
     if spell.candidates and route.fingerprint(rows) != spell.seen_open_rows:
-        return Outcome("stale", [], [])
-
+        return None
     # Who the new rows may reach: at most the label of the calls that wrote them — the
     # humans who heard every line they read, with their switches then (`core.labels`) — read
     # again here from the store, and of those the ones who still let the persona remember
     # them. Never from what the model wrote or cited.
     label = window.spell_label(conn, spell)
     allowing = set(users.eligible_humans(conn, spell.persona, spell.present))
-    reach: Label = None if label is None else label & frozenset(allowing)
-    shown = {r.id: r for r in rows}  # only rows the call's label allows can be closed
     already = extract.rows_today(conn, spell.persona, today, spell.present)
-    writing = [d for d in decisions if d.event in ("ADD", "UPDATE")]
-    allowed, _ = extract.cap([candidates[d.candidate] for d in writing], already)
-    allowed_ids = {id(c) for c in allowed}
-    named = _named(conn, spell, [candidates[d.candidate] for d in writing])
-    same = copies.Copies.load(conn, spell.persona, subjects)
+    writing = [candidates[d.candidate] for d in decisions if d.event in ("ADD", "UPDATE")]
+    allowed, _ = extract.cap(writing, already)
+    return _Plan(
+        candidates=candidates,
+        decisions=decisions,
+        room=room,
+        shown={r.id: r for r in rows},
+        reach=None if label is None else label & frozenset(allowing),
+        capped={id(c) for c in allowed},
+        named=_named(conn, spell, writing),
+        same=copies.Copies.load(conn, spell.persona, subjects),
+    )
 
-    row_ids: list[int] = []
-    closed: list[int] = []
-    untold: set[int] = set()  # rows whose human was told of the same sentence already
-    for d in decisions:
-        c = candidates[d.candidate]
-        audience = _audience(c, reach)
+
+@dataclass
+class _Written:
+    """What the decisions wrote so far."""
+
+    row_ids: list[int] = field(default_factory=list)
+    closed: list[int] = field(default_factory=list)
+    # rows whose human was told of the same sentence already (a narrower copy folds into them)
+    untold: set[int] = field(default_factory=set)
+
+
+def _apply(conn: Connection, spell: Spell, plan: _Plan, now: str, today: str) -> _Written:
+    """Each decision in order: ADD and UPDATE write (`_write`), CLOSE closes a row it may."""
+    written = _Written()
+    for d in plan.decisions:
+        c = plan.candidates[d.candidate]
+        audience = _audience(c, plan.reach)
         if audience == labels.NOBODY:
             continue  # nobody left who heard it and lets the persona remember it
-        old = d.old_row_id
         if d.event in ("ADD", "UPDATE"):
-            if id(c) not in allowed_ids:
-                continue  # over today's cap
-            formed = copies.formed_with(c.subject, audience, frozenset(spell.witnessed))
-            found = same.find(c, formed)
-            if found.held:
-                continue  # the same sentence is open already, for everyone this one reaches
-            replaces = (
-                d.event == "UPDATE" and old is not None and _may_change(shown, old, c, audience)
-            )
-            new_id = _insert_row(conn, spell, c, now, named[id(c)], audience)
-            row_ids.append(new_id)
-            same.add(c, formed, new_id, found.narrower)
-            for copy in found.narrower:  # one memory, not two: its human was told already
-                memories.close(conn, copy.id, c.valid_from or today, new_id)
-                notices.add_row(conn, copy.id, new_id)
-                shown.pop(copy.id, None)
-                closed.append(copy.id)
-                if c.subject != SUBJECT_WORLD:
-                    untold.add(new_id)
-            if replaces and old is not None and old in shown:
-                memories.close(conn, old, c.valid_from or today, new_id)
-                shown.pop(old)
-                closed.append(old)
-        elif d.event == "CLOSE" and old is not None and _may_change(shown, old, c, audience):
-            memories.close(conn, old, c.valid_from or today, None)
-            shown.pop(old)
-            closed.append(old)
-    _advance_cursor(conn, spell, now)
-    spells.record(conn, spell, "committed", None, row_ids, now)
-    _post_toasts(conn, spell, room, [i for i in row_ids if i not in untold], now)
-    return Outcome("committed", row_ids, closed)
+            _write(conn, spell, plan, d, audience, written, now, today)
+        elif d.event == "CLOSE" and (old := d.old_row_id) is not None:
+            if _may_change(plan.shown, old, c, audience):
+                _close(conn, plan, written, old, c.valid_from or today, None)
+    return written
+
+
+def _write(
+    conn: Connection,
+    spell: Spell,
+    plan: _Plan,
+    d: Decision,
+    audience: Label,
+    written: _Written,
+    now: str,
+    today: str,
+) -> None:
+    """An ADD or UPDATE: the new row, unless over today's cap or already open for everyone it
+    reaches; narrower copies of the same sentence fold into it; an UPDATE closes its old row."""
+    c = plan.candidates[d.candidate]
+    if id(c) not in plan.capped:
+        return  # over today's cap
+    formed = copies.formed_with(c.subject, audience, frozenset(spell.witnessed))
+    found = plan.same.find(c, formed)
+    if found.held:
+        return  # the same sentence is open already, for everyone this one reaches
+    old = d.old_row_id
+    replaces = d.event == "UPDATE" and old is not None and _may_change(plan.shown, old, c, audience)
+    new_id = _insert_row(conn, spell, c, now, plan.named[id(c)], audience)
+    written.row_ids.append(new_id)
+    plan.same.add(c, formed, new_id, found.narrower)
+    for copy in found.narrower:  # one memory, not two: its human was told already
+        _close(conn, plan, written, copy.id, c.valid_from or today, new_id)
+        notices.add_row(conn, copy.id, new_id)
+        if c.subject != SUBJECT_WORLD:
+            written.untold.add(new_id)
+    if replaces and old is not None and old in plan.shown:
+        _close(conn, plan, written, old, c.valid_from or today, new_id)
+
+
+def _close(
+    conn: Connection,
+    plan: _Plan,
+    written: _Written,
+    row_id: int,
+    when: str,
+    closed_by: int | None,
+) -> None:
+    """Close an open row (`valid_to` = when, `closed_by`); it is no longer one the spell may
+    change."""
+    memories.close(conn, row_id, when, closed_by)
+    plan.shown.pop(row_id, None)
+    written.closed.append(row_id)
 
 
 def _audience(c: Candidate, reach: Label) -> Label:

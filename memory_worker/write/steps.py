@@ -2,8 +2,8 @@
 step, return the next Spell. No Celery here — `memory_worker.tasks` adds queues and retries,
 and tests run these functions directly.
 
-    begin → extract → embed → route → commit (which writes the toasts; `run_notify` marks them
-    delivered, as the commit task does after it publishes them)
+    begin → extract → embed → route → commit (which writes the toasts; the commit task tells
+    them, `place_toasts` … `mark_delivered`, and the sweep finds those left, `waiting_toasts`)
 """
 
 from __future__ import annotations
@@ -171,12 +171,3 @@ def waiting_toasts(written_before: str) -> list[str]:
     """Keys of spells with a toast written before then and still undelivered (the sweep)."""
     with store.engine().connect() as conn:
         return notices.waiting_spells(conn, written_before)
-
-
-def run_notify(spell: Spell, row_ids: list[int] | None = None) -> list[notices.Notice]:
-    """Deliver the spell's toasts (written by its commit): returns those not delivered before.
-    The task publishes each to the human's channel between `pending_toasts` and
-    `mark_delivered`, so a crash in between delivers twice rather than never."""
-    toasts = pending_toasts(spell.key)
-    mark_delivered(toasts)
-    return toasts

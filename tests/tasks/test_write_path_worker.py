@@ -11,18 +11,15 @@ import threading
 import time
 
 import pytest
-from celery.signals import before_task_publish
+from celery.signals import before_task_publish, task_failure, task_unknown
 from sqlalchemy import insert, select
 
 from memory_worker import app_side, events
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.rows import Spell
-from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import (
-    ScriptedChat,
     candidate,
-    sensible_route,
     transcript_ids,
 )
 from memory_worker.ops import inflight
@@ -82,6 +79,46 @@ def test_hole8_the_claim_is_freed_when_the_spell_ends_so_the_next_quiet_spell_ru
     events.room_quiet("dm-dan")
     assert pipeline.wait_for_spell("warren", "dm-dan", more)["status"] == "committed"
     assert "u:42 has a dog called Biscuit." in row_texts(pipeline)
+
+
+@pytest.mark.parametrize("step", ["extract", "commit"])
+def test_a_step_that_fails_for_a_bug_frees_its_rooms_claim_at_once_so_the_next_quiet_event_runs(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """Not the store away (that path waits, then hands on): a step raising for any other reason
+    ends its chain, and its room's claim goes with it (`StoreStep.on_failure`), not a claim's
+    lifetime later. Celery runs `on_failure` before it sends `task_failure`: the event waited on."""
+    from memory_worker.ops import broker
+
+    people(pipeline.db)
+    lines = private_chat(pipeline.db)
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    run_step = f"run_{step}"
+    real = getattr(steps, run_step)
+
+    def bug(*_: object) -> None:
+        raise ZeroDivisionError("a bug in the step")
+
+    monkeypatch.setattr(steps, run_step, bug)
+    failed = threading.Event()
+
+    def heard(sender: object = None, **_: object) -> None:
+        if getattr(sender, "name", None) == f"memory_worker.{step}":
+            failed.set()
+
+    task_failure.connect(heard, weak=False)
+    try:
+        events.room_quiet("dm-dan")
+        assert failed.wait(SPELL_TIMEOUT_S)
+    finally:
+        task_failure.disconnect(heard)
+    client = broker.client(str(app.conf.broker_url))
+    assert client.get(inflight.key("warren", "dm-dan")) is None  # freed now, not in 60 s
+    assert cursor(pipeline) == 0
+
+    monkeypatch.setattr(steps, run_step, real)  # the bug fixed: the next quiet event mines it
+    events.room_quiet("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", lines[-1])["status"] == "committed"
 
 
 def test_a_step_renews_the_claim_only_when_it_was_taken_more_than_ten_seconds_ago(
@@ -189,28 +226,35 @@ def test_hole9_a_malformed_commit_message_is_refused_and_changes_nothing(
     assert cursor(pipeline) == lines[-1]
 
 
-@pytest.mark.parametrize("status", ["committed", "skipped", "covered", "parked"])
-def test_notify_toast_accepts_every_status_the_commit_returns_through_the_real_worker(
-    pipeline: Pipeline, status: str
+def test_a_queued_message_for_the_removed_notify_toast_task_is_dropped_and_the_worker_goes_on(
+    pipeline: Pipeline,
 ) -> None:
-    """A late spell's commit returns "covered": its toast step must deliver, not reject it
-    as malformed. Each status rides with a spell whose toast is still waiting,
-    so the delivery is the real event the test waits on."""
+    """Before the commit delivered its own toasts, the chain ended in `notify_toast`; a message
+    of it still queued after an upgrade names a task the worker no longer has. Celery logs it
+    and rejects it, not requeued, nothing retried: the toast it was for waits in the outbox,
+    where the room's next commit or the sweep finds it."""
     people(pipeline.db)
     lines = private_chat(pipeline.db)
-    chat = ScriptedChat({"extract": lambda _: extract_answer(lines), "route": sensible_route})
-    spell = steps.begin("warren", "dm-dan")
-    assert spell is not None
-    spell = steps.run_route(
-        steps.run_embed(steps.run_extract(spell, chat), HashingEmbedder()), chat
-    )
-    assert steps.run_commit(spell).status == "committed"  # its toast is now waiting
-    settled = Spell.from_json({**spell.to_json(), "candidates": [], "decisions": []})
-    tasks.notify_toast.apply_async(({"spell": settled.to_json(), "row_ids": [], "status": status},))
-    deadline = time.monotonic() + SPELL_TIMEOUT_S
-    while steps.pending_toasts(spell.key) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert steps.pending_toasts(spell.key) == []
+    pipeline.stub.chat_responder = gemini_responder(extract_answer(lines))
+    dropped = threading.Event()
+
+    def heard(name: str | None = None, **_: object) -> None:
+        if name == "memory_worker.notify_toast":
+            dropped.set()
+
+    old = {"spell": Spell("warren", "dm-dan", 0, lines[-1]).to_json(), "row_ids": []}
+    task_unknown.connect(heard, weak=False)
+    try:
+        app.send_task(
+            "memory_worker.notify_toast", ({**old, "status": "committed"},), queue="notify"
+        )
+        assert dropped.wait(SPELL_TIMEOUT_S)
+    finally:
+        task_unknown.disconnect(heard)
+    settle(str(app.conf.broker_url))  # nothing left queued, reserved or waiting to retry
+    events.room_quiet("dm-dan")
+    assert pipeline.wait_for_spell("warren", "dm-dan", lines[-1])["status"] == "committed"
+    assert pipeline.wait_for_notices(1, delivered=True)
 
 
 def test_hole6_no_task_message_repr_event_or_result_carries_memory_text(

@@ -17,7 +17,7 @@ from memory_worker.storage import rooms
 from memory_worker.write import steps
 from tests import bees
 from tests.scenes import DAN, people
-from tests.write_helpers import notices, rows
+from tests.write_helpers import mark_told, notices, rows
 
 pytestmark = pytest.mark.store
 
@@ -69,7 +69,7 @@ def test_a_late_spell_whose_lines_are_covered_changes_nothing_and_toasts_nothing
     assert steps.run_commit(late).status == "covered"
     assert rows(dm) == before_rows  # the bee fact stays closed, nothing re-added
     assert notices(dm) == before_notices  # no second "noted"
-    assert steps.run_notify(late) == []
+    assert steps.pending_toasts(late.key) == []
     assert steps.run_commit(late).status == "covered"  # and so on every redelivery
 
 
@@ -104,18 +104,18 @@ def test_the_toast_is_written_with_its_rows_and_delivered_once(dm: Engine) -> No
     assert steps.run_commit(spell).status == "committed"
     (notice,) = notices(dm)  # in the commit's transaction: no rows without their toast
     assert notice["delivered"] == 0
-    assert [n.id for n in steps.run_notify(spell)] == [notice["id"]]
+    assert [n.id for n in mark_told(spell)] == [notice["id"]]
     assert notices(dm)[0]["delivered"] == 1
-    assert steps.run_notify(spell) == []
+    assert mark_told(spell) == []
 
 
 def test_undelivered_toasts_are_found_by_the_sweep_query(dm: Engine) -> None:
     bees.say(dm, bees.KEEPS)
     spell = routed(steps.begin("warren", "dm-dan"))
-    steps.run_commit(spell)  # the notify_toast message is lost
+    steps.run_commit(spell)  # its worker killed before it delivered the toast
     assert steps.waiting_toasts("9999-01-01") == [spell.key]
     assert steps.waiting_toasts("2000-01-01") == []  # a grace period for the chain's own
-    steps.run_notify(spell)
+    mark_told(spell)
     assert steps.waiting_toasts("9999-01-01") == []
 
 

@@ -16,6 +16,7 @@ from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, sensible_route
 from memory_worker.write import steps
 from tests.scenes import DAN, extract_answer, people, private_chat
+from tests.write_helpers import mark_told
 
 pytestmark = pytest.mark.store
 
@@ -99,8 +100,8 @@ def test_every_step_run_twice_gives_the_same_result(world) -> None:  # type: ign
     c1 = steps.run_commit(r1)
     c2 = steps.run_commit(r2)
     assert c1.row_ids == c2.row_ids and len(all_rows(db)) == 2
-    t1 = steps.run_notify(r1, c1.row_ids)
-    t2 = steps.run_notify(r1, c1.row_ids)
+    t1 = mark_told(r1)
+    t2 = mark_told(r1)
     assert len(t1) == 1 and t2 == []
 
 
@@ -206,7 +207,7 @@ def test_a_skipped_spell_calls_no_model_and_never_mines_those_lines_later(world,
 def test_the_toast_is_one_notice_per_human_naming_its_rows(world) -> None:  # type: ignore[no-untyped-def]
     db, lines = world
     spell, row_ids = full_spell(chat_for(lines))
-    toasts = steps.run_notify(spell, row_ids)
+    toasts = mark_told(spell)
     assert [x.user_id for x in toasts] == [DAN]
     with db.connect() as c:
         notice = c.execute(select(t.notices)).mappings().one()
