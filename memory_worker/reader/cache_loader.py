@@ -24,13 +24,12 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Scope
 from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
-from memory_worker.core.read_cache import (
+from memory_worker.core.read_cache import LoadVectors, ReadCache
+from memory_worker.core.read_columns import (
     NO_REQUIREMENT,
     VIEWS_FROM_ROWS,
     Key,
-    LoadVectors,
     PersonaRows,
-    ReadCache,
     Requirement,
     Version,
     Versions,
