@@ -1,6 +1,6 @@
 """The cache loader: a room open's ranking columns, from the read cache, a pack or the store.
 
-A persona's open rows become columns (`read_cache.PersonaRows`) held in this process's read
+A persona's open rows become columns (`read_columns.PersonaRows`) held in this process's read
 cache; `load_candidates` picks the ones a scope may see (`visible_view`) and measures their
 relevance. A held entry behind the store is brought up to it from the change log; a persona
 not held is ranked on its pack and the rows changed since, or failing that on the rows its
@@ -24,7 +24,6 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Scope
 from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
-from memory_worker.core.read_cache import LoadVectors, ReadCache
 from memory_worker.core.read_columns import (
     NO_REQUIREMENT,
     VIEWS_FROM_ROWS,
@@ -40,6 +39,7 @@ from memory_worker.core.read_columns import (
 )
 from memory_worker.core.rows import Row, human_id, human_ref, id_list
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
+from memory_worker.reader.cache import LoadVectors, ReadCache
 from memory_worker.reader.threads import OPENS
 from memory_worker.storage import read_packs, read_path, store
 

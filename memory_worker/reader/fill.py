@@ -22,7 +22,6 @@ from dataclasses import replace
 import numpy as np
 from sqlalchemy import Connection
 
-from memory_worker.core.read_cache import vectors_of
 from memory_worker.core.read_columns import (
     NEVER_WRITTEN,
     Key,
@@ -33,6 +32,7 @@ from memory_worker.core.read_columns import (
 )
 from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
+from memory_worker.reader.cache import vectors_of
 from memory_worker.reader.cache_loader import (
     catch_up_store,
     columns_of,
