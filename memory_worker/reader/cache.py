@@ -424,6 +424,30 @@ class ReadCache:
             fit = min(len(rows), self.slots_allowed(rows, len(topic)))
             empty = Vectors(len(topic), fit)
             rows = self.fill(key, replace(rows, slots=None, vectors=empty), load)
+        out, waiting = self._held_cosines(key, rows, topic, at, keep)
+        if waiting.any():
+            dims = len(topic)
+            ids = rows.ids[at[waiting]]
+            found = load(ids.tolist())
+            out[waiting] = int8_cosines(stack_int8([found.get(int(i)) for i in ids], dims), topic)
+        return out
+
+    def held_relevance(
+        self, key: Key, rows: PersonaRows, topic: bytes, at: np.ndarray, *, keep: bool = True
+    ) -> np.ndarray | None:
+        """`relevance` from the vectors held alone (a warm open reading nothing but its
+        context): None when a row at `at` would need its vector read first."""
+        vectors = vectors_of(rows)
+        if vectors is None or rows.slots is None or vectors.dims != len(topic):
+            return None
+        out, waiting = self._held_cosines(key, rows, topic, at, keep)
+        return None if waiting.any() else out
+
+    def _held_cosines(
+        self, key: Key, rows: PersonaRows, topic: bytes, at: np.ndarray, keep: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The cosines of the rows at `at` from the vectors held (0 where none is), and which
+        of them still wait for their vector (`pending`)."""
         vectors, slots = vectors_of(rows), rows.slots
         assert vectors is not None and slots is not None
         wanted = slots[at]
@@ -436,14 +460,7 @@ class ReadCache:
         else:  # a vector seen once (a message): only the rows asked about
             some = wanted[held]
             out[held] = int8_cosines(vectors.matrix[some], topic, vectors.norms[some])
-        waiting = ~held & (at >= self._first_slotted(rows, vectors.dims))
-        if waiting.any():
-            ids = rows.ids[at[waiting]]
-            found = load(ids.tolist())
-            out[waiting] = int8_cosines(
-                stack_int8([found.get(int(i)) for i in ids], vectors.dims), topic
-            )
-        return out
+        return out, ~held & (at >= self._first_slotted(rows, vectors.dims))
 
     def _first_slotted(self, rows: PersonaRows, dims: int) -> int:
         """The position of the oldest row the bound lets hold a vector (rows sort by id)."""
