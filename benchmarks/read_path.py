@@ -23,6 +23,13 @@ SELECT pays for it), we time:
 - after a delete — the human deletes one of the persona's rows (not timed), then a cold
                  open of the room with a topic (the delete keeps the pack, less the row), and a
                  fresh process's first open after `reader.prepare`;
+- busy         — the warm open (under the deployment's scope, and with the group scope in
+                 force: `MW_MEMORY_SCOPE=follow`) and the group room (group scope, warm and
+                 cold) again in a busy process: several stores held (copies of this one at
+                 other paths), every persona of each opened between the timed opens with the
+                 touch on (so touches flow), the app's own objects alive, and the garbage
+                 collector on, as in an app; each against the floor measured alone (the
+                 busy floors, timed the same way, are shown beside them);
 - deploy       — the first open after a deploy: a fresh process opens each of the ten
                  personas' private chats with Dan once, each against its own floor (p50, p95).
 
@@ -74,6 +81,8 @@ PERSONAS = [PERSONA, *(f"noise{p}" for p in range(NOISE_PERSONAS))]
 GROUP = [PERSONA, "noise0", "noise1"]  # the group room's personas
 GROUP_HUMANS = [DAN, 1000, 1001]  # present in it: Dan and two humans Warren knows a little
 ROOT = Path(__file__).resolve().parent.parent
+BUSY_STORES = 4  # ours: the stores a busy process holds, this one and copies of it
+BUSY_APP_OBJECTS = 100_000  # ours: the app's own live objects (dicts) its collector walks
 FLOOR_SQL = (
     "SELECT * FROM persona_memory WHERE persona = ? AND valid_to IS NULL "
     "AND subject IN ('world', 'u:42', 'self') AND (subject != 'self' OR counterpart = 'u:42')"
@@ -379,8 +388,10 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     finally:
         other.close()
     flush()
-    loads.append(load())
     held = cache_loader.READ_CACHE.held(url)[PERSONA].nbytes  # Warren's entry, as before
+    ms.update(busy(url, path, max(8, reps // 2), floor_conn))
+    flush()
+    loads.append(load())
     floors = {p: statistics.median(timed(floor(FLOOR_SQL, p)) for _ in range(9)) for p in PERSONAS}
     runs = {
         "fresh": [fresh(url) for _ in range(fresh_reps)],
@@ -413,6 +424,8 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
             base = floor_of["group_proven"]
         elif name.startswith(("group_", "floor_group")):
             base = floor_of["group"]
+        elif name.startswith(("busy_group", "busy_floor_group")):
+            base = floor_of["group"]  # the floor as measured alone: what the targets mean
         med = statistics.median(got)
         out[name] = {"med": med, "p95": p95(got), "x": med / base}
     for name, got in runs.items():
@@ -435,6 +448,75 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
         "p95_x": float(np.percentile(ratios, 95)),
     }
     return out
+
+
+def timed_as_app(fn: Callable[[], object]) -> float:
+    """Milliseconds `fn` takes with the garbage collector as the process has it (on)."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def busy(url: str, path: Path, reps: int, floor_conn: sqlite3.Connection) -> dict[str, list]:
+    """A warm open, and the group room under the group scope warm and cold, in a busy
+    process: BUSY_STORES stores held (this one, and copies of it at other paths: other urls,
+    each its own entries), every persona of each opened with the touch on between the timed
+    opens (their touches flush on the reader's thread meanwhile), BUSY_APP_OBJECTS of the
+    app's own objects alive, and the collector on throughout. Its floors, timed the same
+    way, show how busy the process is; every case's ratio is to the floor measured alone,
+    as the targets are (a busy floor, slowed by the reader's threads between opens, would
+    flatter the reader)."""
+    from memory_worker.reader import blocks_for_room, build_block
+
+    urls = [url]
+    for n in range(1, BUSY_STORES):
+        copy = path.with_name(f"{path.stem}_busy{n}.db")
+        with sqlite3.connect(copy) as dst:
+            floor_conn.backup(dst)  # the same rows, another file: another url's entries
+        urls.append(f"sqlite:///{copy}")
+    app_objects = [{"id": i, "name": f"object {i}"} for i in range(BUSY_APP_OBJECTS)]
+
+    def others(u: str) -> None:  # not timed: the rest of the process's traffic
+        for p in PERSONAS:
+            build_block(p, {DAN}, _dm(p), now=NOW, url=u)
+        blocks_for_room("group", GROUP_HUMANS, now=NOW, url=u)
+
+    def group(**kw: object) -> None:
+        blocks_for_room("group", GROUP_HUMANS, now=NOW, url=url, proven_scope=False, **kw)
+
+    def group_dropped() -> None:  # this store's group personas let go of, nothing else
+        sid = cache_loader.READ_CACHE.store_of(url)
+        held = cache_loader.READ_CACHE.held(url)
+        for p in GROUP:
+            if sid is not None and p in held:
+                cache_loader.READ_CACHE.drop((url, sid, p), held[p])
+
+    cases: dict[str, Callable[[], object]] = {
+        "busy_floor": lambda: floor_conn.execute(FLOOR_SQL, (PERSONA,)).fetchall(),
+        "busy_floor_group": lambda: floor_conn.execute(GROUP_FLOOR_SQL["group"]).fetchall(),
+        "busy_warm": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url),
+        "busy_follow_warm": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url),
+        "busy_group_warm": lambda: group(),
+    }
+    deployed = settings_mod.current()
+    follow = deployed.with_(memory_scope="follow")  # the group scope in force (its override)
+    ms: dict[str, list] = {name: [] for name in [*cases, "busy_group_cold"]}
+    for u in urls:
+        others(u)
+    flush()
+    order, shuffled = list(cases), random.Random(len(urls))
+    for n in range(reps):
+        shuffled.shuffle(order)
+        for name in order:
+            others(urls[1 + n % (len(urls) - 1)])  # touches flowing from other opens
+            settings_mod.configure(follow if name == "busy_follow_warm" else deployed)
+            ms[name].append(timed_as_app(cases[name]))
+            settings_mod.configure(deployed)
+        group_dropped()
+        ms["busy_group_cold"].append(timed_as_app(lambda: group(touch=False)))
+        fill.FILLS.wait(120)  # its fill lands before the next round's warm case
+    del app_objects
+    return ms
 
 
 # --- where a warm open's time goes ------------------------------------------------------------
@@ -542,6 +624,10 @@ TARGETS: dict[str, dict[int, float]] = {  # case → visible rows → the most �
     "cold_after_delete": {1_000: 1.5, 10_000: 0.5, 100_000: 0.5},
     "fresh_after_delete": {1_000: 2.0, 10_000: 0.5, 100_000: 0.5},
     "group_warm": {1_000: 0.3, 10_000: 0.1},
+    "busy_warm": {1_000: 0.3, 10_000: 0.05},
+    "busy_follow_warm": {1_000: 0.3, 10_000: 0.05},
+    "busy_group_warm": {1_000: 0.3},
+    "busy_group_cold": {1_000: 1.5},
 }
 LABELS = {
     "warm_touch": "warm, touch on",
@@ -559,6 +645,12 @@ LABELS = {
     "group_proven_cold": "group room, proven scope: cold",
     "group_warm": "group room, group scope (`proven_scope=False`): warm",
     "group_cold": "group room, group scope: cold",
+    "busy_floor": "a busy process: the floor, timed there",
+    "busy_floor_group": "a busy process: the group scope's floor, timed there",
+    "busy_warm": "a busy process: warm, touch on",
+    "busy_follow_warm": "a busy process: warm, touch on, `MW_MEMORY_SCOPE=follow`",
+    "busy_group_warm": "a busy process: group room, group scope, warm",
+    "busy_group_cold": "a busy process: group room, group scope, cold",
 }
 
 
