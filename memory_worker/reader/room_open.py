@@ -121,12 +121,13 @@ def scope_in_force(proven_scope: bool | None, url: str) -> bool:
     s = settings_mod.current()
     if s.memory_scope != "follow" and proven_scope is None:
         return True
-    s = s.with_(memory_scope="follow")  # asked for, or in force: the same gate either way
     key = (url, s.memory_scope_override, s.block_tail, s.persona_models, s.exam_max_with_owner,
            s.exam_max_references_per_turn)  # fmt: skip
     if key not in _SCOPE_CHECKED:
+        # Asked for, or in force: the same gate either way. The copy is made only here: a
+        # validated Settings costs about a millisecond, more than a warm open's whole work.
         with store.engine(url).connect() as conn:
-            verdicts.require_scope(conn, s)
+            verdicts.require_scope(conn, s.with_(memory_scope="follow"))
         _SCOPE_CHECKED.add(key)
     return False
 
