@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -468,18 +469,7 @@ def busy(url: str, path: Path, reps: int, floor_conn: sqlite3.Connection) -> dic
     flatter the reader)."""
     from memory_worker.reader import blocks_for_room, build_block
 
-    urls = [url]
-    for n in range(1, BUSY_STORES):
-        copy = path.with_name(f"{path.stem}_busy{n}.db")
-        with sqlite3.connect(copy) as dst:
-            floor_conn.backup(dst)  # the same rows, another file: another url's entries
-        urls.append(f"sqlite:///{copy}")
-    app_objects = [{"id": i, "name": f"object {i}"} for i in range(BUSY_APP_OBJECTS)]
-
-    def others(u: str) -> None:  # not timed: the rest of the process's traffic
-        for p in PERSONAS:
-            build_block(p, {DAN}, _dm(p), now=NOW, url=u)
-        blocks_for_room("group", GROUP_HUMANS, now=NOW, url=u)
+    process = Busy(url, path)
 
     def group(**kw: object) -> None:
         blocks_for_room("group", GROUP_HUMANS, now=NOW, url=url, proven_scope=False, **kw)
@@ -501,27 +491,57 @@ def busy(url: str, path: Path, reps: int, floor_conn: sqlite3.Connection) -> dic
     deployed = settings_mod.current()
     follow = deployed.with_(memory_scope="follow")  # the group scope in force (its override)
     ms: dict[str, list] = {name: [] for name in [*cases, "busy_group_cold"]}
-    for u in urls:
-        others(u)
-    flush()
-    order, shuffled = list(cases), random.Random(len(urls))
-    for n in range(reps):
+    order, shuffled = list(cases), random.Random(BUSY_STORES)
+    for _ in range(reps):
         shuffled.shuffle(order)
         for name in order:
-            others(urls[1 + n % (len(urls) - 1)])  # touches flowing from other opens
+            process.step()  # touches flowing from other opens
             settings_mod.configure(follow if name == "busy_follow_warm" else deployed)
             ms[name].append(timed_as_app(cases[name]))
             settings_mod.configure(deployed)
         group_dropped()
         ms["busy_group_cold"].append(timed_as_app(lambda: group(touch=False)))
         fill.FILLS.wait(120)  # its fill lands before the next round's warm case
-    del app_objects
     return ms
+
+
+class Busy:
+    """A busy process around the store at `url` (file `path`): BUSY_STORES stores held (it,
+    and copies of it at other paths: other urls, each its own entries), BUSY_APP_OBJECTS of
+    the app's own objects alive, and every persona of one of the other stores opened with
+    the touch on at each `step`, so touches flow on the reader's thread."""
+
+    def __init__(self, url: str, path: Path):
+        self.urls = [url]
+        with closing(sqlite3.connect(path)) as src:
+            for n in range(1, BUSY_STORES):
+                copy = path.with_name(f"{path.stem}_busy{n}.db")
+                with closing(sqlite3.connect(copy)) as dst:
+                    src.backup(dst)  # the same rows, another file: another url's entries
+                self.urls.append(f"sqlite:///{copy}")
+        self.app_objects = [{"id": i, "name": f"object {i}"} for i in range(BUSY_APP_OBJECTS)]
+        self.steps = 0
+        for u in self.urls:
+            self.opens(u)
+        flush()
+
+    def opens(self, url: str) -> None:
+        from memory_worker.reader import blocks_for_room, build_block
+
+        for p in PERSONAS:
+            build_block(p, {DAN}, _dm(p), now=NOW, url=url)
+        blocks_for_room("group", GROUP_HUMANS, now=NOW, url=url)
+
+    def step(self) -> None:
+        """The rest of the process's traffic between two timed opens (not timed)."""
+        self.steps += 1
+        self.opens(self.urls[1 + self.steps % (len(self.urls) - 1)])
 
 
 # --- where a warm open's time goes ------------------------------------------------------------
 
 STAGES = (  # (module, function, what it is): the reader's own steps, timed where it calls them
+    ("memory_worker.reader.room_open", "scope_in_force", "the scope in force (its check)"),
     ("memory_worker.storage.read_path", "context_alone", "the context statement"),
     ("memory_worker.storage.read_path", "context", "the context statement"),
     ("memory_worker.reader.cache_loader", "load_candidates", "the audience's ranking columns"),
@@ -531,28 +551,32 @@ STAGES = (  # (module, function, what it is): the reader's own steps, timed wher
     ("memory_worker.reader.cache_loader", "winner_rows", "the winners' full rows"),
     ("memory_worker.reader.cache_loader", "kept_winners", "the winners' full rows"),
     ("memory_worker.storage.read_path", "winners", "the winners' full rows"),
-    ("memory_worker.reader.room_open", "visible_memories", "the audience rule on every winner"),
+    ("memory_worker.core.audience", "visible_memories", "the audience rule on every winner"),
     ("memory_worker.reader.room_open", "render", "render"),
     ("memory_worker.reader.room_open", "promise_touch", "the touch promised"),
 )
 
 
-def profile(size: int, opens: int, tmp: Path) -> dict:
+def profile(size: int, opens: int, tmp: Path, *, busy: bool = False, group: bool = False) -> dict:
     """Where a warm open's time goes, with the touch on (as an app opens rooms) and off:
     each stage timed around the reader's own functions over `opens` opens one after another;
     median microseconds a stage and what is left (the pool's checkout, the Python between
-    the stages, and whatever the reader's threads take from the open meanwhile)."""
-    url = f"sqlite:///{tmp / f'profile_{size}.db'}"
+    the stages, and whatever the reader's threads take from the open meanwhile). `busy`: in
+    a busy process (`Busy`, a step of its traffic before each open, the collector on);
+    `group`: the group room under the group scope instead of the private chat."""
+    path = tmp / f"profile_{size}.db"
+    url = f"sqlite:///{path}"
     store.init_db(url)
     seed(url, size, np.random.default_rng(size))
-    out = {"size": size, "opens": opens, "load": load()}
+    process = Busy(url, path) if busy else None
+    out = {"size": size, "opens": opens, "load": load(), "busy": busy, "group": group}
     for touch in (True, False):
-        out["touch" if touch else "no_touch"] = _profile(url, opens, touch)
+        out["touch" if touch else "no_touch"] = _profile(url, opens, touch, process, group)
     store.dispose_all()
     return out
 
 
-def _profile(url: str, opens: int, touch: bool) -> dict:
+def _profile(url: str, opens: int, touch: bool, process: Busy | None, group: bool) -> dict:
     import importlib
 
     from memory_worker import reader
@@ -560,6 +584,10 @@ def _profile(url: str, opens: int, touch: bool) -> dict:
     reader.prepare(url)
 
     def one() -> object:
+        if group:
+            return reader.blocks_for_room(
+                "group", GROUP_HUMANS, now=NOW, url=url, touch=touch, proven_scope=False
+            )
         return reader.build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=touch)
 
     for _ in range(50):
@@ -586,8 +614,10 @@ def _profile(url: str, opens: int, touch: bool) -> dict:
     totals: list[float] = []
     try:
         for _ in range(opens):
+            if process is not None:
+                process.step()
             spent.clear()
-            totals.append(timed(one) * 1000.0)
+            totals.append((timed_as_app(one) if process else timed(one)) * 1000.0)
             for label, us in spent.items():
                 per_stage.setdefault(label, []).append(us)
     finally:
@@ -605,7 +635,9 @@ def print_profile(got: dict) -> None:
     for mode in ("touch", "no_touch"):
         run = got[mode]
         print(
-            f"a warm open at {got['size']:,} rows, {mode.replace('_', ' ')}: "
+            f"a warm open{' of the group room' if got.get('group') else ''}"
+            f"{' in a busy process' if got.get('busy') else ''} at {got['size']:,} rows, "
+            f"{mode.replace('_', ' ')}: "
             f"median {run['total_us']:.0f} µs (load {got['load']})"
         )
         for label, us in run["stages"]:
@@ -711,6 +743,10 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=int, metavar="ROWS", help="only: where a warm open's time goes"
     )
+    parser.add_argument("--busy", action="store_true", help="--profile in a busy process")
+    parser.add_argument(
+        "--group", action="store_true", help="--profile the group room (the group scope)"
+    )
     args = parser.parse_args()
     # The group scope is measured on this benchmark's own temporary stores, which hold no
     # leak exam verdict: asked for there, it starts on the override (logged), as the gate says.
@@ -721,7 +757,8 @@ def main() -> None:
         return fresh_main(args.fresh)
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:
-            got = profile(args.profile, 300 if args.quick else 2000, Path(tmp))
+            opens = 300 if args.quick else 2000
+            got = profile(args.profile, opens, Path(tmp), busy=args.busy, group=args.group)
         print_profile(got)
         if args.json:
             args.json.write_text(json.dumps(got, indent=1))
