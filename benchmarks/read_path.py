@@ -23,6 +23,13 @@ SELECT pays for it), we time:
 - after a delete — the human deletes one of the persona's rows (not timed), then a cold
                  open of the room with a topic (the delete keeps the pack, less the row), and a
                  fresh process's first open after `reader.prepare`;
+- busy         — the warm open (under the deployment's scope, and with the group scope in
+                 force: `MW_MEMORY_SCOPE=follow`) and the group room (group scope, warm and
+                 cold) again in a busy process: several stores held (copies of this one at
+                 other paths), every persona of each opened between the timed opens with the
+                 touch on (so touches flow), the app's own objects alive, and the garbage
+                 collector on, as in an app; each against the floor measured alone (the
+                 busy floors, timed the same way, are shown beside them);
 - deploy       — the first open after a deploy: a fresh process opens each of the ten
                  personas' private chats with Dan once, each against its own floor (p50, p95).
 
@@ -48,6 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +82,8 @@ PERSONAS = [PERSONA, *(f"noise{p}" for p in range(NOISE_PERSONAS))]
 GROUP = [PERSONA, "noise0", "noise1"]  # the group room's personas
 GROUP_HUMANS = [DAN, 1000, 1001]  # present in it: Dan and two humans Warren knows a little
 ROOT = Path(__file__).resolve().parent.parent
+BUSY_STORES = 4  # ours: the stores a busy process holds, this one and copies of it
+BUSY_APP_OBJECTS = 100_000  # ours: the app's own live objects (dicts) its collector walks
 FLOOR_SQL = (
     "SELECT * FROM persona_memory WHERE persona = ? AND valid_to IS NULL "
     "AND subject IN ('world', 'u:42', 'self') AND (subject != 'self' OR counterpart = 'u:42')"
@@ -379,8 +389,10 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     finally:
         other.close()
     flush()
-    loads.append(load())
     held = cache_loader.READ_CACHE.held(url)[PERSONA].nbytes  # Warren's entry, as before
+    ms.update(busy(url, path, max(8, reps // 2), floor_conn))
+    flush()
+    loads.append(load())
     floors = {p: statistics.median(timed(floor(FLOOR_SQL, p)) for _ in range(9)) for p in PERSONAS}
     runs = {
         "fresh": [fresh(url) for _ in range(fresh_reps)],
@@ -413,6 +425,8 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
             base = floor_of["group_proven"]
         elif name.startswith(("group_", "floor_group")):
             base = floor_of["group"]
+        elif name.startswith(("busy_group", "busy_floor_group")):
+            base = floor_of["group"]  # the floor as measured alone: what the targets mean
         med = statistics.median(got)
         out[name] = {"med": med, "p95": p95(got), "x": med / base}
     for name, got in runs.items():
@@ -437,38 +451,132 @@ def measure(size: int, reps: int, fresh_reps: int, tmp: Path) -> dict:
     return out
 
 
+def timed_as_app(fn: Callable[[], object]) -> float:
+    """Milliseconds `fn` takes with the garbage collector as the process has it (on)."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def busy(url: str, path: Path, reps: int, floor_conn: sqlite3.Connection) -> dict[str, list]:
+    """A warm open, and the group room under the group scope warm and cold, in a busy
+    process: BUSY_STORES stores held (this one, and copies of it at other paths: other urls,
+    each its own entries), every persona of each opened with the touch on between the timed
+    opens (their touches flush on the reader's thread meanwhile), BUSY_APP_OBJECTS of the
+    app's own objects alive, and the collector on throughout. Its floors, timed the same
+    way, show how busy the process is; every case's ratio is to the floor measured alone,
+    as the targets are (a busy floor, slowed by the reader's threads between opens, would
+    flatter the reader)."""
+    from memory_worker.reader import blocks_for_room, build_block
+
+    process = Busy(url, path)
+
+    def group(**kw: object) -> None:
+        blocks_for_room("group", GROUP_HUMANS, now=NOW, url=url, proven_scope=False, **kw)
+
+    def group_dropped() -> None:  # this store's group personas let go of, nothing else
+        sid = cache_loader.READ_CACHE.store_of(url)
+        held = cache_loader.READ_CACHE.held(url)
+        for p in GROUP:
+            if sid is not None and p in held:
+                cache_loader.READ_CACHE.drop((url, sid, p), held[p])
+
+    cases: dict[str, Callable[[], object]] = {
+        "busy_floor": lambda: floor_conn.execute(FLOOR_SQL, (PERSONA,)).fetchall(),
+        "busy_floor_group": lambda: floor_conn.execute(GROUP_FLOOR_SQL["group"]).fetchall(),
+        "busy_warm": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url),
+        "busy_follow_warm": lambda: build_block(PERSONA, {DAN}, "dm", now=NOW, url=url),
+        "busy_group_warm": lambda: group(),
+    }
+    deployed = settings_mod.current()
+    follow = deployed.with_(memory_scope="follow")  # the group scope in force (its override)
+    ms: dict[str, list] = {name: [] for name in [*cases, "busy_group_cold"]}
+    order, shuffled = list(cases), random.Random(BUSY_STORES)
+    for _ in range(reps):
+        shuffled.shuffle(order)
+        for name in order:
+            process.step()  # touches flowing from other opens
+            settings_mod.configure(follow if name == "busy_follow_warm" else deployed)
+            ms[name].append(timed_as_app(cases[name]))
+            settings_mod.configure(deployed)
+        group_dropped()
+        ms["busy_group_cold"].append(timed_as_app(lambda: group(touch=False)))
+        fill.FILLS.wait(120)  # its fill lands before the next round's warm case
+    return ms
+
+
+class Busy:
+    """A busy process around the store at `url` (file `path`): BUSY_STORES stores held (it,
+    and copies of it at other paths: other urls, each its own entries), BUSY_APP_OBJECTS of
+    the app's own objects alive, and every persona of one of the other stores opened with
+    the touch on at each `step`, so touches flow on the reader's thread."""
+
+    def __init__(self, url: str, path: Path):
+        self.urls = [url]
+        with closing(sqlite3.connect(path)) as src:
+            for n in range(1, BUSY_STORES):
+                copy = path.with_name(f"{path.stem}_busy{n}.db")
+                with closing(sqlite3.connect(copy)) as dst:
+                    src.backup(dst)  # the same rows, another file: another url's entries
+                self.urls.append(f"sqlite:///{copy}")
+        self.app_objects = [{"id": i, "name": f"object {i}"} for i in range(BUSY_APP_OBJECTS)]
+        self.steps = 0
+        for u in self.urls:
+            self.opens(u)
+        flush()
+
+    def opens(self, url: str) -> None:
+        from memory_worker.reader import blocks_for_room, build_block
+
+        for p in PERSONAS:
+            build_block(p, {DAN}, _dm(p), now=NOW, url=url)
+        blocks_for_room("group", GROUP_HUMANS, now=NOW, url=url)
+
+    def step(self) -> None:
+        """The rest of the process's traffic between two timed opens (not timed)."""
+        self.steps += 1
+        self.opens(self.urls[1 + self.steps % (len(self.urls) - 1)])
+
+
 # --- where a warm open's time goes ------------------------------------------------------------
 
 STAGES = (  # (module, function, what it is): the reader's own steps, timed where it calls them
+    ("memory_worker.reader.room_open", "scope_in_force", "the scope in force (its check)"),
     ("memory_worker.storage.read_path", "context_alone", "the context statement"),
     ("memory_worker.storage.read_path", "context", "the context statement"),
     ("memory_worker.reader.cache_loader", "load_candidates", "the audience's ranking columns"),
+    ("memory_worker.reader.cache_loader", "held_candidates", "the audience's ranking columns"),
     ("memory_worker.reader.room_open", "scores", "scores"),
     ("memory_worker.reader.room_open", "take", "take (per human, kinds, char cap)"),
     ("memory_worker.reader.cache_loader", "winner_rows", "the winners' full rows"),
+    ("memory_worker.reader.cache_loader", "kept_winners", "the winners' full rows"),
     ("memory_worker.storage.read_path", "winners", "the winners' full rows"),
-    ("memory_worker.reader.room_open", "visible_memories", "the audience rule on every winner"),
+    ("memory_worker.core.audience", "visible_memories", "the audience rule on every winner"),
     ("memory_worker.reader.room_open", "render", "render"),
     ("memory_worker.reader.room_open", "promise_touch", "the touch promised"),
 )
 
 
-def profile(size: int, opens: int, tmp: Path) -> dict:
+def profile(size: int, opens: int, tmp: Path, *, busy: bool = False, group: bool = False) -> dict:
     """Where a warm open's time goes, with the touch on (as an app opens rooms) and off:
     each stage timed around the reader's own functions over `opens` opens one after another;
     median microseconds a stage and what is left (the pool's checkout, the Python between
-    the stages, and whatever the reader's threads take from the open meanwhile)."""
-    url = f"sqlite:///{tmp / f'profile_{size}.db'}"
+    the stages, and whatever the reader's threads take from the open meanwhile). `busy`: in
+    a busy process (`Busy`, a step of its traffic before each open, the collector on);
+    `group`: the group room under the group scope instead of the private chat."""
+    path = tmp / f"profile_{size}.db"
+    url = f"sqlite:///{path}"
     store.init_db(url)
     seed(url, size, np.random.default_rng(size))
-    out = {"size": size, "opens": opens, "load": load()}
+    process = Busy(url, path) if busy else None
+    out = {"size": size, "opens": opens, "load": load(), "busy": busy, "group": group}
     for touch in (True, False):
-        out["touch" if touch else "no_touch"] = _profile(url, opens, touch)
+        out["touch" if touch else "no_touch"] = _profile(url, opens, touch, process, group)
     store.dispose_all()
     return out
 
 
-def _profile(url: str, opens: int, touch: bool) -> dict:
+def _profile(url: str, opens: int, touch: bool, process: Busy | None, group: bool) -> dict:
     import importlib
 
     from memory_worker import reader
@@ -476,6 +584,10 @@ def _profile(url: str, opens: int, touch: bool) -> dict:
     reader.prepare(url)
 
     def one() -> object:
+        if group:
+            return reader.blocks_for_room(
+                "group", GROUP_HUMANS, now=NOW, url=url, touch=touch, proven_scope=False
+            )
         return reader.build_block(PERSONA, {DAN}, "dm", now=NOW, url=url, touch=touch)
 
     for _ in range(50):
@@ -502,8 +614,10 @@ def _profile(url: str, opens: int, touch: bool) -> dict:
     totals: list[float] = []
     try:
         for _ in range(opens):
+            if process is not None:
+                process.step()
             spent.clear()
-            totals.append(timed(one) * 1000.0)
+            totals.append((timed_as_app(one) if process else timed(one)) * 1000.0)
             for label, us in spent.items():
                 per_stage.setdefault(label, []).append(us)
     finally:
@@ -521,7 +635,9 @@ def print_profile(got: dict) -> None:
     for mode in ("touch", "no_touch"):
         run = got[mode]
         print(
-            f"a warm open at {got['size']:,} rows, {mode.replace('_', ' ')}: "
+            f"a warm open{' of the group room' if got.get('group') else ''}"
+            f"{' in a busy process' if got.get('busy') else ''} at {got['size']:,} rows, "
+            f"{mode.replace('_', ' ')}: "
             f"median {run['total_us']:.0f} µs (load {got['load']})"
         )
         for label, us in run["stages"]:
@@ -540,6 +656,10 @@ TARGETS: dict[str, dict[int, float]] = {  # case → visible rows → the most �
     "cold_after_delete": {1_000: 1.5, 10_000: 0.5, 100_000: 0.5},
     "fresh_after_delete": {1_000: 2.0, 10_000: 0.5, 100_000: 0.5},
     "group_warm": {1_000: 0.3, 10_000: 0.1},
+    "busy_warm": {1_000: 0.3, 10_000: 0.05},
+    "busy_follow_warm": {1_000: 0.3, 10_000: 0.05},
+    "busy_group_warm": {1_000: 0.3},
+    "busy_group_cold": {1_000: 1.5},
 }
 LABELS = {
     "warm_touch": "warm, touch on",
@@ -557,6 +677,12 @@ LABELS = {
     "group_proven_cold": "group room, proven scope: cold",
     "group_warm": "group room, group scope (`proven_scope=False`): warm",
     "group_cold": "group room, group scope: cold",
+    "busy_floor": "a busy process: the floor, timed there",
+    "busy_floor_group": "a busy process: the group scope's floor, timed there",
+    "busy_warm": "a busy process: warm, touch on",
+    "busy_follow_warm": "a busy process: warm, touch on, `MW_MEMORY_SCOPE=follow`",
+    "busy_group_warm": "a busy process: group room, group scope, warm",
+    "busy_group_cold": "a busy process: group room, group scope, cold",
 }
 
 
@@ -617,6 +743,10 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=int, metavar="ROWS", help="only: where a warm open's time goes"
     )
+    parser.add_argument("--busy", action="store_true", help="--profile in a busy process")
+    parser.add_argument(
+        "--group", action="store_true", help="--profile the group room (the group scope)"
+    )
     args = parser.parse_args()
     # The group scope is measured on this benchmark's own temporary stores, which hold no
     # leak exam verdict: asked for there, it starts on the override (logged), as the gate says.
@@ -627,7 +757,8 @@ def main() -> None:
         return fresh_main(args.fresh)
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:
-            got = profile(args.profile, 300 if args.quick else 2000, Path(tmp))
+            opens = 300 if args.quick else 2000
+            got = profile(args.profile, opens, Path(tmp), busy=args.busy, group=args.group)
         print_profile(got)
         if args.json:
             args.json.write_text(json.dumps(got, indent=1))

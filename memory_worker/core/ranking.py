@@ -78,7 +78,7 @@ class RankColumns:
     chars: np.ndarray  # int: len(text), what the char cap counts
     relevance: np.ndarray  # float64: cosine to the room's topic; all 0 without a topic
     # Optionally, the rows' order by (group, kind) and where each run of one starts in it
-    # (then the length): the reader keeps them per audience (read_cache.View).
+    # (then the length): the reader keeps them per audience (read_columns.View).
     by_kind: np.ndarray | None = None
     runs: np.ndarray | None = None
 

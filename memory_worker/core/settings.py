@@ -285,7 +285,7 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         0, ge=0, le=65_535, validation_alias=AliasChoices("MW_METRICS_PORT", "metrics_port")
     )
-    # The reader's cache of ranking columns and vectors, per process, in bytes (read_cache.py).
+    # The reader's cache of ranking columns and vectors, per process, in bytes (reader/cache.py).
     read_cache_bytes: int = Field(
         256 * 2**20, ge=0, validation_alias=AliasChoices("MW_READ_CACHE_BYTES", "read_cache_bytes")
     )

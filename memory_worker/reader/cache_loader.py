@@ -1,6 +1,6 @@
 """The cache loader: a room open's ranking columns, from the read cache, a pack or the store.
 
-A persona's open rows become columns (`read_cache.PersonaRows`) held in this process's read
+A persona's open rows become columns (`read_columns.PersonaRows`) held in this process's read
 cache; `load_candidates` picks the ones a scope may see (`visible_view`) and measures their
 relevance. A held entry behind the store is brought up to it from the change log; a persona
 not held is ranked on its pack and the rows changed since, or failing that on the rows its
@@ -22,15 +22,12 @@ from sqlalchemy import Connection
 from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Scope
-from memory_worker.core.errors import MemoryWorkerError
 from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
-from memory_worker.core.read_cache import (
+from memory_worker.core.read_columns import (
     NO_REQUIREMENT,
     VIEWS_FROM_ROWS,
     Key,
-    LoadVectors,
     PersonaRows,
-    ReadCache,
     Requirement,
     Version,
     Versions,
@@ -41,6 +38,7 @@ from memory_worker.core.read_cache import (
 )
 from memory_worker.core.rows import Row, human_id, human_ref, id_list
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
+from memory_worker.reader.cache import LoadVectors, ReadCache
 from memory_worker.reader.threads import OPENS
 from memory_worker.storage import read_packs, read_path, store
 
@@ -129,16 +127,58 @@ class Fills:
     winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
 
 
-class NotHeld(MemoryWorkerError):
-    """A room open answered from the read cache alone (no connection) needs the store."""
+@dataclass(frozen=True)
+class Entry:
+    """A persona's columns for one open, from the first of its sources that has them (see
+    `load_entries`): the entry held here (`held`), its pack with the rows changed since
+    (`packed`), or the store's rows — every open row, or only those its audience can see
+    (`whole` False: then no byte bound's rule applies to its relevance)."""
+
+    rows: PersonaRows
+    held: bool = False
+    packed: Packed | None = None
+    whole: bool = True
 
 
-def _not_held(_ids: Sequence[int]) -> Mapping[int, bytes | None]:
-    raise NotHeld
+def load_entries(
+    conn: Connection,
+    url: str,
+    versions: Versions,
+    scopes: Mapping[str, Scope],
+    vector: bytes | None,
+    topic: bytes | None,
+) -> dict[str, Entry]:
+    """Each persona's columns at `versions`, from the first of three sources that has them,
+    in order: the entry this process holds (brought up from the change log if behind:
+    `held_entry`); the persona's pack and the rows changed since (`read_packs`, one
+    statement for every persona not held; the entry is kept at once); the rows its audience
+    can see, or every open row when a topic's relevance must follow the byte bound
+    (`_audience_rows`). Every persona of `scopes` gets an entry; `topic` is the vector whose
+    kept cosines come with the packs (None: a message's, never kept)."""
+    sid = versions.store
+    out: dict[str, Entry] = {}
+    for p in scopes:
+        got = held_entry(conn, (url, sid, p), versions[p])
+        if got is not None:
+            out[p] = Entry(got, held=True)
+    cold = [p for p in scopes if p not in out]
+    if not cold:
+        return out
+    for p, pack in read_packs.packs(conn, cold, topic).items():
+        caught = patched_entry(conn, p, unpacked(pack.columns, pack.version), versions[p])
+        if caught is not None:  # every open row: the entry, kept now (its vectors later)
+            READ_CACHE.put((url, sid, p), caught[0])
+            out[p] = Entry(caught[0], packed=Packed(pack, caught[1]))
+    rest = [p for p in cold if p not in out]
+    if rest:
+        whole, visible = _audience_rows(conn, rest, scopes, versions, vector)
+        out.update({p: Entry(rows) for p, rows in whole.items()})
+        out.update({p: Entry(rows, whole=False) for p, rows in visible.items()})
+    return out
 
 
 def load_candidates(
-    conn: Connection | None,
+    conn: Connection,
     scopes: Mapping[str, Scope],
     when: datetime,
     vector: bytes | None,
@@ -151,123 +191,94 @@ def load_candidates(
     """Every persona's visible open rows as ranking columns, relevance measured against
     `vector` (a room's topic; a message, for recall).
 
-    The columns come from the read cache when it holds the persona at its version (counter
-    and stamp), or an older one the change log brings up to it. A persona it does not hold
-    is ranked on its pack and the rows changed since (read_packs.py), failing that on the
-    rows its audience can see; its whole entry is then read off the caller's path, asked for
-    in `fills` (see `room_open.opening`; without it, not at all). Relevance comes from the
-    held vectors, else from the pack's cosines to this topic, else from the embeddings of the
+    The columns come from `load_entries`: the read cache, a pack, or the rows the audience
+    can see. A persona not held has its whole entry read off the caller's path, asked for in
+    `fills` (see `room_open.opening`; without it, not at all). Relevance comes from the held
+    vectors, else from the pack's cosines to this topic, else from the embeddings of the
     visible rows, read by id.
 
     `versions` are the store's id and the personas' versions if the caller has read them (a
     room open reads them with its context); `keep_cosines=False` for a vector seen once (a
-    message), whose cosines would only push a room's topic out of the cache. With no `conn`
-    (and `versions` given), only what the cache holds answers: `NotHeld` otherwise.
+    message), whose cosines would only push a room's topic out of the cache. A warm open
+    that reads nothing but its context asks `held_candidates` instead.
     """
     url = url or settings_mod.current().database_url
     now_day = when.timestamp() / 86400.0
-    seen = [p for p, s in scopes.items() if s.world]
-    if conn is None:
-        assert versions is not None
-        return _from_cache(scopes, seen, now_day, vector, url, versions, keep_cosines)
+    seen = {p: s for p, s in scopes.items() if s.world}
     if versions is None:
-        versions = read_path.versions(conn, seen)
+        versions = read_path.versions(conn, list(seen))
     READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
     sid = versions.store
     topic = vector if keep_cosines else None
-    asked: list[tuple[list[str], bytes | None]] = []
-    rows: dict[str, PersonaRows] = {}
-    for p in seen:
-        got = held_entry(conn, (url, sid, p), versions[p])
-        if got is not None:
-            rows[p] = got
-            if READ_CACHE.pending(got):
-                asked.append(([p], None))
-    held = set(rows)
-    cold = [p for p in seen if p not in held]
-    packed_at: dict[str, Packed] = {}
-    partial: set[str] = set()
+    entries = load_entries(conn, url, versions, seen, vector, topic)
+    asked: list[tuple[list[str], bytes | None]] = [
+        ([p], None) for p, e in entries.items() if e.held and READ_CACHE.pending(e.rows)
+    ]
+    cold = [p for p in seen if not entries[p].held]
     if cold:
-        for p, pack in read_packs.packs(conn, cold, topic).items():
-            caught = patched_entry(conn, p, unpacked(pack.columns, pack.version), versions[p])
-            if caught is not None:
-                rows[p] = caught[0]  # every open row: the entry, kept now (its vectors later)
-                READ_CACHE.put((url, sid, p), rows[p])
-                packed_at[p] = Packed(pack, caught[1])
-        rest = [p for p in cold if p not in rows]
-        if rest:
-            whole, visible = _audience_rows(conn, rest, scopes, versions, vector)
-            rows.update(whole)
-            rows.update(visible)
-            partial = set(visible)
         asked.append((cold, topic))
     if fills is not None:
         fills.asked.extend(asked)
     out = {}
     for p, scope in scopes.items():
-        r = rows.get(p)
+        e = entries.get(p)
+        r = e.rows if e is not None else None
         view = visible_view(r, scope, (url, sid, p)) if r is not None else _NO_VIEW
         idx = view.idx
         rel = None
-        if r is not None and vector is not None and idx.size:
+        if e is not None and r is not None and vector is not None and idx.size:
             key = (url, sid, p)
-            if p in held and r.vectors is not None and r.vectors.dims == len(vector):
+            if e.held and r.vectors is not None and r.vectors.dims == len(vector):
                 load = vector_loader(conn, p, len(r))
                 rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=keep_cosines)
-            elif p in held and not keep_cosines:  # a message: the vectors, loaded once here
+            elif e.held and not keep_cosines:  # a message: the vectors, loaded once here
                 load = vector_loader(conn, p, len(r))
                 rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=False)
             else:
-                rel = _measured(conn, key, r, idx, vector, packed_at.get(p), p not in partial)
-                if p in held and fills is not None:
+                rel = _measured(conn, key, r, idx, vector, e.packed, e.whole)
+                if e.held and fills is not None:
                     fills.asked.append(([p], vector))  # its vectors, for the next open here
         out[p] = _candidates(r, view, now_day, rel)
     return out
 
 
-def _from_cache(
+def held_candidates(
     scopes: Mapping[str, Scope],
-    seen: list[str],
-    now_day: float,
+    when: datetime,
     vector: bytes | None,
     url: str,
     versions: Versions,
-    keep_cosines: bool,
-) -> dict[str, RankColumns]:
-    """`load_candidates` from what the read cache holds at the store's versions, reading
-    nothing: `NotHeld` as soon as something would have to be read."""
+) -> dict[str, RankColumns] | None:
+    """`load_candidates` from what the read cache holds at the store's `versions`, reading
+    nothing: None as soon as something would have to be read (the open then reads it all in
+    one transaction)."""
     if READ_CACHE.store_of(url) != versions.store:
-        raise NotHeld
+        return None
+    now_day = when.timestamp() / 86400.0
     out = {}
     for p, scope in scopes.items():
-        if p not in seen:
+        if not scope.world:
             out[p] = _candidates(None, _NO_VIEW, now_day, None)
             continue
         key = (url, versions.store, p)
         rows = READ_CACHE.get(key, versions[p])
         if rows is None:
-            raise NotHeld
+            return None
         view = visible_view(rows, scope, key)
         rel = None
         if vector is not None and view.idx.size:
-            if rows.vectors is None or rows.vectors.dims != len(vector):
-                raise NotHeld
-            rel = READ_CACHE.relevance(key, rows, vector, _not_held, view.idx, keep=keep_cosines)
+            rel = READ_CACHE.held_relevance(key, rows, vector, view.idx)
+            if rel is None:
+                return None
         out[p] = _candidates(rows, view, now_day, rel)
     return out
 
 
-def winner_rows(
-    conn: Connection | None,
-    url: str,
-    versions: Versions,
-    picks: Mapping[str, Sequence[int]],
-    fills: Fills | None = None,
-) -> dict[int, Row]:
-    """The full rows of each persona's winners: those its entry keeps from earlier opens at
-    the same version, the rest read in one statement and kept with the entry (or, for a
-    persona not held, handed to its fill in `fills`). With no `conn`, `NotHeld` if a
-    winner's row is not kept."""
+def kept_winners(
+    url: str, versions: Versions, picks: Mapping[str, Sequence[int]]
+) -> tuple[dict[int, Row], dict[str, list[int]]]:
+    """The full rows of each persona's winners that its entry keeps from earlier opens at
+    the same version, and the ids of those it does not keep, by persona."""
     out: dict[int, Row] = {}
     missing: dict[str, list[int]] = {}
     for p, ids in picks.items():
@@ -278,10 +289,22 @@ def winner_rows(
                 out[i] = row
             else:
                 missing.setdefault(p, []).append(i)
+    return out, missing
+
+
+def winner_rows(
+    conn: Connection,
+    url: str,
+    versions: Versions,
+    picks: Mapping[str, Sequence[int]],
+    fills: Fills | None = None,
+) -> dict[int, Row]:
+    """The full rows of each persona's winners: those its entry keeps (`kept_winners`), the
+    rest read in one statement and kept with the entry (or, for a persona not held, handed
+    to its fill in `fills`)."""
+    out, missing = kept_winners(url, versions, picks)
     if not missing:
         return out
-    if conn is None:
-        raise NotHeld
     found = read_path.winners(conn, sorted(i for ids in missing.values() for i in ids))
     out.update(found)
     for p, ids in missing.items():

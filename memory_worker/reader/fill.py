@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 from sqlalchemy import Connection
 
-from memory_worker.core.read_cache import (
+from memory_worker.core.read_columns import (
     NEVER_WRITTEN,
     Key,
     PersonaRows,
@@ -32,6 +32,7 @@ from memory_worker.core.read_cache import (
 )
 from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
+from memory_worker.reader.cache import vectors_of
 from memory_worker.reader.cache_loader import (
     catch_up_store,
     columns_of,
@@ -243,9 +244,10 @@ def _pack_slack(rows: int) -> int:
 def _exact_cosines(rows: PersonaRows) -> dict[bytes, bytes]:
     """Each topic's cosine of every row, in the entry's order, when every row holds its
     vector (an entry past the byte bound ranks some on none: not the store's to keep)."""
-    if rows.vectors is None or rows.slots is None or bool(np.any(rows.slots < 0)):
+    vectors = vectors_of(rows)
+    if vectors is None or rows.slots is None or bool(np.any(rows.slots < 0)):
         return {}
     return {
         topic: np.ascontiguousarray(cos[rows.slots], dtype="<f8").tobytes()
-        for topic, cos in rows.vectors.cosines.items()
+        for topic, cos in vectors.cosines.items()
     }

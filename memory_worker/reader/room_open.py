@@ -121,12 +121,13 @@ def scope_in_force(proven_scope: bool | None, url: str) -> bool:
     s = settings_mod.current()
     if s.memory_scope != "follow" and proven_scope is None:
         return True
-    s = s.with_(memory_scope="follow")  # asked for, or in force: the same gate either way
     key = (url, s.memory_scope_override, s.block_tail, s.persona_models, s.exam_max_with_owner,
            s.exam_max_references_per_turn)  # fmt: skip
     if key not in _SCOPE_CHECKED:
+        # Asked for, or in force: the same gate either way. The copy is made only here: a
+        # validated Settings costs about a millisecond, more than a warm open's whole work.
         with store.engine(url).connect() as conn:
-            verdicts.require_scope(conn, s)
+            verdicts.require_scope(conn, s.with_(memory_scope="follow"))
         _SCOPE_CHECKED.add(key)
     return False
 
@@ -154,17 +155,14 @@ def _open(
         raw.close()
     blocks = None
     if ctx is not None:
-        try:
-            blocks = _blocks(None, ctx, present, personas, when, url, proven_scope, fills)
-        except cache_loader.NotHeld:
-            pass
+        blocks = _blocks(None, ctx, present, personas, when, url, proven_scope, fills)
     if blocks is None:
         with eng.connect() as conn:  # SQLite: one snapshot for every read below
             ctx = read_path.context(conn, room_id, present, personas or [])
             if ctx is None:
                 raise UnknownRoom(room_id)
             blocks = _blocks(conn, ctx, present, personas, when, url, proven_scope, fills)
-    assert ctx is not None
+    assert ctx is not None and blocks is not None  # with a connection, every block is made
     if present - ctx.members:
         log.error(
             "room %s: %d present human(s) are not members: nothing about them loads and "
@@ -187,9 +185,9 @@ def _blocks(
     url: str,
     proven_scope: bool,
     fills: cache_loader.Fills,
-) -> dict[str, Block]:
+) -> dict[str, Block] | None:
     """Every asked persona's block from this context: with no connection, from the read cache
-    alone (`cache_loader.NotHeld` when it cannot)."""
+    alone (None when something would have to be read); with one, always."""
     slugs = list(personas) if personas is not None else ctx.personas
     if ctx.room.incognito:
         return {p: Block.empty(p) for p in slugs}
@@ -200,12 +198,22 @@ def _blocks(
     audience = ctx.audience(slugs, frozenset(present), proven_scope)
     scopes = {p: audience.scope(p) for p in slugs}
     topic = ctx.room.topic_embedding
-    candidates = cache_loader.load_candidates(
-        conn, scopes, when, topic, url, versions=ctx.versions, fills=fills
-    )
+    if conn is None:
+        candidates = cache_loader.held_candidates(scopes, when, topic, url, ctx.versions)
+        if candidates is None:
+            return None
+    else:
+        candidates = cache_loader.load_candidates(
+            conn, scopes, when, topic, url, versions=ctx.versions, fills=fills
+        )
     picks = {p: take(c, scores(c)) for p, c in candidates.items()}
     won = {p: [i for ids in got.values() for i in ids] for p, got in picks.items()}
-    rows = cache_loader.winner_rows(conn, url, ctx.versions, won, fills)
+    if conn is None:
+        rows, missing = cache_loader.kept_winners(url, ctx.versions, won)
+        if missing:
+            return None
+    else:
+        rows = cache_loader.winner_rows(conn, url, ctx.versions, won, fills)
     blocks = {
         p: _render(
             p,

@@ -1,6 +1,6 @@
 """The read cache's background catch-up, so that a delete reaches every app process's memory.
 
-A process's read cache (read_cache.py) is brought up to date by that process's own opens. A row
+A process's read cache (cache.py) is brought up to date by that process's own opens. A row
 deleted elsewhere — by the human's delete in another app process, an undo, a reset — would
 otherwise stay in every process that held its persona: its ranking columns and its int8
 vector, until that process next opened one of the persona's rooms, which may be never.

@@ -32,7 +32,7 @@ import numpy as np
 from sqlalchemy import Connection
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.read_cache import Batches, Version, Versions
+from memory_worker.core.read_columns import Batches, Version, Versions
 from memory_worker.reader import cache_loader
 from memory_worker.reader.threads import OPENS, Worker
 from memory_worker.storage import read_path

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, insert, select, upda
 from sqlalchemy.engine import Dialect
 
 from memory_worker.core import tables as t
-from memory_worker.core.read_cache import TOPICS_PER_PERSONA, Version, Versions, packed, unpacked
+from memory_worker.core.read_columns import TOPICS_PER_PERSONA, Version, Versions, packed, unpacked
 from memory_worker.storage import read_path
 from memory_worker.storage.prepared import Prepared
 

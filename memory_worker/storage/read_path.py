@@ -43,7 +43,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.audience import Consent, Members, RoomAudience
 from memory_worker.core.block import Human
 from memory_worker.core.constants import KINDS, SUBJECT_SELF, SUBJECT_WORLD
-from memory_worker.core.read_cache import NEVER_WRITTEN, Version, Versions
+from memory_worker.core.read_columns import NEVER_WRITTEN, Version, Versions
 from memory_worker.core.rows import Room, Row, human_id
 from memory_worker.storage import store
 from memory_worker.storage.prepared import Prepared, tagged

@@ -19,11 +19,12 @@ from memory_worker import reader
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.errors import ConfigError
-from memory_worker.core.read_cache import PersonaRows, ReadCache, Version
+from memory_worker.core.read_columns import PersonaRows, Version
 from memory_worker.reader import build_block, cache_loader, fill, sweep, threads
+from memory_worker.reader.cache import ReadCache
 from memory_worker.reader.sweep import Sweeper
-from tests.core import test_read_cache
-from tests.core.test_read_cache import DAN, NOW, held, new_row
+from tests.reader import test_cache as test_read_cache
+from tests.reader.test_cache import DAN, NOW, held, new_row
 
 store_rows = test_read_cache.store_rows  # the same store as the cache's own tests
 

@@ -25,11 +25,12 @@ from memory_worker.app_side import UnknownRoom
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.core.constants import KINDS
-from memory_worker.core.read_cache import NEVER_WRITTEN, ReadCache, packed, unpacked
+from memory_worker.core.read_columns import NEVER_WRITTEN, packed, unpacked
 from memory_worker.core.rows import Room, Row, human_id, id_json
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import blocks_for_room, build_block, cache_loader, fill, format_block
 from memory_worker.reader import touch as touch_mod
+from memory_worker.reader.cache import ReadCache
 from memory_worker.storage import read_path, store
 
 NOW = "2026-12-01T12:00:00+00:00"

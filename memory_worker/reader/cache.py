@@ -32,65 +32,34 @@ and passes each through `visible_memories` again.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.read_columns import (
+    ENTRY_OVERHEAD_BYTES,
+    NO_SLOT,
+    TOPICS_PER_PERSONA,
+    Batches,
+    Key,
+    PersonaRows,
+    Version,
+    View,
+)
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
 
-TOPICS_PER_PERSONA = 4  # ours: the cosines kept per persona, one array per room topic
-ENTRY_OVERHEAD_BYTES = 512  # ours: the Python objects around an entry's arrays
 GROWTH = 1.0625  # ours: spare slots a vector store takes as it grows, so an append rarely copies
 SPARE_MIN = 16  # ours: and at least this many (the growth copies on the fill thread, not an open)
-NO_SLOT = -1  # a row without a vector held: past the byte bound, or none loaded yet
 OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
 WINNERS_KEPT = 256  # ours: full rows of recent winners an entry keeps, at most (then afresh)
 VIEWS_KEPT = 3  # ours: audiences an entry keeps its visible rows for (`View`), the latest ones
-VIEWS_FROM_ROWS = 4_096  # ours: fewer rows are ranked as fast without (ranking.SORT_ALL_UP_TO)
-ROW_OVERHEAD_BYTES = 640  # ours: a Row object and its fields, besides its text
 
-
-class Version(NamedTuple):
-    """A persona's rows as of one write: its counter and the random stamp that bump wrote.
-
-    The counter alone names no state: a store restored from a backup, or made anew, counts
-    again, and the same number then names other rows. Equal stamps mean the same write.
-    """
-
-    counter: int  # persona_memory_versions.version: 0 before the persona's first row
-    stamp: int | None  # persona_memory_versions.stamp: None before the first row
-
-
-NEVER_WRITTEN = Version(0, None)  # a persona no row was ever written for: no rows, any store
-
-
-@dataclass(frozen=True)
-class Versions:
-    """One read of a store: its id (`store_identity`) and the versions of the personas asked
-    about, from the same statement."""
-
-    store: str
-    of: Mapping[str, Version]
-
-    def __getitem__(self, persona: str) -> Version:
-        return self.of[persona]
-
-
-Key = tuple[str, str, str]  # (database url, store id, persona)
-# Touches: these row ids were last recalled at this Unix day (this stamp, as the store has
-# it), and recalled this many times more.
-Batches = Sequence[tuple[np.ndarray, float, str, int]]
-# Beyond whom a row concerns: the humans it names, and for a world row still private to its
-# sources, those sources (None: public). Few rows carry one: kept as requirement → row ids.
-Requirement = tuple[tuple[int, ...], tuple[int, ...] | None]
-NO_REQUIREMENT: Requirement = ((), None)
 # Reads the embeddings of these row ids: id → int8 blob (missing ids: no embedding).
 LoadVectors = Callable[[Sequence[int]], Mapping[int, bytes | None]]
 
@@ -195,141 +164,12 @@ class Vectors:
         return out, renumbered
 
 
-@dataclass(frozen=True)
-class View:
-    """The rows of an entry one audience may see: their positions in the entry (`idx`,
-    ascending), those positions' order by (group, kind) (`by_kind`, into `idx`), and where
-    each run of one (group, kind) starts in it (`runs`, then the end). Made once per audience
-    and entry (`reader.cache_loader.visible_view`): neither the rule nor the sort by (group,
-    kind) is paid again by every open."""
-
-    idx: np.ndarray  # int32 positions into the entry (int64 when gathered: numpy's index)
-    by_kind: np.ndarray  # int32 positions into `idx`
-    runs: np.ndarray  # int64
-
-
-@dataclass
-class PersonaRows:
-    """Every open row of one persona, as columns sorted by id, as of `version`.
-
-    `slots[i]` is row i's place in `vectors` (NO_SLOT: no vector held); `slots` and `vectors`
-    are None until a room with a topic first needs them.
-    """
-
-    version: Version
-    ids: np.ndarray  # int32 or int64 (`narrow_ints`), ascending
-    groups: np.ndarray  # the same: WORLD_GROUP, a human id, or NO_ONE (no audience sees it)
-    kinds: np.ndarray  # int8
-    importance: np.ndarray  # int16 (the store's 1..10), else float64: `narrow`
-    recalled_day: np.ndarray  # float64: Unix day of last_recalled, else created
-    chars: np.ndarray  # int32
-    # int8: 1 for a row formed one-to-one (witnessed by the one human who holds it:
-    # `audience.one_to_one`), which stays out of groups when its holder says so
-    alone: np.ndarray
-    slots: np.ndarray | None = None  # int32
-    vectors: Vectors | None = None
-    # Rows with a requirement beyond `groups` (named humans, a private world row): their ids,
-    # ascending, by requirement. The audience rule checks each requirement once per open.
-    required: Mapping[Requirement, np.ndarray] = field(default_factory=dict)
-    # The full rows (no embedding) of recent winners, as of `version`: a warm open renders them
-    # without reading them again (`ReadCache.remember`), each through the audience rule anew.
-    winners: Mapping[int, Row] = field(default_factory=dict)
-    # The latest audiences' visible rows (`View`), by scope, for a persona of more rows than a
-    # take sorts at once: shared by every generation with the same rows (a touch, the winners
-    # kept), made again after a patch; kept through `ReadCache.keep_view`, which counts them.
-    views: dict[Any, View] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return int(self.ids.shape[0])
-
-    @property
-    def base_bytes(self) -> int:
-        cols = (
-            self.ids,
-            self.groups,
-            self.kinds,
-            self.importance,
-            self.recalled_day,
-            self.chars,
-            self.alone,
-        )
-        slots = 4 * len(self)  # int32 a row, whether made yet or not: the bound counts them
-        required = sum(ENTRY_OVERHEAD_BYTES // 4 + a.nbytes for a in self.required.values())
-        return ENTRY_OVERHEAD_BYTES + sum(a.nbytes for a in cols) + slots + required
-
-    @property
-    def nbytes(self) -> int:
-        vectors = self.vectors.nbytes if self.vectors is not None else 0
-        winners = sum(ROW_OVERHEAD_BYTES + len(r.text) for r in self.winners.values())
-        views = sum(v.idx.nbytes + v.by_kind.nbytes + v.runs.nbytes for v in self.views.values())
-        return self.base_bytes + vectors + winners + views
-
-    def touched(self, batches: Batches, version: Version) -> PersonaRows:
-        """The columns after `last_recalled = day` on each batch's ids in turn, as of `version`.
-        An id not held (deleted meanwhile) is skipped: a touch never moves to another row.
-
-        A copy: another thread may be ranking on this entry right now.
-        """
-        recalled = self.recalled_day.copy()
-        winners = dict(self.winners)
-        for ids, day, stamp, times in batches:
-            at = np.searchsorted(self.ids, ids)
-            inside = at < len(self.ids)
-            at, ids = at[inside], ids[inside]
-            hit = self.ids[at] == ids
-            recalled[at[hit]] = day
-            for i in ids[hit].tolist():
-                if (row := winners.get(i)) is not None:
-                    winners[i] = replace(
-                        row, last_recalled=stamp, recall_count=row.recall_count + times
-                    )
-        return replace(self, recalled_day=recalled, version=version, winners=winners)
-
-    def without(self, gone: Collection[int], version: Version) -> PersonaRows:
-        """The columns less the rows `gone` (deleted), as of `version`: what a delete leaves of
-        a pack (`storage.read_packs.forget`), with no vectors to keep in step."""
-        drop = np.fromiter(gone, dtype=np.int64, count=len(gone))
-        keep = ~np.isin(self.ids, drop)
-        names = ("ids", "groups", "kinds", "importance", "recalled_day", "chars", "alone")
-        return PersonaRows(
-            version=version,
-            **{n: getattr(self, n)[keep] for n in names},
-            required=merged_requirements(self.required, gone, {}),
-        )
-
-    def patched(self, changed: Collection[int], fresh: PersonaRows) -> PersonaRows:
-        """The columns after re-reading the `changed` rows: those of them still open are
-        `fresh` (sorted by id, as of its version), the rest were closed or deleted. The other
-        rows keep their vector slots; the changed ones have none until `ReadCache.fill`, and
-        their old slots are zeroed (`Vectors.forget`)."""
-        keep = ~np.isin(self.ids, np.fromiter(changed, dtype=np.int64, count=len(changed)))
-        names = ("ids", "groups", "kinds", "importance", "recalled_day", "chars", "alone")
-        cols = {n: np.concatenate([getattr(self, n)[keep], getattr(fresh, n)]) for n in names}
-        if self.slots is not None and self.vectors is not None:
-            gone = self.slots[~keep]
-            self.vectors.forget(gone[gone >= 0])
-            none = np.full(len(fresh), NO_SLOT, dtype=np.int32)
-            cols["slots"] = np.concatenate([self.slots[keep], none])
-        ids = cols["ids"]
-        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # not a pure append
-            order = np.argsort(ids, kind="stable")
-            cols = {n: c[order] for n, c in cols.items()}
-        required = merged_requirements(self.required, changed, fresh.required)
-        winners = {i: r for i, r in self.winners.items() if i not in changed}
-        return PersonaRows(
-            version=fresh.version,
-            ids=cols["ids"],
-            groups=cols["groups"],
-            kinds=cols["kinds"],
-            importance=cols["importance"],
-            recalled_day=cols["recalled_day"],
-            chars=cols["chars"],
-            alone=cols["alone"],
-            slots=cols.get("slots"),
-            vectors=self.vectors,
-            required=required,
-            winners=winners,
-        )
+def vectors_of(rows: PersonaRows) -> Vectors | None:
+    """The vectors held beside `rows`: the columns know them only as `HeldVectors`, and
+    every store of them is one of these."""
+    vectors = rows.vectors
+    assert vectors is None or isinstance(vectors, Vectors)
+    return vectors
 
 
 def _kept_with(rows: PersonaRows, held: PersonaRows) -> PersonaRows:
@@ -343,108 +183,6 @@ def _kept_with(rows: PersonaRows, held: PersonaRows) -> PersonaRows:
     while len(views) > VIEWS_KEPT:
         del views[next(iter(views))]
     return replace(rows, winners=winners, views=views)
-
-
-def merged_requirements(
-    held: Mapping[Requirement, np.ndarray],
-    changed: Collection[int],
-    fresh: Mapping[Requirement, np.ndarray],
-) -> dict[Requirement, np.ndarray]:
-    """`held` without the `changed` rows, plus what `fresh` (their re-read) requires."""
-    gone = np.fromiter(changed, dtype=np.int64, count=len(changed))
-    out: dict[Requirement, np.ndarray] = {}
-    for req in held.keys() | fresh.keys():
-        ids = held.get(req, _NO_IDS)
-        ids = ids[~np.isin(ids, gone)]
-        more = fresh.get(req)
-        if more is not None:
-            ids = np.union1d(ids, more)
-        if ids.size:
-            out[req] = ids
-    return out
-
-
-_NO_IDS = np.zeros(0, dtype=np.int64)
-
-
-# A pack (`packed`): the columns of one persona's rows in one blob, for the store to keep
-# (schema/versions/0015; 0016 dropped the packs made before `alone`). Each column at a width
-# that holds its values exactly.
-PACKED_COLUMNS = (
-    ("ids", "<i8", np.int64),
-    ("groups", "<i8", np.int64),
-    ("kinds", "<i2", np.int8),
-    ("importance", "<f8", np.float64),  # held as `narrow` makes it
-    ("recalled_day", "<f8", np.float64),
-    ("chars", "<i4", np.int32),
-    ("alone", "<i1", np.int8),
-)
-
-
-def narrow_ints(values: np.ndarray) -> np.ndarray:
-    """Ids (of rows, of humans) as an entry holds them: int32 while every one fits, else
-    int64. Whoever multiplies them widens them first."""
-    fits = not values.size or (int(values.min()) >= -(2**31) and int(values.max()) < 2**31)
-    return values.astype(np.int32 if fits else np.int64)
-
-
-def narrow(importance: np.ndarray) -> np.ndarray:
-    """A persona's importance column as an entry holds it: int16 when every value is one
-    exactly (the store's 1..10), else as read (float64): ranking reads it as float64 either
-    way, the same numbers."""
-    small = importance.astype(np.int16)
-    return small if np.array_equal(small, importance) else importance.astype(np.float64)
-
-
-def packed(rows: PersonaRows) -> bytes:
-    """The columns of `rows` (not their vectors) as one blob: a header (the row count and the
-    requirements, JSON) and each column's values. `unpacked` reads back the same arrays."""
-    head = json.dumps(
-        {
-            "n": len(rows),
-            "required": [
-                [list(named), None if private is None else list(private), ids.tolist()]
-                for (named, private), ids in rows.required.items()
-            ],
-        }
-    ).encode()
-    parts = [len(head).to_bytes(4, "little"), head]
-    for name, width, _ in PACKED_COLUMNS:
-        values = getattr(rows, name)
-        stored = values.astype(width)
-        if not np.array_equal(stored, values, equal_nan=values.dtype.kind == "f"):
-            raise ValueError(f"a pack's {name} column does not fit {width}")
-        parts.append(stored.tobytes())
-    return b"".join(parts)
-
-
-def unpacked(blob: bytes, version: Version) -> PersonaRows:
-    """The columns `packed` wrote, as of `version` (the version the pack was written at)."""
-    size = int.from_bytes(blob[:4], "little")
-    head = json.loads(blob[4 : 4 + size])
-    n, at = int(head["n"]), 4 + size
-    cols: dict[str, np.ndarray] = {}
-    for name, width, dtype in PACKED_COLUMNS:
-        values = np.frombuffer(blob, dtype=width, count=n, offset=at)
-        at += values.nbytes
-        cols[name] = values if values.dtype == dtype else values.astype(dtype)
-    cols["importance"] = narrow(cols["importance"])
-    cols["ids"], cols["groups"] = narrow_ints(cols["ids"]), narrow_ints(cols["groups"])
-    required: dict[Requirement, np.ndarray] = {
-        (tuple(named), None if private is None else tuple(private)): np.array(ids, dtype=np.int64)
-        for named, private, ids in head["required"]
-    }
-    return PersonaRows(
-        version=version,
-        ids=cols["ids"],
-        groups=cols["groups"],
-        kinds=cols["kinds"],
-        importance=cols["importance"],
-        recalled_day=cols["recalled_day"],
-        chars=cols["chars"],
-        alone=cols["alone"],
-        required=required,
-    )
 
 
 class ReadCache:
@@ -686,7 +424,31 @@ class ReadCache:
             fit = min(len(rows), self.slots_allowed(rows, len(topic)))
             empty = Vectors(len(topic), fit)
             rows = self.fill(key, replace(rows, slots=None, vectors=empty), load)
-        vectors, slots = rows.vectors, rows.slots
+        out, waiting = self._held_cosines(key, rows, topic, at, keep)
+        if waiting.any():
+            dims = len(topic)
+            ids = rows.ids[at[waiting]]
+            found = load(ids.tolist())
+            out[waiting] = int8_cosines(stack_int8([found.get(int(i)) for i in ids], dims), topic)
+        return out
+
+    def held_relevance(
+        self, key: Key, rows: PersonaRows, topic: bytes, at: np.ndarray, *, keep: bool = True
+    ) -> np.ndarray | None:
+        """`relevance` from the vectors held alone (a warm open reading nothing but its
+        context): None when a row at `at` would need its vector read first."""
+        vectors = vectors_of(rows)
+        if vectors is None or rows.slots is None or vectors.dims != len(topic):
+            return None
+        out, waiting = self._held_cosines(key, rows, topic, at, keep)
+        return None if waiting.any() else out
+
+    def _held_cosines(
+        self, key: Key, rows: PersonaRows, topic: bytes, at: np.ndarray, keep: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The cosines of the rows at `at` from the vectors held (0 where none is), and which
+        of them still wait for their vector (`pending`)."""
+        vectors, slots = vectors_of(rows), rows.slots
         assert vectors is not None and slots is not None
         wanted = slots[at]
         held = wanted >= 0
@@ -698,14 +460,7 @@ class ReadCache:
         else:  # a vector seen once (a message): only the rows asked about
             some = wanted[held]
             out[held] = int8_cosines(vectors.matrix[some], topic, vectors.norms[some])
-        waiting = ~held & (at >= self._first_slotted(rows, vectors.dims))
-        if waiting.any():
-            ids = rows.ids[at[waiting]]
-            found = load(ids.tolist())
-            out[waiting] = int8_cosines(
-                stack_int8([found.get(int(i)) for i in ids], vectors.dims), topic
-            )
-        return out
+        return out, ~held & (at >= self._first_slotted(rows, vectors.dims))
 
     def _first_slotted(self, rows: PersonaRows, dims: int) -> int:
         """The position of the oldest row the bound lets hold a vector (rows sort by id)."""
@@ -736,7 +491,7 @@ class ReadCache:
         slots; if they do not fit there, or the store is due for compaction, they are left
         for the fill thread (`pending`) — growing or compacting copies every vector the
         persona holds, which is no work for an open to wait on."""
-        vectors = rows.vectors
+        vectors = vectors_of(rows)
         if vectors is None:
             self.put(key, rows, recent=recent)
             return rows

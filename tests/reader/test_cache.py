@@ -18,21 +18,20 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, delete, event, insert, select, update
 
 from memory_worker import app_side, controls
-from memory_worker.core import read_cache as read_cache_mod
+from memory_worker.core import read_columns as read_cache_mod
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.errors import ConfigError
-from memory_worker.core.read_cache import (
+from memory_worker.core.read_columns import (
     ROW_OVERHEAD_BYTES,
     PersonaRows,
-    ReadCache,
-    Vectors,
     Version,
     unpacked,
 )
 from memory_worker.core.rows import Row
 from memory_worker.core.vectors import quantise
 from memory_worker.reader import Block, build_block, cache_loader, fill, threads
+from memory_worker.reader.cache import ReadCache, Vectors
 from memory_worker.storage import memories, read_packs, read_path, store
 
 NOW = "2026-12-01T12:00:00+00:00"
