@@ -70,14 +70,15 @@ test: $(STAMP) ## everything CI runs: lint, types, the whole suite, coverage wit
 	$(BIN)/coverage report --include=$(COVERED) --skip-covered --fail-under=$(COVERAGE_FLOOR)
 
 # The inner loop while developing: lint, types, and the tests that start no worker, browser
-# or supervisor (`make test` runs everything). mypy runs beside the tests, as in `make test`:
+# or supervisor (`make test` runs everything), each property test drawing a quarter of its
+# examples (tests/examples.py; `make test` draws them all). mypy runs beside the tests, as in `make test`:
 # on a fresh clone (no cache) it took 37 s on its own before them, here.
 CHECK_MARKS := "not pipeline and not slow and not faults and not browser and not processes"
 check: $(STAMP) ## the inner loop: lint, types and the tests that start no worker or browser
 	$(BIN)/ruff check --quiet .
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/mypy > $(VENV)/mypy.check.out 2>&1 & types=$$!; \
-	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m $(CHECK_MARKS); tests=$$?; \
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) -m $(CHECK_MARKS) --hypothesis-profile=check; tests=$$?; \
 	wait $$types; typed=$$?; echo "mypy:"; cat $(VENV)/mypy.check.out; \
 	test $$tests -eq 0 -a $$typed -eq 0
 

@@ -4,10 +4,11 @@ recovery takes.
     .venv/bin/python benchmarks/faults.py [--rooms 12] [--redis URL] [--database URL]
 
 A stack of real processes — two Celery workers (2 threads each, every queue; for the store's
-outages the Procfile's three, at its concurrency, as a deployer runs them) and a beat — on one Redis database (embedded, or `--redis`, e.g. the
-host's db 15) and one store (a SQLite file, or `--database`, e.g. PostgreSQL), with the real
-google-genai client at the stub. Each room is a private chat of its own human, said in three
-bursts, each followed by `room_quiet`, each burst waited for before the next:
+outages the Procfile's three, at its concurrency, as a deployer runs them) and a beat — on one
+Redis database (embedded, or `--redis`, e.g. the host's db 15) and one store (a SQLite file, or
+`--database`, e.g. PostgreSQL), with the real google-genai client at the stub. Each room is a
+private chat of its own human, said in three bursts, each followed by `room_quiet`, each burst
+waited for before the next:
 
     1: "I keep bees on the roof."  "I play cello in an orchestra."
     2: "I collect vintage train tickets."  "I study marine geology at night."

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy import Connection, Engine, create_engine, make_url
 from sqlalchemy.pool import NullPool
 
@@ -20,6 +21,9 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core.tables import metadata
 from memory_worker.storage import store
 from memory_worker.storage.prepared import Prepared
+
+# `make check` draws a quarter of every property test's examples (tests/examples.py).
+hypothesis_settings.register_profile("check", max_examples=25)
 
 _OWN_DATABASE: list[tuple[str, str]] = []  # (the URL asked for, the run's own database's name)
 

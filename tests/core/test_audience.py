@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from memory_worker.core.audience import Consent, Members, scope_for, visible_memories
 from memory_worker.core.constants import KINDS, V1_PROVEN_SCOPE
 from memory_worker.core.rows import Room, Row, human_id
+from tests.examples import examples
 
 PERSONAS = ("warren", "nolan")
 HUMANS = (17, 42, 58, 99)
@@ -145,7 +146,7 @@ def seed_rule(
 # --- properties -------------------------------------------------------------------------------
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(stores(), st.sampled_from(PERSONAS), present_sets, rooms, consents(), st.booleans())
 def test_no_row_about_an_absent_muted_or_memory_off_human_is_ever_visible(
     rows: list[Row], persona: str, present: set[int], room: Room, consent: Consent, proven: bool
@@ -161,7 +162,7 @@ def test_no_row_about_an_absent_muted_or_memory_off_human_is_ever_visible(
         assert (about, persona) not in consent.mutes, f"row {r.id}: u:{about} muted {persona}"
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(stores(), st.sampled_from(PERSONAS), present_sets, rooms, consents(), st.booleans())
 def test_visible_memories_is_the_seeds_predicate_with_the_proven_scope_on_or_off(
     rows: list[Row], persona: str, present: set[int], room: Room, consent: Consent, proven: bool

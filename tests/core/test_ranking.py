@@ -35,6 +35,7 @@ from memory_worker.core.vectors import quantise
 from memory_worker.reader import build_block
 from memory_worker.storage import memories, rooms, store, users
 from memory_worker.testing.rank_rows import columns, pick
+from tests.examples import examples
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DAN, CARA = 42, 17
@@ -188,7 +189,7 @@ def test_the_rule_in_force_is_not_the_seeds_and_the_seeds_stays_measurable() -> 
     assert (SEED_RULE.decay_per_day, SEED_RULE.recency, SEED_RULE.relevance) == (0.98, 1, 1)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(row_specs, st.integers(0, 400), st.integers(3, 10))
 def test_a_strong_topic_match_beats_every_fresh_weak_one(
     specs: list[tuple[str, int, int, int]], strong_age: int, strong_importance: int
@@ -206,7 +207,7 @@ def test_a_strong_topic_match_beats_every_fresh_weak_one(
     assert 1 in block_ids(rows, TOPIC)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(row_specs, st.randoms(use_true_random=False))
 def test_with_no_topic_recency_and_importance_alone_decide(
     specs: list[tuple[str, int, int, int]], rnd: random.Random
@@ -223,7 +224,7 @@ def test_with_no_topic_recency_and_importance_alone_decide(
                 assert s[a] > s[b]  # newer and at least as important, or more important
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(row_specs, st.booleans())
 def test_open_loops_and_promises_ride_whatever_the_topic(
     specs: list[tuple[str, int, int, int]], with_topic: bool
@@ -364,7 +365,7 @@ def row_specs(
     return st.lists(spec, max_size=max_size)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     row_specs(["u:42", "u:17", "world"], max_age=40, max_chars=200, max_size=80),
     st.integers(1, 12),
@@ -445,7 +446,7 @@ def test_nothing_to_recall_renders_no_text_at_all() -> None:
     assert block.text == "" and block.row_ids == () and block.chars_current == 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(-1, 3), st.integers(0, 6), st.integers(0, 4)),
@@ -499,7 +500,9 @@ def test_the_per_kind_cut_keeps_exactly_what_a_full_sort_would(rows, k, way) -> 
 
 @pytest.mark.store
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(row_specs(["u:42", "world", "self"], max_age=400, max_chars=300, max_size=40))
 def test_the_python_columns_rank_exactly_as_the_reader_does(

@@ -33,6 +33,7 @@ from memory_worker.core.vectors import quantise
 from memory_worker.reader import Block, build_block, cache_loader, fill, threads
 from memory_worker.reader.cache import ReadCache, Vectors
 from memory_worker.storage import memories, read_packs, read_path, store
+from tests.examples import examples
 
 NOW = "2026-12-01T12:00:00+00:00"
 DAN, CARA = 42, 17
@@ -310,7 +311,7 @@ def write_elsewhere(other: Engine, op: tuple[Any, ...], rng: np.random.Generator
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

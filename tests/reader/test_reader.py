@@ -32,6 +32,7 @@ from memory_worker.reader import blocks_for_room, build_block, cache_loader, fil
 from memory_worker.reader import touch as touch_mod
 from memory_worker.reader.cache import ReadCache
 from memory_worker.storage import read_path, store
+from tests.examples import examples
 
 NOW = "2026-12-01T12:00:00+00:00"
 DAN, CARA = 42, 17
@@ -713,7 +714,7 @@ def load_world(url: str, world: tuple) -> World:  # type: ignore[type-arg]
     return World(set(present), room, consent, Members(frozenset(humans), frozenset(personas)), rows)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_no_row_about_an_absent_muted_or_memory_off_human_ever_reaches_a_block(
     shared_url: str,
@@ -746,7 +747,7 @@ def visible_ids(url: str, scope) -> set[int]:  # type: ignore[no-untyped-def]
     return set(rows.ids[cache_loader.visible_index(rows, scope)].tolist())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_the_readers_audience_index_selects_exactly_what_the_rule_admits(
     shared_url: str,

@@ -13,6 +13,7 @@ from memory_worker.core.vectors import quantise
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.storage import store
 from memory_worker.write.embed import embeddable_text
+from tests.examples import examples
 from tests.reader.test_reader import (  # noqa: F401 — fixtures and helpers shared with the block
     CARA,
     DAN,
@@ -137,7 +138,7 @@ def test_a_text_query_is_embedded_by_the_configured_embedder_and_names_find_ids(
     assert [r.id for r in got] == [ids["boat"]]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_recall_returns_exactly_what_the_audience_rule_admits_and_nothing_else(
     shared_url: str,  # noqa: F811

@@ -21,6 +21,7 @@ from memory_worker.core.constants import EVENTS, KINDS
 from memory_worker.core.errors import MalformedAnswer
 from memory_worker.models.scripted import ScriptedChat
 from memory_worker.storage import store
+from tests.examples import examples
 from tests.write_helpers import assert_write_rules, plant, rows, run_spell
 
 pytestmark = pytest.mark.store
@@ -113,7 +114,7 @@ def _fresh_store() -> tuple[str, tempfile.TemporaryDirectory]:
 
 @pytest.mark.slow  # 60 worlds through the write path, the slowest fast test: make test
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
