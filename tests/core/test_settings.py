@@ -150,6 +150,7 @@ def _niceness_after_yield(env: dict[str, str]) -> tuple[int, int]:
     return int(before), int(after)
 
 
+@pytest.mark.processes  # starts Python processes that import Celery: seconds
 def test_a_worker_steps_back_from_the_cores_by_mw_worker_nice_10_unless_told_otherwise() -> None:
     before, after = _niceness_after_yield({})
     assert after == min(before + 10, 19)
@@ -166,6 +167,7 @@ def _celery_setting(name: str, env: dict[str, str]) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.processes  # starts Python processes that import Celery: seconds
 def test_a_workers_soft_shutdown_is_mw_worker_soft_shutdown_s_and_a_bad_one_is_named() -> None:
     default = _celery_setting("worker_soft_shutdown_timeout", {})
     assert default.returncode == 0, default.stderr

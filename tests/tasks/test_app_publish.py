@@ -40,6 +40,7 @@ def silent_broker() -> Iterator[str]:
         server.close()
 
 
+@pytest.mark.slow  # waits out the publish's real second, in a process of its own
 def test_room_quiet_returns_while_the_broker_does_not_answer_and_says_so_once(
     tmp_path: Path, silent_broker: str
 ) -> None:
