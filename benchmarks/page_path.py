@@ -68,7 +68,7 @@ def _row(i: int, subject: str) -> dict:
 def seed(url: str, size: int) -> None:
     """`size` rows about Dan and as many about others. On PostgreSQL the per-row version
     triggers are off while loading (they slow a bulk load: docs/performance.md), then the
-    personas' versions are set as they would have counted."""
+    personas' versions and the page's counters are set as they would have counted."""
     with store.transaction(url) as conn:
         app_side.add_user(conn, DAN, "Dan")
         for p in PERSONAS:
@@ -85,6 +85,7 @@ def seed(url: str, size: int) -> None:
             conn.execute(insert(t.persona_memory), rows)
         if pg:
             conn.execute(text("ALTER TABLE persona_memory ENABLE TRIGGER USER"))
+            memories.recount(conn)  # the page's counters, as the triggers would have kept them
             for p in PERSONAS:
                 conn.execute(
                     insert(t.persona_memory_versions).values(persona=p, version=size, stamp=1)
