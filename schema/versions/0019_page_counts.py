@@ -112,6 +112,15 @@ RECOUNT = (
 )
 
 
+# PostgreSQL, the delete's count: every other write takes the persona's version row (its bump
+# fires first: AFTER triggers run by name) before a counter; a BEFORE DELETE runs before the
+# bump, so it takes the version row itself first, or a delete and a commit of one persona could
+# each hold what the other waits for.
+LOCK_VERSION_FIRST = (
+    "PERFORM 1 FROM persona_memory_versions WHERE persona = OLD.persona FOR UPDATE; "
+)
+
+
 def upgrade() -> None:
     op.create_table(
         TABLE,
@@ -128,10 +137,11 @@ def upgrade() -> None:
         if sqlite:
             op.execute(f"CREATE TRIGGER {name} {event} ON {table} FOR EACH ROW BEGIN {body} END")
         else:
-            returns = "OLD" if event.startswith("BEFORE") else "NULL"  # BEFORE: let it go on
+            before = event.startswith("BEFORE")
             op.execute(
                 f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $$ "
-                f"BEGIN {body} RETURN {returns}; END $$ LANGUAGE plpgsql"
+                f"BEGIN {LOCK_VERSION_FIRST if before else ''}{body} "
+                f"RETURN {'OLD' if before else 'NULL'}; END $$ LANGUAGE plpgsql"
             )
             op.execute(
                 f"CREATE TRIGGER {name} {event} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"

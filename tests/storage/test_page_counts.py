@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, event, func, insert, select, text
 from memory_worker import controls
 from memory_worker.core import tables as t
 from memory_worker.core.rows import Candidate
-from memory_worker.storage import memories, notices
+from memory_worker.storage import memories, notices, store
 from tests import scenes
 from tests.scenes import CARA, DAN, NOLAN_H
 
@@ -181,6 +181,22 @@ def test_recount_writes_what_the_triggers_keep(stored: dict[str, int], db: Engin
     with db.begin() as conn:
         conn.execute(t.persona_memory_counts.delete())
         memories.recount(conn)
+    assert_counted(db)
+
+
+def test_the_migration_counts_the_rows_stored_before_it(stored: dict[str, int], db: Engine) -> None:
+    """A store upgraded to 0019 with rows in it: its counters start at what those rows count."""
+    from alembic import command
+
+    cfg = store.alembic_config(str(db.url))
+    with db.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0018")
+    write(db, f"u:{DAN}", "u:42 was written with no counter.")
+    with db.begin() as conn:
+        memories.close(conn, stored["cara"], NOW[:10], None)
+        memories.set_audience(conn, stored["world dan"], [DAN, NOLAN_H], was=[DAN])
+    store.init_db(str(db.url))
     assert_counted(db)
 
 
