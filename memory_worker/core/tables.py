@@ -157,6 +157,21 @@ memory_audience = Table(
     Index("ix_memory_audience_user_id", "user_id"),
 )
 
+persona_memory_counts = Table(
+    "persona_memory_counts",
+    metadata,
+    # The page's counts and meter (0019): per (whom rows concern, persona), how many of them are
+    # open and closed and the characters of the open ones, kept by the store's triggers on
+    # `persona_memory` and `memory_audience`. `ref`: 'u:42', as `storage.memories.about_user`
+    # reads whom a row concerns. Never deleted: a counter back at zero shows nothing.
+    Column("ref", Text, nullable=False),
+    Column("persona", Text, nullable=False),
+    Column("open_rows", Integer, nullable=False),
+    Column("closed_rows", Integer, nullable=False),
+    Column("open_chars", BigInteger, nullable=False),
+    PrimaryKeyConstraint("ref", "persona"),
+)
+
 user_name_parts = Table(
     "user_name_parts",
     metadata,

@@ -9,7 +9,7 @@ its statement once per dialect and IN-list shape, keeps the compiled SQL, and ru
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -35,6 +35,17 @@ Column = ColumnElement[Any]
 # The longest IN list the write path hands a `Prepared` statement: eleven shapes (1, 2, 4 …
 # 1,024), far under SQLite's 32,766 parameters; a longer list is cut in parts or built per call.
 PREPARED_IN_MAX = 1024
+
+# The most ids any statement binds in one IN list (ours): a stock SQLite binds at most 32,766
+# parameters a statement, PostgreSQL 65,535; "clear all" of 40k rows in one list failed.
+IDS_PER_STATEMENT = 10_000
+
+
+def in_parts(ids: Iterable[int]) -> Iterator[list[int]]:
+    """`ids` in lists short enough for one statement each (`IDS_PER_STATEMENT`)."""
+    listed = list(ids)
+    for start in range(0, len(listed), IDS_PER_STATEMENT):
+        yield listed[start : start + IDS_PER_STATEMENT]
 
 
 def _bucket(n: int) -> int:

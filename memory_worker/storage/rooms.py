@@ -15,7 +15,7 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 from memory_worker.core import tables as t
 from memory_worker.core.errors import UnknownRoom
 from memory_worker.core.rows import Line, Room, human_id, human_ref, now_iso, stamp
-from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
+from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared, in_parts
 
 r = t.rooms.c
 m = t.room_members.c
@@ -251,10 +251,11 @@ def lines_by_id(conn: Connection, ids: Iterable[int]) -> dict[int, Line]:
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    q = select(ln.id, ln.room_id, ln.speaker, ln.text, ln.created).where(ln.id.in_(wanted))
+    columns = (ln.id, ln.room_id, ln.speaker, ln.text, ln.created)
     return {
         row.id: Line(row.id, row.room_id, row.speaker, row.text, row.created)
-        for row in conn.execute(q)
+        for part in in_parts(wanted)
+        for row in conn.execute(select(*columns).where(ln.id.in_(part)))
     }
 
 

@@ -81,7 +81,11 @@ def dump(eng: Engine) -> Dump:
 def restore(eng: Engine, backup: Dump) -> None:
     """The backup put back under the running app, in one transaction, the counters and the log
     last (the rows' own inserts bump them on the way)."""
-    counters = {t.persona_memory_versions.name, t.persona_memory_changes.name}
+    counters = {
+        t.persona_memory_versions.name,
+        t.persona_memory_changes.name,
+        t.persona_memory_counts.name,  # the page's, kept by triggers too
+    }
     with eng.begin() as c:
         for tab in reversed(metadata.sorted_tables):
             c.execute(delete(tab))
