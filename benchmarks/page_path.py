@@ -47,6 +47,7 @@ from benchmarks.write_path import extract_two  # noqa: E402
 from memory_worker import app_side, controls, models  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
+from memory_worker.core.names import sentence_key  # noqa: E402
 from memory_worker.core.rows import Candidate, Spell  # noqa: E402
 from memory_worker.storage import memories, read_path, store  # noqa: E402
 from memory_worker.testing.gemini_stub import GeminiStub, gemini_responder  # noqa: E402
@@ -64,13 +65,15 @@ SEEDED = "2026-11-01T10:00:00+00:00"  # not today: the seed fills no daily cap o
 
 
 def _row(i: int, subject: str) -> dict:
+    text = f"{subject} said thing number {i}" + (" about tea" if i % 97 == 0 else "")
     return {
         "persona": PERSONAS[i % 2],
         "subject": subject,
         "witnessed": "[42]",
         "room_id": "dm",
         "kind": "fact",
-        "text": f"{subject} said thing number {i}" + (" about tea" if i % 97 == 0 else ""),
+        "text": text,
+        "sentence_key": sentence_key(text),  # as `memories.insert_row` writes it
         "importance": 5,
         "evidence": "[]",
         "created": SEEDED,
