@@ -111,8 +111,8 @@ def _plan(conn: Connection, spell: Spell, read_through: int, today: str) -> _Pla
     ]
     room = rooms.load_room(conn, spell.room_id)
     subjects = {c.subject for c in candidates}
-    named = sorted({d.old_row_id for d in decisions if d.old_row_id is not None})
-    shown = view.shown(conn, spell, window.spell_scope(spell, room), subjects, named)
+    cited = sorted({d.old_row_id for d in decisions if d.old_row_id is not None})
+    shown = view.shown(conn, spell, window.spell_scope(spell, room), subjects, cited)
     if shown is None:
         return None
     # Who the new rows may reach: at most the label of the calls that wrote them — the

@@ -61,7 +61,7 @@ class AsOf:
 
 
 def scope_key(scope: Scope, subjects: set[str]) -> str:
-    """The scope and subjects a set of open rows was read for, as a short hash."""
+    """The scope and subjects a set of open rows was read for, as a hash."""
     parts: dict[str, Any] = {
         f.name: sorted(v) if isinstance(v := getattr(scope, f.name), frozenset) else v
         for f in fields(scope)
@@ -90,7 +90,8 @@ def shown(
         rows = memories.open_rows(conn, scope, subjects)
         if route.fingerprint(rows) != spell.seen_open_rows:
             return None
-        return {r.id: r for r in rows if r.id in ids}
+        wanted = set(ids)
+        return {r.id: r for r in rows if r.id in wanted}
     if not holds:
         return None
     return memories.rows_in_view(conn, scope, subjects, ids)[0]
