@@ -23,7 +23,7 @@ from memory_worker.core.names import sentence_key
 from memory_worker.core.rows import Candidate, Spell
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, sensible_route
-from memory_worker.storage import memories, store
+from memory_worker.storage import memories, read_path, store
 from memory_worker.write import reembed, steps
 from tests import scenes
 from tests.scenes import CARA, DAN, extract_answer, people, private_chat
@@ -97,7 +97,8 @@ def test_the_sentence_key_is_the_text_s_after_every_kind_of_write(world) -> None
 
 
 def test_the_migration_keys_the_rows_stored_before_it(db: Engine) -> None:
-    """A store upgraded to 0020 with rows in it, of every odd spelling: each gets its key."""
+    """A store upgraded to 0020 with rows in it, of every odd spelling: each gets its key, and
+    the store's triggers (off on PostgreSQL while it keys them) run again after."""
     from alembic import command
 
     cfg = store.alembic_config(str(db.url))
@@ -115,6 +116,11 @@ def test_the_migration_keys_the_rows_stored_before_it(db: Engine) -> None:
         assert c.execute(select(pm.sentence_key).where(pm.text == texts[1])).scalars().first() == (
             "cara cat is called zoe"  # folded, possessive and punctuation aside
         )
+        before = read_path.versions(c, ["warren"])["warren"].counter
+    with db.begin() as conn:
+        scenes.row_as_stored_before(conn, f"u:{DAN}", "u:42 is written after the migration.")
+    with db.connect() as c:
+        assert read_path.versions(c, ["warren"])["warren"].counter == before + 1
 
 
 def many_rows_about_dan(db: Engine, n: int = MANY) -> None:
