@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, insert
 
 from memory_worker import app_side
+from memory_worker.core import tables as t
 
 DAN, CARA, NOLAN_H = 42, 17, 23
 
@@ -49,3 +50,24 @@ def extract_answer(line_ids: list[int]) -> dict:
             },
         ]
     }
+
+
+def row_as_stored_before(
+    conn: Connection, subject: str, text: str, *, persona: str = "warren", closed: bool = False
+) -> int:
+    """A row written by an older version (a store downgraded to test a migration): only the
+    columns the table has had since 0013, so it fits any schema a migration test goes back to."""
+    values = dict(
+        persona=persona,
+        subject=subject,
+        witnessed=f"[{DAN}]",
+        room_id="dm-dan",
+        kind="fact",
+        text=text,
+        importance=5,
+        evidence="[1]",
+        created="2026-12-06T10:00:00+00:00",
+        valid_to="2026-12-06" if closed else None,
+    )
+    pm = t.persona_memory.c
+    return int(conn.execute(insert(t.persona_memory).values(values).returning(pm.id)).scalar_one())

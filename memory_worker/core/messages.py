@@ -65,6 +65,7 @@ class SpellMessage(_Strict):
     candidates: list[CandidateMessage] = []
     decisions: list[DecisionMessage] = []
     seen_open_rows: StrictStr | None = None
+    seen_as_of: Annotated[StrictStr, Field(max_length=200)] | None = None
     reroutes: Count = 0
     dropped: dict[StrictStr, Count] = {}
     skipped: StrictStr | None = None

@@ -220,6 +220,7 @@ class Spell:
     candidates: list[Json] = field(default_factory=list)  # Candidate.to_json()
     decisions: list[Json] = field(default_factory=list)  # Decision.to_json()
     seen_open_rows: str | None = None  # fingerprint of the open rows the router saw
+    seen_as_of: str | None = None  # when the router read them (`write.view.AsOf`)
     reroutes: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # candidates dropped, by guard code
     skipped: str | None = None

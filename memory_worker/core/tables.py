@@ -138,7 +138,11 @@ persona_memory = Table(
     # A world row's audience: the humans who witnessed the lines it cites (JSON ids; NULL:
     # public — every line it cites is a dispatch) (0010, 0013). `memory_audience` indexes it.
     Column("private_to", Text, nullable=True),
+    # Its text as `names.sentence_key` normalises it, written with the text (0020): the
+    # commit's exactly-once check reads the open rows of a candidate's sentence, not every row.
+    Column("sentence_key", Text, nullable=True),
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
+    Index("ix_persona_memory_sentence", "persona", "sentence_key"),
     Index("ix_persona_memory_subject", "subject"),
     # The daily caps: today's rows about the spell's people, a range each (0009).
     Index("ix_persona_memory_day", "persona", "subject", "counterpart", "created"),

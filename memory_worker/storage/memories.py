@@ -40,6 +40,7 @@ from sqlalchemy import (
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD
+from memory_worker.core.names import sentence_key
 from memory_worker.core.rows import Candidate, Row, human_ref, id_json, id_list
 from memory_worker.storage import read_packs, read_path
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared, in_parts
@@ -104,23 +105,78 @@ OPEN_ROWS = Prepared(
 )
 
 
+def _wanted(scope: Scope, subjects: Iterable[str]) -> list[str]:
+    """The subjects of `subjects` whose rows `scope` may read (no world row where it is off)."""
+    return sorted(set(subjects) - (set() if scope.world else {SUBJECT_WORLD}))
+
+
+def _open_row(i: int, subject: str, text: str, e: Any, cp: Any, p: Any, n: Any) -> OpenRow:
+    return OpenRow(i, subject, text, _blob(e), cp, id_list(p), id_list(n) or ())
+
+
+def _admitted(scope: Scope, r: OpenRow) -> bool:
+    """What `scope` checks in Python of a row its SQL admitted: whom it names, who it stays with."""
+    return scope.admits_named(r.named) and scope.admits_private_to(r.private_to)
+
+
 def open_rows(conn: Connection, scope: Scope, subjects: Iterable[str]) -> list[OpenRow]:
     """The router's neighbour pool and the rows its decisions may change: the persona's open
     rows about these subjects that `scope` admits (the block's own rule for the spell's
     room, docs/design.md §11.2), by id."""
-    wanted = sorted(set(subjects) - (set() if scope.world else {SUBJECT_WORLD}))
+    wanted = _wanted(scope, subjects)
     if not wanted:
         return []
     found: Any = OPEN_ROWS.execute(
         conn, {"persona": scope.persona}, subjects=wanted, refs=list(scope.human_refs)
     )
-    rows = [
-        OpenRow(i, subject, text, _blob(e), cp, id_list(p), id_list(n) or ())
-        for i, subject, text, e, cp, p, n in found.all()
-    ]
-    return [
-        r for r in rows if scope.admits_named(r.named) and scope.admits_private_to(r.private_to)
-    ]
+    rows = [_open_row(*r) for r in found.all()]
+    return [r for r in rows if _admitted(scope, r)]
+
+
+def rows_in_view(
+    conn: Connection, scope: Scope, subjects: Iterable[str], ids: Sequence[int]
+) -> tuple[dict[int, OpenRow], set[int]]:
+    """Of the rows `ids`: those `open_rows(conn, scope, subjects)` reads now, by id; and those
+    that exist but that it reads under no change of theirs — another persona's, or about
+    other subjects or people (what a row is about is never rewritten). A few rows by id,
+    however many the persona holds."""
+    wanted = _wanted(scope, subjects)
+    concerns = (
+        and_(
+            pm.persona == scope.persona,
+            pm.subject.in_(wanted),
+            _audience(list(scope.human_refs)),
+        )
+        if wanted
+        else literal(False)
+    )
+    read: dict[int, OpenRow] = {}
+    elsewhere: set[int] = set()
+    for part in in_parts(sorted(set(ids))):
+        query = select(
+            pm.id,
+            pm.subject,
+            pm.text,
+            pm.embedding,
+            pm.counterpart,
+            pm.private_to,
+            pm.named,
+            pm.valid_to,
+            concerns.label("concerns"),
+        ).where(pm.id.in_(part))
+        for *cols, valid_to, concerned in conn.execute(query):
+            row = _open_row(*cols)
+            if not concerned:
+                elsewhere.add(row.id)
+            elif valid_to is None and _admitted(scope, row):
+                read[row.id] = row
+    return read, elsewhere
+
+
+def highest_id(conn: Connection) -> int:
+    """The highest row id of the store (0: none yet). Ids are never reused (0003): a row
+    above it was written after this read."""
+    return int(conn.execute(select(func.max(pm.id))).scalar_one() or 0)
 
 
 KNOWN_TEXTS = Prepared(
@@ -236,6 +292,7 @@ INSERTED = (  # the columns a new row takes from its call; the rest are an open 
     "embedding",
     "named",
     "private_to",
+    "sentence_key",
 )
 
 INSERT_ROW = Prepared(
@@ -263,7 +320,10 @@ def insert_row(
     private_to: Iterable[int] | None = None,
 ) -> int:
     """A new open row from a guarded candidate, with the humans its text names besides whom it
-    concerns, and for a world row learned from people, whom it stays with. Returns its id."""
+    concerns, and for a world row learned from people, whom it stays with. Returns its id.
+
+    The only write of a row's text: its `sentence_key` (`names.sentence_key`) is written with
+    it, here and nowhere else (schema/versions/0020 filled the rows stored before)."""
     named = sorted(set(named))
     c = candidate
     new = INSERT_ROW.execute(
@@ -283,6 +343,7 @@ def insert_row(
             "embedding": embedding,  # bytes: what LargeBinary would have bound
             "named": id_json(named) if named else None,
             "private_to": id_json(private_to),
+            "sentence_key": sentence_key(c.text),
         },
     )
     return int(new.scalar_one())
@@ -324,14 +385,21 @@ class Sentence:
     witnessed: tuple[int, ...]
 
 
-def open_sentences(conn: Connection, persona: str, subjects: Iterable[str]) -> list[Sentence]:
-    """The persona's open rows about these subjects, under every audience: the commit's code
-    compares sentences across audiences; none of it is shown to a model."""
-    wanted = sorted(set(subjects))
-    if not wanted:
+def open_sentences(
+    conn: Connection, persona: str, subjects: Iterable[str], keys: Iterable[str]
+) -> list[Sentence]:
+    """The persona's open rows about these subjects whose sentence is one of `keys`
+    (`names.sentence_key`), under every audience: the commit's code compares sentences across
+    audiences; none of it is shown to a model. One range on `ix_persona_memory_sentence` per
+    key: however many rows the persona holds about these subjects, it reads only those."""
+    wanted, sentences = sorted(set(subjects)), sorted(set(keys))
+    if not wanted or not sentences:
         return []
     query = select(pm.id, pm.subject, pm.counterpart, pm.text, pm.private_to, pm.witnessed).where(
-        pm.persona == persona, pm.subject.in_(wanted), pm.valid_to.is_(None)
+        pm.persona == persona,
+        pm.sentence_key.in_(sentences),
+        pm.subject.in_(wanted),
+        pm.valid_to.is_(None),
     )
     return [
         Sentence(int(i), subject, cp, text, id_list(p), tuple(id_list(w) or ()))

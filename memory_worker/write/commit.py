@@ -30,7 +30,7 @@ from memory_worker.core.rows import (
 from memory_worker.core.vectors import from_b64
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, spells, users
-from memory_worker.write import copies, extract, guards, route, window
+from memory_worker.write import copies, extract, guards, route, view, window
 
 # Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.
 FINAL = ("committed", "skipped", "covered")
@@ -111,8 +111,9 @@ def _plan(conn: Connection, spell: Spell, read_through: int, today: str) -> _Pla
     ]
     room = rooms.load_room(conn, spell.room_id)
     subjects = {c.subject for c in candidates}
-    rows = memories.open_rows(conn, window.spell_scope(spell, room), subjects)
-    if spell.candidates and route.fingerprint(rows) != spell.seen_open_rows:
+    cited = sorted({d.old_row_id for d in decisions if d.old_row_id is not None})
+    shown = view.shown(conn, spell, window.spell_scope(spell, room), subjects, cited)
+    if shown is None:
         return None
     # Who the new rows may reach: at most the label of the calls that wrote them — the
     # humans who heard every line they read, with their switches then (`core.labels`) — read
@@ -127,11 +128,11 @@ def _plan(conn: Connection, spell: Spell, read_through: int, today: str) -> _Pla
         candidates=candidates,
         decisions=decisions,
         room=room,
-        shown={r.id: r for r in rows},
+        shown=shown,
         reach=None if label is None else label & frozenset(allowing),
         capped={id(c) for c in allowed},
         named=_named(conn, spell, writing),
-        same=copies.Copies.load(conn, spell.persona, subjects),
+        same=copies.Copies.load(conn, spell.persona, candidates),
     )
 
 

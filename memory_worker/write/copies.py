@@ -50,14 +50,18 @@ def _key(subject: str, counterpart: str | None, text: str) -> Key:
 
 @dataclass
 class Copies:
-    """The persona's open sentences about the spell's subjects, every audience."""
+    """The persona's open rows of the spell's sentences about its subjects, every audience."""
 
     by_key: dict[Key, list[Copy]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, conn: Connection, persona: str, subjects: set[str]) -> Copies:
+    def load(cls, conn: Connection, persona: str, candidates: list[Candidate]) -> Copies:
+        """The open rows of the candidates' sentences about their subjects (`find` and `add`
+        look up no other key): the rows stored under each sentence's key, not every row."""
         out = cls()
-        for r in memories.open_sentences(conn, persona, subjects):
+        subjects = {c.subject for c in candidates}
+        keys = {sentence_key(c.text) for c in candidates}
+        for r in memories.open_sentences(conn, persona, subjects, keys):
             audience = labels.from_json(r.private_to)
             formed = formed_with(r.subject, audience, frozenset(r.witnessed))
             out.by_key.setdefault(_key(r.subject, r.counterpart, r.text), []).append(

@@ -17,9 +17,9 @@ from memory_worker.core.errors import EmbedderMismatch, PromptTooLarge
 from memory_worker.core.model_interfaces import ChatModel, Embedder
 from memory_worker.core.rows import Candidate, Spell
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import memories, notices, rooms, store, users
+from memory_worker.storage import notices, rooms, store, users
 from memory_worker.storage.spell_context import spell_context
-from memory_worker.write import commit, embed, extract, route, window
+from memory_worker.write import commit, embed, extract, route, view, window
 from memory_worker.write.ask import ask_json
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
     cands = [Candidate.from_json(c) for c in spell.candidates]
     with store.engine().connect() as conn:
         scope = window.spell_scope(spell, rooms.load_room(conn, spell.room_id))
-        rows = memories.open_rows(conn, scope, {c.subject for c in cands})
+        rows, as_of = view.read(conn, scope, {c.subject for c in cands})
         persona_name = users.persona_name(conn, spell.persona)
         vectors_of = store_embedder.identity(conn)  # the writer embedded the candidates
     floor = route.neighbour_floor(vectors_of.writer[0] if vectors_of else None)
@@ -129,6 +129,7 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
         log.info("spell %s: %d candidates without a usable decision", spell.key, dropped)
     spell.decisions = [d.to_json() for d in decisions]
     spell.seen_open_rows = route.fingerprint(rows)
+    spell.seen_as_of = as_of.token()
     spell.tokens_in += result.usage.tokens_in
     spell.tokens_out += result.usage.tokens_out
     spell.model_calls += result.calls

@@ -192,7 +192,8 @@ def test_the_migration_counts_the_rows_stored_before_it(stored: dict[str, int], 
     with db.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0018")
-    write(db, f"u:{DAN}", "u:42 was written with no counter.")
+    with db.begin() as conn:
+        scenes.row_as_stored_before(conn, f"u:{DAN}", "u:42 was written with no counter.")
     with db.begin() as conn:
         memories.close(conn, stored["cara"], NOW[:10], None)
         memories.set_audience(conn, stored["world dan"], [DAN, NOLAN_H], was=[DAN])
