@@ -131,6 +131,7 @@ def test_block_and_serve_on_an_empty_store_name_it_and_say_it_is_empty(
     assert "unknown" not in err
 
 
+@pytest.mark.processes  # starts `memory-worker serve`
 def test_serve_without_a_user_on_an_empty_store_says_so_in_its_banner(db: Engine) -> None:
     from tests.web_server import serve
 

@@ -46,6 +46,7 @@ def delete_in_another_process(url: str, user_id: int, row_id: int) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120)
 
 
+@pytest.mark.processes  # the delete comes from another process
 def test_a_row_deleted_in_another_process_leaves_this_ones_cache_with_no_open_here(
     store_rows: np.random.Generator, db: Engine, sweeping: None
 ) -> None:

@@ -209,6 +209,7 @@ def _stock_limit(dbapi: sqlite3.Connection, _: object) -> None:
     dbapi.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, SQLITE_MAX_VARIABLES)
 
 
+@pytest.mark.slow  # 40,000 rows written and cleared: seconds
 def test_clear_all_clears_more_rows_than_one_statement_may_bind(db: Engine) -> None:
     """Clear all deleted by one list of every id: past the limit the statement failed and
     nothing was cleared. On SQLite only: PostgreSQL's limit (65,535) needs 66k rows, whose

@@ -82,6 +82,7 @@ def test_the_writer_lock_lets_one_writer_in_at_a_time(db: Engine) -> None:
     assert order == ["first in", "first out", "second in"]
 
 
+@pytest.mark.processes  # runs the CLI in a process of its own
 def test_the_cli_init_db_migrates_the_configured_database(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     out = subprocess.run(
