@@ -451,3 +451,13 @@ def test_check_says_which_verdict_opened_the_gate_in_one_block_for_a_review(
     shown = capsys.readouterr().out
     lines = shown[shown.index("ok    scope") :].splitlines()
     assert lines[1].startswith(" " * 19 + "leak exam verdict of 2026-12-01")
+
+
+def test_the_design_states_the_bars_a_setting_may_only_tighten() -> None:
+    from memory_worker.core import constants
+
+    design = (Path(cli.__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    exam = " ".join(design[design.index("### §4.1") : design.index("### §4.2")].split())
+    assert f"at most {constants.EXAM_MAX_WITH_OWNER:g} mentions per run" in exam
+    assert f"at most {constants.EXAM_MAX_REFERENCES_PER_TURN:g} memory references" in exam
+    assert settings_mod.Settings().exam_max_with_owner == constants.EXAM_MAX_WITH_OWNER
