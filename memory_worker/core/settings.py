@@ -156,7 +156,9 @@ class Settings(BaseSettings):
         repr=False,
         validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
     )
-    gemini_base_url: str | None = Field(  # a local stub of the API in tests
+    # Another address for the API (a proxy, a self-hosted server, the tests' stub): a leak exam
+    # verdict holds only for the endpoint it was measured at (core.verdict.where_answered).
+    gemini_base_url: str | None = Field(
         None, validation_alias=AliasChoices("MW_GEMINI_BASE_URL", "gemini_base_url")
     )
     # google-genai counts HTTP timeouts in milliseconds; 0 would mean "no timeout": refused.
