@@ -38,7 +38,8 @@ each row in exactly one toast, every toast delivered. The faults, one run each:
 
 Printed per fault: spells committed, rows, lost, duplicate rows, duplicate and missing toasts,
 undelivered toasts, reopened facts, spells parked, the most calls the stub saw in any window
-of the quota (against the quota), the share of the quota used while calls waited, the
+of the quota (against the quota; `in log`: the most in the quota's own log, in its window and
+margin), the share of the quota used while calls waited, the
 recovery time — from the last fault to the last burst read (for chaos/twice/garbled/quota:
 the whole run) — and, the figure a human feels, the last toast: from the last fault to the
 last toast delivered (for the store's outages: from the end of the outage, and `held s`: to
@@ -841,6 +842,7 @@ def main() -> None:
     head = (
         f"{'fault':<8}{'spells':>7}{'rows':>6}{'lost':>6}{'dup rows':>9}{'dup toasts':>11}"
         f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'parked':>7}{'quota':>6}{'at stub':>8}"
+        f"{'in log':>7}"
         f"{'used':>6}{'faults':>7}{'recovery s':>11}{'last toast s':>13}{'toast p99':>10}"
         f"{'total s':>8}{'held s':>7}{'tracebacks':>11}{'errors':>7}"
     )
@@ -860,7 +862,8 @@ def main() -> None:
             f"{f.fault:<8}{f.spells_committed:>7}{f.rows:>6}{f.lost:>6}{f.duplicate_rows:>9}"
             f"{f.duplicate_toasts:>11}{f.missing_toasts:>8}{f.undelivered_toasts:>8}"
             f"{f.reopened:>7}{f.parked:>7}{f.parked_for_quota:>6}"
-            f"{f'{f.stub_most_in_window}/{f.quota_per_window}':>8}{f.quota_used:>6.2f}"
+            f"{f'{f.stub_most_in_window}/{f.quota_per_window}':>8}"
+            f"{f'{f.gate_most_in_window}/{f.quota_per_window}':>7}{f.quota_used:>6.2f}"
             f"{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.last_toast_s:>13.1f}"
             f"{f.toast_p99_s:>10.2f}{f.elapsed_s:>8.1f}{f.held_toast_s:>7.1f}"
             f"{f.tracebacks:>11}{f.errors_logged:>7}",
