@@ -72,7 +72,7 @@ def follow_problem(conn: Connection, settings: Settings) -> str | None:
         log.info(
             "MW_MEMORY_SCOPE=follow: memories follow people into groups, on the leak exam "
             "verdicts of %s (MW_BLOCK_TAIL=%s)",
-            ", ".join(f"{v.model} of {v.created}" for v in opened),
+            ", ".join(f"{v.model} at {v.endpoint} of {v.created}" for v in opened),
             settings.block_tail,
         )
     return problem
