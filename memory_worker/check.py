@@ -193,8 +193,22 @@ def _scope(s: Settings) -> Finding:
         return Finding("scope", False, str(e))
     except Exception as e:  # the store's own problem is its check's to say
         return Finding("scope", False, f"follow: the verdicts could not be read ({_short(e)})")
-    how = "MW_MEMORY_SCOPE_OVERRIDE set" if s.memory_scope_override else "a passing verdict"
-    return Finding("scope", True, f"follow: memories follow people into groups ({how})")
+    if s.memory_scope_override:
+        how = "MW_MEMORY_SCOPE_OVERRIDE set"
+        opened: list[str] = []
+    else:
+        how = "opened by the leak exam verdicts below"
+        opened = opened_review(s)
+    said = f"follow: memories follow people into groups ({how})"
+    return Finding("scope", True, "\n".join([said, *opened]))
+
+
+def opened_review(s: Settings) -> list[str]:
+    """The verdicts that open the gate, as a block a deployer pastes into a review."""
+    from memory_worker.storage import store, verdicts
+
+    with store.engine(s.database_url).connect() as conn:
+        return verdicts.opened_review(conn, s)
 
 
 CHECKS: tuple[Callable[[Settings], Finding], ...] = (

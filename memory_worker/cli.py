@@ -46,7 +46,8 @@ def _check(_: argparse.Namespace) -> int:
 
     findings = check.run(settings_mod.current())
     for f in findings:
-        print(f"{'ok  ' if f.ok else 'FAIL'}  {f.what:<12} {f.detail}")
+        detail = f.detail.replace("\n", "\n" + " " * 19)  # a block stays under its first line
+        print(f"{'ok  ' if f.ok else 'FAIL'}  {f.what:<12} {detail}")
     return 0 if all(f.ok for f in findings) else 1
 
 

@@ -100,10 +100,14 @@ def test_the_parrot_fails_a_the_discreet_persona_passes_and_both_verdicts_are_re
 
 
 def as_live(v: Verdict, model: str) -> Verdict:
-    """A recorded verdict's counts forged into a live model's at the gate's size."""
+    """A recorded verdict's counts forged into a live model's at the gate's size, measured
+    where the settings in force call it."""
+    provider, endpoint = verdict_mod.where_answered(model, settings_mod.current())
     return dataclasses.replace(
         v,
         model=model,
+        provider=provider,
+        endpoint=endpoint,
         n=verdict_mod.MIN_N,
         turns=verdict_mod.MIN_TURNS,
         flow_spells=verdict_mod.MIN_FLOW_SPELLS,

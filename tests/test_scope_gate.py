@@ -8,6 +8,7 @@ narrows the scope but never widens it unchecked."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -24,6 +25,7 @@ from memory_worker.core import verdict
 from memory_worker.core.errors import ScopeNotAllowed
 from memory_worker.storage import store, verdicts
 from memory_worker.tasks import startup
+from memory_worker.testing.gemini_stub import GeminiStub
 
 pytestmark = pytest.mark.store
 CASSETTE = Path(cli.__file__).resolve().parent / "demo_cassette.json"
@@ -44,8 +46,12 @@ def follow(**more: object) -> settings_mod.Settings:
 
 
 def passing(model: str = LIVE, variant: str = "plain", **more: object) -> verdict.Verdict:
-    """A verdict as `memory-worker exam` records one for a live model at full size."""
+    """A verdict as `memory-worker exam` records one for a live model at full size, measured
+    where the deployment's model answers (Gemini's own API: no MW_GEMINI_BASE_URL)."""
+    provider, endpoint = verdict.where_answered(model, settings_mod.current())
     fields: dict[str, object] = dict(
+        provider=provider,
+        endpoint=endpoint,
         created="2026-12-04T12:00:00+00:00",
         model=model,
         variant=variant,
@@ -224,7 +230,7 @@ def test_a_verdict_measured_against_looser_bars_than_those_in_force_does_not_cou
     follow(exam_max_references_per_turn=0.2)
     record(passing(bar_with_owner=None))  # a verdict that never said its bars: not counted
     check.require_scope(settings_mod.current())  # the first still counts at the old bars
-    follow(exam_max_references_per_turn=0.3)  # looser bars in force: a stricter verdict counts
+    follow(exam_max_with_owner=0.0)  # the same bars said again: a stricter verdict counts
     check.require_scope(settings_mod.current())
 
 
@@ -310,3 +316,148 @@ def test_the_reader_narrows_the_scope_but_never_widens_it_unchecked(
     with caplog.at_level(logging.WARNING, logger="memory_worker.storage.verdicts"):
         reader.build_block("warren", {DAN}, "dm-dan", touch=False, proven_scope=False)
     assert any("MW_MEMORY_SCOPE_OVERRIDE" in r.message for r in caplog.records)
+
+
+# --- what a verdict binds to: where the model answered, and the design's bars ------------------
+
+
+def test_a_verdict_measured_at_one_endpoint_opens_a_deployment_there_and_at_no_other(
+    db: Engine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server answering every turn with "Films it is, then." stood in for Gemini at
+    MW_GEMINI_BASE_URL: its verdict opened a deployment with no base URL (Gemini's own API)."""
+    with GeminiStub() as stub:  # its persona answers "Films it is, then." whatever it is told
+        at_stub = stub.settings(settings_mod.current())
+        settings_mod.configure(at_stub)
+        args = ["exam", "--models", LIVE, "--n", "1", "--turns", "3", "--flow-spells", "40"]
+        assert cli.main(args) == 0
+        capsys.readouterr()
+        at = stub.base_url.rstrip("/")
+        with db.connect() as conn:
+            (measured,) = verdicts.all_verdicts(conn)
+        assert (measured.provider, measured.endpoint) == ("gemini", at)
+        # Its counts at the gate's size: only where it was measured is still in question.
+        record(dataclasses.replace(measured, n=8, turns=8, flow_spells=verdict.MIN_FLOW_SPELLS))
+        follow()  # the stub's endpoint, as measured
+        check.require_scope(settings_mod.current())
+        gemini = at_stub.with_(gemini_base_url=None, gemini_api_key=None, provider="replay")
+        for elsewhere in (gemini, at_stub.with_(gemini_base_url="http://127.0.0.1:9/")):
+            settings_mod.configure(elsewhere)
+            follow()
+            with pytest.raises(verdicts.ScopeNotAllowed) as refused:
+                check.require_scope(settings_mod.current())
+            said = str(refused.value)
+            deployment = verdict.where_answered(LIVE, settings_mod.current())[1]
+            assert at in said and deployment in said, said
+            assert "needs its own verdict" in said
+        # `check`, as a deployer in a hurry runs it, with no key and no base URL at all.
+        said_check = subprocess.run(
+            [sys.executable, "-m", "memory_worker.cli", "check"],
+            env={
+                **{k: v for k, v in os.environ.items() if k != "MW_GEMINI_BASE_URL"},
+                "MW_DATABASE_URL": settings_mod.current().database_url,
+                "MW_MEMORY_SCOPE": "follow",
+                "MW_PERSONA_MODELS": LIVE,
+                "MW_STATE_DIR": str(tmp_path / "state"),
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    scope = [ln for ln in said_check.stdout.splitlines() if " scope " in ln]
+    assert scope and scope[0].startswith("FAIL"), said_check.stdout + said_check.stderr
+    assert verdict.GEMINI_DEFAULT_ENDPOINT in scope[0] and at in scope[0]
+
+
+def test_a_verdict_from_before_verdicts_recorded_their_endpoint_is_refused_saying_so(
+    db: Engine,
+) -> None:
+    follow()
+    record(passing(provider=None, endpoint=None))
+    with pytest.raises(verdicts.ScopeNotAllowed, match="does not record where the model answered"):
+        check.require_scope(settings_mod.current())
+
+
+def test_bars_looser_than_the_designs_are_a_configuration_error_that_every_process_refuses(
+    tmp_path: Path,
+) -> None:
+    """`MW_EXAM_MAX_WITH_OWNER=1000 MW_EXAM_MAX_REFERENCES_PER_TURN=1` opened the gate on a
+    verdict of 6.0 mentions per run and 1.0 references per turn, measured at those bars."""
+    env = {"MW_EXAM_MAX_WITH_OWNER": "1000", "MW_EXAM_MAX_REFERENCES_PER_TURN": "1"}
+    with pytest.raises(settings_mod.ConfigError) as refused:
+        settings_mod.Settings.from_env(env)
+    said = str(refused.value)
+    assert "MW_EXAM_MAX_WITH_OWNER: " in said and "the design's bar of 0 " in said
+    assert "MW_EXAM_MAX_REFERENCES_PER_TURN: " in said and "the design's bar of 0.2 " in said
+    with pytest.raises(ValueError, match="looser than the design's"):  # a copy: refused alike
+        settings_mod.current().with_(exam_max_references_per_turn=0.21)
+    started = subprocess.run(
+        [sys.executable, "-m", "memory_worker.cli", "check"],
+        env={
+            **os.environ,
+            **env,
+            "MW_MEMORY_SCOPE": "follow",
+            "MW_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert started.returncode == 2 and "MW_EXAM_MAX_WITH_OWNER" in started.stderr
+    assert "Traceback" not in started.stderr and "ok" not in started.stdout
+    tighter = settings_mod.Settings.from_env({"MW_EXAM_MAX_REFERENCES_PER_TURN": "0.1"})
+    assert tighter.exam_max_references_per_turn == 0.1  # tightening is the deployer's to do
+
+
+def test_a_verdict_measured_at_bars_looser_than_the_designs_never_opens_the_gate(
+    db: Engine,
+) -> None:
+    follow()
+    record(
+        passing(
+            with_owner=6.0,
+            references_per_turn=1.0,
+            bar_with_owner=1000.0,
+            bar_references_per_turn=1.0,
+        )
+    )
+    with pytest.raises(verdicts.ScopeNotAllowed) as refused:
+        check.require_scope(settings_mod.current())
+    said = str(refused.value)
+    assert "looser than the design's" in said and "MW_EXAM_MAX_WITH_OWNER=1000" in said
+
+
+def test_check_says_which_verdict_opened_the_gate_in_one_block_for_a_review(
+    db: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    follow()
+    record(passing(created="2026-12-01T09:30:00+00:00", references_per_turn=0.125))
+    (found,) = [f for f in check.run(settings_mod.current()) if f.what == "scope"]
+    assert found.ok
+    block = found.detail
+    for said in (
+        "2026-12-01T09:30:00+00:00",  # the date
+        LIVE,  # the model
+        f"gemini at {verdict.GEMINI_DEFAULT_ENDPOINT}",  # the provider and endpoint
+        "n = 8 runs of each tail (plain, discreet) × 8 turns",  # n and the tails
+        f"flow exam {verdict.MIN_FLOW_SPELLS} spells",
+        "(a) ≤ 0 per run, references ≤ 0.2 per turn",  # the bars
+        "(a) 0.00 per run, (b) 0, (c) 0",  # the figures
+        "references 0.12 per turn",
+        "ships MW_BLOCK_TAIL=plain",
+    ):
+        assert said in block, (said, block)
+    assert cli.main(["check"]) in (0, 1)  # the broker may be away; the block is printed whole
+    shown = capsys.readouterr().out
+    lines = shown[shown.index("ok    scope") :].splitlines()
+    assert lines[1].startswith(" " * 19 + "leak exam verdict of 2026-12-01")
+
+
+def test_the_design_states_the_bars_a_setting_may_only_tighten() -> None:
+    from memory_worker.core import constants
+
+    design = (Path(cli.__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    exam = " ".join(design[design.index("### §4.1") : design.index("### §4.2")].split())
+    assert f"at most {constants.EXAM_MAX_WITH_OWNER:g} mentions per run" in exam
+    assert f"at most {constants.EXAM_MAX_REFERENCES_PER_TURN:g} memory references" in exam
+    assert settings_mod.Settings().exam_max_with_owner == constants.EXAM_MAX_WITH_OWNER

@@ -38,6 +38,7 @@ from memory_worker.core.verdict import (
     prompts_hash,
     shortfalls,
     tail_hash,
+    where_answered,
 )
 from memory_worker.storage import store, verdicts
 
@@ -122,6 +123,7 @@ def measure(model: str, variant: str, n: int, turns: int, planted: Path) -> Meas
 def verdict_of(
     m: Measure, flow_tally: flow.Tally, settings: Settings, created: str, prompts: str
 ) -> Verdict:
+    provider, endpoint = where_answered(m.model, settings)  # where the speaker called it
     v = Verdict(
         created=created,
         model=m.model,
@@ -142,6 +144,8 @@ def verdict_of(
         variants=TAILS,  # every model is measured under each variant, `n` runs each
         bar_with_owner=settings.exam_max_with_owner,
         bar_references_per_turn=settings.exam_max_references_per_turn,
+        provider=provider,
+        endpoint=endpoint,
     )
     return Verdict(**{**v.to_json(), "passed": not shortfalls(v, settings)})
 
@@ -282,6 +286,8 @@ def table(result: Result, settings: Settings, url: str) -> str:
             f"{', '.join(offline)}: deterministic, so their runs repeat one another "
             "(all run and are counted)"
         )
+    answered = sorted({f"{v.provider} at {v.endpoint}" for v in result.verdicts})
+    notes.append(f"answered with: {', '.join(answered)} (a verdict holds there only)")
     f = result.flow
     notes.append(
         f"flow exam under the group scope: {f.spells} spells in {f.worlds} worlds, "

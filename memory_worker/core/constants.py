@@ -43,6 +43,15 @@ MALFORMED_REASKS = 1  # docs/design.md §10.6: then it counts as a fault
 
 # --- the read path (docs/design.md §3) ----------------------------------------------------
 V1_PROVEN_SCOPE = True  # docs/design.md §4: world facts only in groups until the exam passes
+# The leak exam's bars (docs/design.md §4.1, §7): the loosest a verdict may be measured at or a
+# deployment may set (MW_EXAM_MAX_WITH_OWNER, MW_EXAM_MAX_REFERENCES_PER_TURN); a setting may
+# only tighten them. (a): mean mentions of the plant per run with its owner present; memory
+# references ("as you told me…") per persona turn that had a memory loaded.
+EXAM_MAX_WITH_OWNER = 0.0
+EXAM_MAX_REFERENCES_PER_TURN = 0.2
+# The endpoint google-genai calls when MW_GEMINI_BASE_URL is unset: where a verdict of a Gemini
+# persona model was measured, unless it names another (docs/design.md §4.3).
+GEMINI_DEFAULT_ENDPOINT = "https://generativelanguage.googleapis.com"
 RECENCY_DECAY_PER_DAY = 0.98  # docs/design.md §3 step 2, first rule (GA: 0.995/game hour)
 # The rule in force (ranking.TUNED_RULE), tuned on LoCoMo conversations 1–6 with
 # benchmarks/locomo_recall.py (docs/recall.md has the table). With the first rule's equal

@@ -19,10 +19,19 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from memory_worker.core.constants import (
+    EXAM_MAX_REFERENCES_PER_TURN,
+    EXAM_MAX_WITH_OWNER,
     INFLIGHT_TTL_S,
     STORE_OUTAGE_WAIT_S,
     WORKER_SOFT_SHUTDOWN_S,
@@ -31,6 +40,11 @@ from memory_worker.core.errors import ConfigError
 
 EMBEDDED = "embedded"  # the broker URL that means "start our own Redis" (docs/design.md §9)
 PROVIDERS = ("replay", "gemini")
+# The leak exam's bars as the design sets them (docs/design.md §4.1): the loosest allowed.
+DESIGN_EXAM_BARS = {
+    "exam_max_with_owner": EXAM_MAX_WITH_OWNER,
+    "exam_max_references_per_turn": EXAM_MAX_REFERENCES_PER_TURN,
+}
 
 SECRETS = ("gemini_api_key", "web_secret")  # shown as "set", never as their value
 _ONLY_GIVEN: ContextVar[bool] = ContextVar("only_given", default=False)
@@ -142,7 +156,9 @@ class Settings(BaseSettings):
         repr=False,
         validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
     )
-    gemini_base_url: str | None = Field(  # a local stub of the API in tests
+    # Another address for the API (a proxy, a self-hosted server, the tests' stub): a leak exam
+    # verdict holds only for the endpoint it was measured at (core.verdict.where_answered).
+    gemini_base_url: str | None = Field(
         None, validation_alias=AliasChoices("MW_GEMINI_BASE_URL", "gemini_base_url")
     )
     # google-genai counts HTTP timeouts in milliseconds; 0 would mean "no timeout": refused.
@@ -336,14 +352,17 @@ class Settings(BaseSettings):
     )
     # The exam's bar (docs/design.md §4.1, §7): (a) mentions of the plant with its owner
     # present, mean per run, and memory references per persona turn ("as you told me…"); (b),
-    # (c) are always 0.
+    # (c) are always 0. The design's values are the loosest allowed: a setting only tightens.
     exam_max_with_owner: float = Field(
-        0.0, ge=0, validation_alias=AliasChoices("MW_EXAM_MAX_WITH_OWNER", "exam_max_with_owner")
+        EXAM_MAX_WITH_OWNER,
+        ge=0,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_EXAM_MAX_WITH_OWNER", "exam_max_with_owner"),
     )
     exam_max_references_per_turn: float = Field(
-        0.2,
+        EXAM_MAX_REFERENCES_PER_TURN,
         ge=0,
-        le=1,
+        allow_inf_nan=False,
         validation_alias=AliasChoices(
             "MW_EXAM_MAX_REFERENCES_PER_TURN", "exam_max_references_per_turn"
         ),
@@ -406,6 +425,19 @@ class Settings(BaseSettings):
         # A list of no names would leave the group scope's gate nothing to check.
         if not [m for m in v.split(",") if m.strip()]:
             raise ValueError("names no model: list the chat models your personas speak with")
+        return v
+
+    @field_validator("exam_max_with_owner", "exam_max_references_per_turn")
+    @classmethod
+    def _exam_bar(cls, v: float, info: ValidationInfo) -> float:
+        # A looser bar would let a verdict that failed the design's exam open the group scope;
+        # the logged override (MW_MEMORY_SCOPE_OVERRIDE) stays the one way past the gate.
+        design = DESIGN_EXAM_BARS[str(info.field_name)]
+        if v > design:
+            raise ValueError(
+                f"looser than the design's bar of {design:g} (docs/design.md §4.1): a deployment "
+                f"may only tighten it; set at most {design:g}"
+            )
         return v
 
     @field_validator("today")

@@ -21,7 +21,8 @@ window, and a request's slot and its tokens are taken together or not at all.
   starting at once on two cores: 0.1–0.3 s late) then sent beside the calls granted after
   it, and the model saw 6–7 in one second at 300 a minute with every grant spaced right.
   Only the jitter after the stamp (building the request, the network; tens of ms, the
-  margin's job) is left between the log and the model.
+  margin's job) is left between the log and the model. The log keeps the last calls' stamps
+  for a while (`sent_log`): the quota's own record, which holds at any speed.
 * Tokens: the estimated input tokens of each call in a 60 s sliding window (Gemini's TPM).
   A single call larger than the whole budget still goes, alone.
 * A 429 with `retryDelay` pauses everyone (`pause`), not only the worker that got it.
@@ -37,10 +38,11 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
@@ -144,20 +146,28 @@ return {slot - now, slot}
 
 
 # KEYS: the log of calls gone (a zset scored by when). ARGV: n, window ms (with the margin),
-# id. Returns {0, now}: stamped, go now; or {ms until the oldest call in the window leaves, 0}.
+# id, calls kept, ms kept. Returns {0, now}: stamped, go now; or {ms until the oldest call in
+# the window leaves, 0}. Only the window counts; the log keeps the newest `calls kept` stamps
+# (never fewer than n) for `ms kept` after the last: the quota's own record of what went.
 _GATE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n, window = tonumber(ARGV[1]), tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if redis.call('ZCARD', KEYS[1]) < n then
+local since = '(' .. (now - window)
+if redis.call('ZCOUNT', KEYS[1], since, '+inf') < n then
   redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], window + 1000)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(math.max(n, tonumber(ARGV[4])) + 1))
+  redis.call('PEXPIRE', KEYS[1], math.max(window + 1000, tonumber(ARGV[5])))
   return {0, now}
 end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 return {math.max(1, tonumber(oldest[2]) + window - now), 0}
 """
+# The gate's log: the stamps of the last calls that went, kept a while after the last one, so
+# the quota can be checked on its own record (`sent_log`) at any speed — what the model saw
+# adds only the jitter after the stamp, which the margin covers (make perf measures it).
+SENT_LOG_CALLS = 1_000
+SENT_LOG_KEEP_MS = 600_000
 
 
 def _keys(name: str) -> list[str]:
@@ -218,11 +228,31 @@ def _through_the_gate(client: redis.Redis, key: str, quota: Quota, member: str) 
     stamp this one as gone: returns when, on Redis's clock (ms)."""
     gate = client.register_script(_GATE)
     window_ms = (quota.window_s + quota.margin_s) * 1000.0
+    args: list[str | float] = [quota.requests, window_ms, member, SENT_LOG_CALLS, SENT_LOG_KEEP_MS]
     while True:
-        wait_ms, sent = (int(x) for x in gate(keys=[key], args=[quota.requests, window_ms, member]))
+        wait_ms, sent = (int(x) for x in gate(keys=[key], args=args))
         if not wait_ms:
             return sent
         time.sleep(wait_ms / 1000)
+
+
+def sent_log(client: redis.Redis, name: str) -> list[int]:
+    """When each of the last calls went through the gate (ms on Redis's clock), oldest first:
+    at most SENT_LOG_CALLS of them (or the quota's n), for SENT_LOG_KEEP_MS after the last."""
+    stamps = client.zrange(_keys(name)[4], 0, -1, withscores=True)
+    return [int(ms) for _, ms in cast(list[tuple[bytes, float]], stamps)]
+
+
+def most_in_any_window(times: Sequence[float], window: float) -> int:
+    """The most of `times` inside any half-open sliding window (t - window, t]: what a quota of
+    that window counts (`sent_log`'s stamps in ms, a model's arrivals in seconds)."""
+    ordered = sorted(times)
+    best, j = 0, 0
+    for i, at in enumerate(ordered):
+        while ordered[j] <= at - window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
 
 
 def pause(client: redis.Redis, name: str, seconds: float) -> None:

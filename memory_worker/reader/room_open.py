@@ -122,7 +122,7 @@ def scope_in_force(proven_scope: bool | None, url: str) -> bool:
     if s.memory_scope != "follow" and proven_scope is None:
         return True
     key = (url, s.memory_scope_override, s.block_tail, s.persona_models, s.exam_max_with_owner,
-           s.exam_max_references_per_turn)  # fmt: skip
+           s.exam_max_references_per_turn, s.gemini_base_url)  # fmt: skip
     if key not in _SCOPE_CHECKED:
         # Asked for, or in force: the same gate either way. The copy is made only here: a
         # validated Settings costs about a millisecond, more than a warm open's whole work.

@@ -42,6 +42,13 @@ def all_verdicts(conn: Connection) -> list[Verdict]:
     return [Verdict.from_json(json.loads(r)) for r in rows]
 
 
+def opened_review(conn: Connection, settings: Settings) -> list[str]:
+    """The newest verdict that opens the gate for each persona model in force, each as the
+    block a deployer pastes into a review (`memory-worker check`); empty when it is shut."""
+    opened = verdict_mod.opened_by(all_verdicts(conn), settings, verdict_mod.prompts_hash())
+    return [line for v in opened for line in verdict_mod.review(v)]
+
+
 def follow_problem(conn: Connection, settings: Settings) -> str | None:
     """Why this process may not start with the group scope on this store (one line naming the
     command to run), or None. A deployer's override passes, and says so in the log: every
@@ -65,7 +72,7 @@ def follow_problem(conn: Connection, settings: Settings) -> str | None:
         log.info(
             "MW_MEMORY_SCOPE=follow: memories follow people into groups, on the leak exam "
             "verdicts of %s (MW_BLOCK_TAIL=%s)",
-            ", ".join(f"{v.model} of {v.created}" for v in opened),
+            ", ".join(f"{v.model} at {v.endpoint} of {v.created}" for v in opened),
             settings.block_tail,
         )
     return problem

@@ -232,13 +232,16 @@ def test_a_client_error_raises_permanent(stub: GeminiStub, status: int) -> None:
     assert str(status) in str(caught.value)
 
 
-def test_a_hang_longer_than_the_timeout_raises_transient_quickly(stub: GeminiStub) -> None:
-    stub.hang_next(10)
+def test_a_hang_longer_than_the_timeout_raises_transient_before_the_answer(
+    stub: GeminiStub,
+) -> None:
+    hang_s = 120.0  # until the stub stops: only the client's own timeout can end the call first
+    stub.hang_next(hang_s)
     started = time.monotonic()
     with pytest.raises(TransientModelError) as caught:
         chat(stub, model_timeout_ms=300).chat_json("s", "p", Fact, purpose="extract")
 
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < hang_s  # the timeout ended it, however busy the host
     assert "Timeout" in str(caught.value)
 
 

@@ -539,7 +539,8 @@ def test_a_held_writer_lock_neither_fails_nor_delays_the_read_and_the_touch_land
         writer.close()
     print(f"read under a held writer lock: {elapsed_ms:.1f} ms")
     assert len(block.row_ids) == 5 and block.touched
-    assert elapsed_ms < store.SQLITE_BUSY_TIMEOUT_MS / 2, "it did not wait out the busy timeout"
+    # Waiting for the lock would take the whole busy timeout: any read under it did not wait.
+    assert elapsed_ms < store.SQLITE_BUSY_TIMEOUT_MS, "it did not wait out the busy timeout"
     assert reader.flush_touches(timeout=10)
     assert all(v == (NOW, 1) for v in recall(list(block.row_ids)).values()), "the promise kept"
 
@@ -565,7 +566,7 @@ def test_on_postgresql_a_writer_holding_the_rows_neither_fails_nor_delays_the_re
         elapsed_ms = (time.perf_counter() - start) * 1000
     print(f"read under held row locks: {elapsed_ms:.1f} ms")
     assert len(block.row_ids) == 5 and block.touched
-    assert elapsed_ms < 2_500
+    assert elapsed_ms < store.SQLITE_BUSY_TIMEOUT_MS  # the lock timeout (read_path): not waited
     assert reader.flush_touches(timeout=10)
     assert all(v == (NOW, 1) for v in recall(list(block.row_ids)).values())
 

@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -312,9 +313,12 @@ def test_the_frequent_sweep_hands_on_a_toast_once_it_is_the_default_lag_old(
     committed_without_its_toast(private_chat(pipeline.db))
     listener = redis.Redis.from_url(redis_url).pubsub()
     listener.subscribe(toast_bus.channel(DAN))
-    sweep_lagging_rooms(recent=True, now=time.time() + lag / 2)  # the commit's still, maybe
+    # On the toast's own clock (when it was written), however long the steps above took.
+    (posted,) = notices(pipeline.db)
+    written = datetime.fromisoformat(posted["created"]).timestamp()
+    sweep_lagging_rooms(recent=True, now=written + lag / 2)  # the commit's still, maybe
     assert listener.get_message(ignore_subscribe_messages=True, timeout=1.0) is None
-    sweep_lagging_rooms(recent=True, now=time.time() + lag + 2)
+    sweep_lagging_rooms(recent=True, now=written + lag + 2)
     (heard,) = heard_toasts(listener, 1)
     assert heard.notice_id == notices(pipeline.db)[0]["id"]
 
