@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test check fmt bench perf recall clean install lock mutate exam
+.PHONY: help demo test check fmt bench perf recall clean install lock mutate exam screenshot
 
 # `make help` lists every target with the `##` note on its line.
 help: ## this list
@@ -43,6 +43,11 @@ lock: $(STAMP) ## move every lock in requirements/ to the newest versions pyproj
 
 demo: $(STAMP) ## the main job end to end on a fresh machine: no servers, no API key
 	$(BIN)/memory-worker demo
+
+# The README's picture: Dan's page from a fresh demo's store, in Debian's Chromium.
+screenshot: $(STAMP) ## regenerate docs/page.png, the README's picture, from the demo's store
+	$(BIN)/memory-worker demo > /dev/null
+	$(BIN)/python docs/screenshot.py
 
 CHROMIUM := /usr/bin/chromium
 # pytest-xdist: the suite on three processes. Most of its time is spent waiting on workers,
