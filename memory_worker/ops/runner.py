@@ -44,6 +44,7 @@ from tenacity import RetryCallState, wait_exponential
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.settings import EMBEDDED
 from memory_worker.ops import embedded, flower
+from memory_worker.ops.local_worker import ROOT_WARNING
 
 STOP_MARGIN_S = 10.0  # after the soft shutdown and a model call's own timeout
 CRASH_LOOP_S = 10.0  # a process that dies this soon after starting...
@@ -95,9 +96,26 @@ def _write(text: str) -> None:
         pass
 
 
-def _pump(p: Process, stream: IO[bytes], width: int) -> None:
+# What a Celery worker prints on the stop the supervisor itself asked for: SIGTERM, remapped
+# to Celery's cold shutdown, which begins with the soft shutdown (the Procfile). "Cold" and
+# "Hitting Ctrl+C again" describe a person at a worker's own terminal, not this stop, which
+# the supervisor says once in its own words. Dropped only while it stops.
+_STOP_CHATTER = frozenset(
+    {
+        "",
+        "worker: Hitting Ctrl+C again will terminate all running tasks!",
+        "worker: Cold shutdown (MainProcess)",
+        "worker: Warm shutdown (MainProcess)",
+        "Waiting gracefully for cold shutdown to complete...",
+    }
+)
+
+
+def _pump(p: Process, stream: IO[bytes], width: int, stopping: threading.Event) -> None:
     for line in iter(stream.readline, b""):
         text = line.decode("utf-8", "replace")
+        if stopping.is_set() and text.strip() in _STOP_CHATTER:
+            continue
         _write(f"{p.name:<{width}} | {text}")
         if text.strip():
             p.last_line = text.strip()
@@ -123,6 +141,7 @@ class Supervisor:
             **os.environ,
             **(env or {}),
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONWARNINGS": _without_root_warning(os.environ.get("PYTHONWARNINGS")),
         }
 
     def say(self, text: str) -> None:
@@ -138,7 +157,8 @@ class Supervisor:
             env=self.env,
         )
         p.started, p.misses, p.answered = time.monotonic(), 0, False
-        t = threading.Thread(target=_pump, args=(p, p.proc.stdout, self.width), daemon=True)
+        args = (p, p.proc.stdout, self.width, self.stopping)
+        t = threading.Thread(target=_pump, args=args, daemon=True)
         t.start()
         p.log_threads = [t]
         self.say(f"started {p.name} (pid {p.proc.pid})")
@@ -201,6 +221,11 @@ class Supervisor:
     def stop(self) -> None:
         self.stopping.set()
         running = [p for p in self.processes if p.proc and p.proc.poll() is None]
+        if running:
+            self.say(
+                f"stopping: no new work; running tasks finish or go back to the queue, "
+                f"within {self.stop_timeout:g}s"
+            )
         for p in running:
             _signal_group(p, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout
@@ -217,6 +242,24 @@ class Supervisor:
             for t in p.log_threads:
                 t.join(timeout=1)
         self.say("stopped")
+
+
+def _without_root_warning(given: str | None) -> str:
+    """PYTHONWARNINGS for the processes: Celery's banner about running as root, printed by
+    every worker at every start, left out (the supervisor says it once, `root_note`); any
+    filter the deployer set kept. Matched by message, as in `local_worker`."""
+    quiet = f"ignore:{ROOT_WARNING}"
+    return f"{given},{quiet}" if given else quiet
+
+
+def root_note(processes: list[Process]) -> str | None:
+    """Once per run, as root with a worker to run: what Celery would have said per worker."""
+    if os.geteuid() != 0 or not any(" worker " in f" {p.command} " for p in processes):
+        return None
+    return (
+        "warning: the workers run as root (uid 0); Celery advises a user of their own "
+        "(the Procfile's commands under `su`/`setpriv`, or a container's USER)"
+    )
 
 
 @dataclass
@@ -291,6 +334,8 @@ def _supervise(
             f"(made now, kept in {s.state_dir / flower.FILE}; FLOWER_USER/FLOWER_PASSWORD "
             "choose others)"
         )
+    if (note := root_note(processes)) is not None:
+        sup.say(note)
     stop_now = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop_now.set())

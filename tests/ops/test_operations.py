@@ -312,3 +312,48 @@ def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         reader.join()
+
+
+def test_ctrl_c_on_run_is_a_soft_shutdown_said_once_without_celerys_banners(
+    tmp_path: Path,
+) -> None:
+    """The shipped Procfile (its workers, beat and Flower), stopped as a person stops it:
+    SIGINT to the supervisor. What a deployer should act on is said once (running as root);
+    Celery's per-worker banners and its "Cold shutdown" lines for this stop are not."""
+    from tests.test_cli_output import closed_port
+
+    for name in ("Procfile", "flowerconfig.py"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("MW_", "REDIS", "FLOWER"))},
+        "MW_DATABASE_URL": a_store(tmp_path),
+        "MW_CASSETTE": str(demo.CASSETTE),
+        "MW_LIVENESS_EVERY_S": "1",
+        "FLOWER_PORT": str(closed_port()),
+        **{f"MW_METRICS_PORT_{n}": str(closed_port()) for n in ("MODEL", "COMMIT", "EVENTS")},
+    }
+    proc = subprocess.Popen(
+        [*CLI, "run"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:  # until every worker answers a ping: each is up, and
+            lines.append(line)  # Flower has inspected them (it does so as it starts)
+            if sum("answers pings as" in ln for ln in lines) == 3:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = "".join(lines) + rest
+    assert proc.returncode == 0, said[-3000:]
+    assert said.count("run    | stopping: no new work;") == 1, said[-3000:]
+    assert said.rstrip().endswith("run    | stopped"), said[-3000:]
+    for noise in ("Cold shutdown", "Hitting Ctrl+C", "SecurityWarning", "Inspect method"):
+        assert noise not in said, f"{noise!r} in:\n{said[-3000:]}"
+    root = "warning: the workers run as root"
+    assert said.count(root) == (1 if os.geteuid() == 0 else 0)
