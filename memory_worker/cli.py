@@ -39,20 +39,21 @@ def _check(_: argparse.Namespace) -> int:
 
 
 def _run(a: argparse.Namespace) -> int:
-    """Checked before anything starts: the names, the store, the scope (then `runner.run`
-    refuses a second run here). A worker on a missing store dies five times at start, so
-    the run would stop on it anyway, but only after a dozen tracebacks."""
+    """Checked before anything starts: the names, the store when a worker is to run, the
+    scope (then `runner.run` refuses a second run here). A worker on a missing store dies
+    five times at start, so the run would stop on it anyway, but after a dozen tracebacks."""
     from memory_worker import check
     from memory_worker.ops import runner
 
-    names = [p.name for p in runner.parse_procfile(a.procfile)]
+    listed = runner.parse_procfile(a.procfile)
     for name in a.only:
-        cli_args.require_known("process", name, names)
-    url = settings_mod.current().database_url
-    path = _sqlite_file(url)
-    if path is not None and not path.exists():  # SQLite would make an empty file
-        raise StoreNotReady(f"no store at {path}: run `memory-worker init-db` first")
-    check.require_ready(url)
+        cli_args.require_known("process", name, [p.name for p in listed])
+    if any(p.is_worker for p in listed if not a.only or p.name in a.only):
+        url = settings_mod.current().database_url
+        path = _sqlite_file(url)
+        if path is not None and not path.exists():  # SQLite would make an empty file
+            raise StoreNotReady(f"no store at {path}: run `memory-worker init-db` first")
+        check.require_ready(url)
     # Refused as a whole: beat without its workers (or workers without beat) is no deployment.
     check.require_scope(settings_mod.current())
     return runner.run(a.procfile, only=a.only, stop_after=a.stop_timeout)

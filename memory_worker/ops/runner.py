@@ -69,11 +69,16 @@ class Process:
     answered: bool = False  # since its last start: a worker still booting is not judged
 
     @property
+    def is_worker(self) -> bool:
+        """A Celery worker: it reads and writes the store (beat and Flower do not)."""
+        return " worker " in f" {self.command} "
+
+    @property
     def node(self) -> str | None:
         """The Celery node name this line's worker answers pings as, or None (not a worker,
         or no --hostname to address it by)."""
         found = _HOSTNAME.search(self.command)
-        if " worker " not in f" {self.command} " or found is None:
+        if not self.is_worker or found is None:
             return None
         return found.group(1).strip("'\"").replace("%h", socket.gethostname())
 
@@ -254,7 +259,7 @@ def _without_root_warning(given: str | None) -> str:
 
 def root_note(processes: list[Process]) -> str | None:
     """Once per run, as root with a worker to run: what Celery would have said per worker."""
-    if os.geteuid() != 0 or not any(" worker " in f" {p.command} " for p in processes):
+    if os.geteuid() != 0 or not any(p.is_worker for p in processes):
         return None
     return (
         "warning: the workers run as root (uid 0); Celery advises a user of their own "
