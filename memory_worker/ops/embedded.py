@@ -126,15 +126,13 @@ def supervising(state_dir: Path) -> Iterator[None]:
 
 
 def supervisor_pid(state_dir: Path) -> int | None:
-    """The pid of another process's `memory-worker run` on this state folder, while it runs
-    (a marker its supervisor left when killed names no live process, or one that reused its
-    pid: None)."""
+    """The pid of another process supervising this state folder, while it runs (a marker its
+    supervisor left when killed names no live process: None)."""
     try:
         pid = int((state_dir.resolve() / SUPERVISOR_PID).read_text().strip())
-        ours = b"memory" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return None
-    return pid if ours and pid != os.getpid() and _running(pid) else None
+    return pid if pid != os.getpid() and _running(pid) else None
 
 
 def _supervised(state_dir: Path) -> bool:

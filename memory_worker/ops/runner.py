@@ -249,6 +249,16 @@ class Supervisor:
         self.say("stopped")
 
 
+def _is_a_run(pid: int) -> bool:
+    """Whether `pid` is a `memory-worker run` (its marker may name a pid reused since its
+    supervisor was killed: then this run is not refused)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"run" in argv and any(b"memory" in word for word in argv)
+
+
 def _without_root_warning(given: str | None) -> str:
     """PYTHONWARNINGS for the processes: Celery's banner about running as root, printed by
     every worker at every start, left out (the supervisor says it once, `root_note`); any
@@ -306,7 +316,7 @@ def run(procfile: Path, only: list[str] | None = None, stop_after: float | None 
         print(f"error: no processes to run in {procfile}", file=sys.stderr)
         return 2
     running = embedded.supervisor_pid(s.state_dir)
-    if running is not None:
+    if running is not None and _is_a_run(running):
         print(
             f"error: `memory-worker run` is already running here (pid {running}, in "
             f"{s.state_dir / embedded.SUPERVISOR_PID}): stop it first, or give this run "

@@ -275,6 +275,29 @@ def test_a_second_run_in_the_same_folder_is_refused_with_the_first_ones_pid(
     assert sum("started idle" in line for line in lines) == 1  # the second started nothing
 
 
+def test_a_marker_naming_a_process_that_is_no_run_does_not_refuse_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """A run killed with SIGKILL leaves its marker; its pid may since name another process."""
+    state = tmp_path / ".memory_worker"
+    state.mkdir()
+    (state / "supervisor.pid").write_text(str(os.getpid()))  # alive, and no `run`
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(f"idle: exec sleep {STEADY}\n")
+    env = {**os.environ, "MW_DATABASE_URL": a_store(tmp_path), "REDIS_URL": "redis://127.0.0.1:1/0"}
+    env.pop("MW_STATE_DIR", None)
+    proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=5)
+    try:
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
+            with attempt:
+                assert any("started idle" in line for line in lines), lines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        reader.join()
+    assert proc.returncode == 0, lines
+
+
 def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
     good_env: dict[str, str], tmp_path: Path, redis_url: str
 ) -> None:
