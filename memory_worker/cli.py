@@ -17,7 +17,7 @@ from memory_worker import cli_args
 from memory_worker.check import unreachable
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import RAIL_POLL_S
-from memory_worker.core.errors import ConfigError, MemoryWorkerError, StoreNotReady
+from memory_worker.core.errors import BadValue, ConfigError, MemoryWorkerError, StoreNotReady
 from memory_worker.core.settings import redact
 from memory_worker.storage import store
 from memory_worker.web import serve
@@ -129,7 +129,7 @@ def _cassette_answer(a: argparse.Namespace) -> int:
 
     miss, answer = _json_file(a.miss), _json_file(a.answer)
     if not isinstance(miss, dict) or not {"fingerprint", "purpose"} <= miss.keys():
-        raise cli_args.BadValue(
+        raise BadValue(
             f"{a.miss} is not a request a replay miss wrote (no fingerprint and purpose)"
         )
     cassette = a.cassette or settings_mod.current().cassette
@@ -149,7 +149,7 @@ def _json_file(path: Path) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise cli_args.BadValue(f"{path} is not a JSON file ({e})") from None
+        raise BadValue(f"{path} is not a JSON file ({e})") from None
 
 
 def _serve(a: argparse.Namespace) -> int:

@@ -18,21 +18,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from memory_worker.core.errors import MemoryWorkerError
+from memory_worker.core.errors import UnknownName
 
 MAX_PORT = 65_535
 _HUMAN = re.compile(r"(?:u:)?([0-9]+)")  # ASCII digits only: int() takes '４２' too
 _SLUG = re.compile(r"[^\s:]+")
-
-
-class BadValue(MemoryWorkerError):
-    """A value the command was given and cannot use (a file that holds no JSON); the message
-    names it and says why."""
-
-
-class UnknownName(BadValue):
-    """A persona or process the command was given and the store (or Procfile) does not
-    hold; the message lists the ones it does."""
 
 
 class _Help(argparse.HelpFormatter):
