@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test check fmt bench perf recall clean install lock mutate exam
+.PHONY: help demo test check fmt bench perf recall clean install lock mutate exam screenshot
 
 # `make help` lists every target with the `##` note on its line.
 help: ## this list
@@ -18,15 +18,22 @@ help: ## this list
 # parallel: about 5 s against pip's 28 s here, most of a fresh clone's install. It compiles the
 # bytecode as pip does (--compile-bytecode): without it every process the suite starts compiled
 # what it imported, and a fresh clone's suite took a minute longer.
+# The installers run quiet (uv lists every package it installs); a line before each step says
+# what is happening, so a fresh clone's minute is not a minute of silence.
 UV_PIP = $(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps --compile-bytecode
 $(STAMP): pyproject.toml requirements/test.txt requirements/uv.txt
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/uv.txt
-	$(UV_PIP) --require-hashes -r requirements/test.txt
-	$(UV_PIP) --no-build-isolation -e .
-	$(BIN)/uv pip check --python $(BIN)/python --quiet
-	$(BIN)/python requirements/verify.py requirements/test.txt
-	touch $(STAMP)
+	@echo "install 1/4: a virtual environment in $(VENV)/"
+	@$(PY) -m venv $(VENV)
+	@echo "install 2/4: the installer, uv, from requirements/uv.txt"
+	@$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/uv.txt
+	@echo "install 3/4: $$(grep -c '^[A-Za-z0-9]' requirements/test.txt) locked packages from requirements/test.txt (a minute or so on a fresh clone)"
+	@$(UV_PIP) --require-hashes -r requirements/test.txt
+	@echo "install 4/4: memory_worker itself, then a check that nothing drifted from the lock"
+	@$(UV_PIP) --no-build-isolation -e .
+	@$(BIN)/uv pip check --python $(BIN)/python --quiet
+	@$(BIN)/python requirements/verify.py requirements/test.txt
+	@touch $(STAMP)
+	@echo "installed: $(VENV)/ is ready"
 
 install: $(STAMP) ## build .venv from the lock (the other targets do it first)
 
@@ -43,6 +50,11 @@ lock: $(STAMP) ## move every lock in requirements/ to the newest versions pyproj
 
 demo: $(STAMP) ## the main job end to end on a fresh machine: no servers, no API key
 	$(BIN)/memory-worker demo
+
+# The README's picture: Dan's page from a fresh demo's store, in Debian's Chromium.
+screenshot: $(STAMP) ## regenerate docs/page.png, the README's picture, from the demo's store
+	$(BIN)/memory-worker demo > /dev/null
+	$(BIN)/python docs/screenshot.py
 
 CHROMIUM := /usr/bin/chromium
 # pytest-xdist: the suite on three processes. Most of its time is spent waiting on workers,

@@ -7,7 +7,15 @@ and as one `user:password` string, so a password with a comma or a space stays w
 Flower binds all interfaces by default and `/metrics` and `/healthcheck` skip auth: loopback.
 """
 
+import logging as _logging  # "_": every other name here is read as a Flower option
 import os
+
+# Flower inspects the workers as it starts, usually before they are up, and logs a WARNING
+# per method that no worker answered (four at every `memory-worker run`). The supervisor says
+# when each worker answers; a failure to reach the broker (logged with its error) still shows.
+_logging.getLogger("flower.inspector").addFilter(
+    lambda record: record.msg != "Inspect method %s failed"
+)
 
 _user, _password = os.environ.get("FLOWER_USER"), os.environ.get("FLOWER_PASSWORD")
 if not (_user and _password):

@@ -1,20 +1,7 @@
 """`memory-worker …`: the operator's and developer's commands.
 
-init-db                     apply the migrations under schema/
-check                       settings, store, broker, provider, rate limits: exit 1 on a problem
-run                         the Procfile's processes, supervised, with a clean stop
-demo                        the main job on the embedded default (make demo)
-block --persona P --present 42 [43 …] --room R
-                            print the block a persona gets at room open, with its meter
-sweep                       enqueue every room whose cursor lags its last line
-parked                      list spells parked for an operator
-reembed [--batch N]         re-embed every row and room topic with the configured embedder
-                            (after a switch of MW_EMBEDDER); resumable, in batches
-cassette-answer MISS ANSWER add an authored answer for a replay miss to the cassette
-serve [--user 42] [--host 127.0.0.1] [--port 8420]
-                            the human's page and toast rail on loopback (--user prints a
-                            one-time sign-in link)
-exam [--models a,b] [--n 8] the leak exam and its verdict, which MW_MEMORY_SCOPE=follow needs
+Each command's one line and its longer help are in COMMANDS; each value is checked where
+argparse parses it (`cli_args`), and an error of ours is one line on stderr with exit 2.
 """
 
 from __future__ import annotations
@@ -26,10 +13,11 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from memory_worker import cli_args
 from memory_worker.check import unreachable
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import RAIL_POLL_S
-from memory_worker.core.errors import ConfigError, MemoryWorkerError, StoreNotReady
+from memory_worker.core.errors import BadValue, ConfigError, MemoryWorkerError, StoreNotReady
 from memory_worker.core.settings import redact
 from memory_worker.storage import store
 from memory_worker.web import serve
@@ -52,12 +40,24 @@ def _check(_: argparse.Namespace) -> int:
 
 
 def _run(a: argparse.Namespace) -> int:
+    """Checked before anything starts: the names, the store when a worker is to run, the
+    scope (then `runner.run` refuses a second run here). A worker on a missing store dies
+    five times at start, so the run would stop on it anyway, but after a dozen tracebacks."""
     from memory_worker import check
     from memory_worker.ops import runner
 
+    listed = runner.parse_procfile(a.procfile)
+    for name in a.only:
+        cli_args.require_known("process", name, [p.name for p in listed])
+    if any(p.is_worker for p in listed if not a.only or p.name in a.only):
+        url = settings_mod.current().database_url
+        path = _sqlite_file(url)
+        if path is not None and not path.exists():  # SQLite would make an empty file
+            raise StoreNotReady(f"no store at {path}: run `memory-worker init-db` first")
+        check.require_ready(url)
     # Refused as a whole: beat without its workers (or workers without beat) is no deployment.
     check.require_scope(settings_mod.current())
-    return runner.run(Path(a.procfile), only=a.only, stop_after=a.stop_timeout)
+    return runner.run(a.procfile, only=a.only, stop_after=a.stop_timeout)
 
 
 def _demo(_: argparse.Namespace) -> int:
@@ -75,8 +75,11 @@ def _demo(_: argparse.Namespace) -> int:
 
 def _block(a: argparse.Namespace) -> int:
     from memory_worker import reader
+    from memory_worker.storage import users
 
     _ready_store(must_hold_people=True)
+    with store.engine().connect() as conn:
+        cli_args.require_known("persona", a.persona, users.persona_slugs(conn))
     block = reader.build_block(a.persona, set(a.present), a.room, touch=False)
     print(reader.format_block(block))
     return 0
@@ -125,21 +128,32 @@ def _reembed(a: argparse.Namespace) -> int:
 def _cassette_answer(a: argparse.Namespace) -> int:
     from memory_worker.models.replay import add_entry
 
-    miss = json.loads(Path(a.miss).read_text())
-    answer = json.loads(Path(a.answer).read_text())
+    miss, answer = _json_file(a.miss), _json_file(a.answer)
+    if not isinstance(miss, dict) or not {"fingerprint", "purpose"} <= miss.keys():
+        raise BadValue(
+            f"{a.miss} is not a request a replay miss wrote (no fingerprint and purpose)"
+        )
     cassette = a.cassette or settings_mod.current().cassette
     if cassette is None:
-        print("no cassette: pass --cassette or set MW_CASSETTE", file=sys.stderr)
+        print("error: no cassette: pass --cassette or set MW_CASSETTE", file=sys.stderr)
+        return 2
+    if not Path(cassette).parent.is_dir():
+        print(f"error: --cassette {cassette}: no folder {Path(cassette).parent}", file=sys.stderr)
         return 2
     add_entry(cassette, miss["fingerprint"], miss["purpose"], answer, a.note or "")
     print(f"added {miss['fingerprint']} ({miss['purpose']}) to {cassette}")
     return 0
 
 
+def _json_file(path: Path) -> object:
+    """A JSON file's value, or one line saying why it is not one."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadValue(f"{path} is not a JSON file ({e})") from None
+
+
 def _serve(a: argparse.Namespace) -> int:
-    if a.rail_poll_s <= 0:
-        print("error: --rail-poll-s must be a positive number of seconds", file=sys.stderr)
-        return 2
     empty = _ready_store(must_hold_people=a.user is not None, named=False)  # its banner names it
     return serve.run(a.host, a.port, a.user, a.rail_poll_s, empty=empty)
 
@@ -199,10 +213,11 @@ def _ready_store(*, must_hold_people: bool = False, named: bool = True, scope: b
 
 def _empty_fix() -> str:
     from memory_worker.check import EMPTY_HINT
-    from memory_worker.demo import DEMO_STORE
+    from memory_worker.demo import demo_store
 
-    demo = f"; the demo's store is MW_DATABASE_URL=sqlite:///{DEMO_STORE}"
-    return EMPTY_HINT + (demo if DEMO_STORE.exists() else " (or run `make demo` for one)")
+    kept = demo_store(settings_mod.current())
+    demo = f"; the demo's store is MW_DATABASE_URL=sqlite:///{kept}"
+    return EMPTY_HINT + (demo if kept.exists() else " (or run `make demo` for one)")
 
 
 def _existing_store() -> None:
@@ -211,24 +226,25 @@ def _existing_store() -> None:
     With the default file missing and `make demo` run in this folder, read the demo's store
     and say so; with neither, say exactly what to do.
     """
-    from memory_worker.demo import DEMO_STORE
+    from memory_worker.demo import demo_store
 
     s = settings_mod.current()
     path = _sqlite_file(s.database_url)
     if path is None or path.exists():
         return
     default = settings_mod.Settings.model_fields["database_url"].default
-    if s.database_url == default and DEMO_STORE.exists():
-        settings_mod.configure(s.with_(database_url=f"sqlite:///{DEMO_STORE}"))
+    kept = demo_store(s)  # in MW_STATE_DIR, where the demo left it
+    if s.database_url == default and kept.exists():
+        settings_mod.configure(s.with_(database_url=f"sqlite:///{kept}"))
         print(
-            f"note: no {path} here; reading the demo's store {DEMO_STORE} "
+            f"note: no {path} here; reading the demo's store {kept} "
             "(MW_DATABASE_URL chooses another)",
             file=sys.stderr,
         )
         return
     raise StoreNotReady(
         f"no store at {path}: run `memory-worker init-db` to create it, or `make demo` "
-        f"(which leaves its store in {DEMO_STORE}), or set MW_DATABASE_URL"
+        f"(which leaves its store in {kept}), or set MW_DATABASE_URL"
     )
 
 
@@ -244,69 +260,77 @@ def _sqlite_file(url: str) -> Path | None:
 
 COMMANDS = {  # name: (one line for the list, what `memory-worker NAME --help` says)
     "init-db": (
-        "apply the migrations",
+        "create the store, or bring it up to date",
         "Apply every migration under schema/ to the store (MW_DATABASE_URL, default "
         "sqlite:///memory_worker.db in this folder), creating it if needed.",
     ),
     "check": (
-        "check the deployment: exit 1 on a problem",
+        "check the settings, store, broker and model",
         "Check the settings, the store, the broker, the model provider and the rate limits; "
         "print one line each and exit 1 if any is wrong.",
     ),
     "run": (
-        "run the Procfile's processes, supervised",
+        "run the workers, beat and Flower until Ctrl+C",
         "Start every Procfile line (or those named), restart one that exits, and stop them "
-        "all cleanly on Ctrl+C or SIGTERM.",
+        "all cleanly on Ctrl+C or SIGTERM. Refuses to start without a store, or when a run "
+        "is already going in this folder; stops everything when a process keeps failing.",
     ),
     "demo": (
-        "run the demo on the embedded default",
+        "watch Dan talk and Warren remember (offline)",
         "Dan tells Warren about his flat; a real worker writes the memories; the demo prints "
         "the rows, the toasts and the blocks. Offline: scripted model answers, an embedded "
-        "Redis, a SQLite store kept in .memory_worker/demo/demo.db.",
+        "Redis, a SQLite store kept in the state folder (MW_STATE_DIR, default "
+        ".memory_worker) under demo/demo.db.",
     ),
     "block": (
-        "print a persona's block for a room",
-        "Print the memory block PERSONA gets at room open in ROOM with these humans present, "
-        "with its meter (chars used / limit). Reads only: nothing is touched.",
+        "print what a persona remembers in a room",
+        "Print the memory block PERSONA gets when ROOM opens with these humans present, with "
+        "its meter (characters used / limit). Reads only: no row's recall count changes.",
     ),
     "sweep": (
-        "enqueue rooms whose cursor lags",
-        "Enqueue every room where a persona's cursor is behind the room's last line (what the "
+        "queue the rooms with lines no spell has read yet",
+        "Queue every room where a persona's cursor is behind the room's last line (what the "
         "daily beat runs); a worker must be running to take them.",
     ),
     "parked": (
-        "list parked spells",
+        "list the spells waiting for an operator",
         "List the spells parked for an operator (a model that kept failing, or answered "
         "malformed twice); the sweep retries them.",
     ),
     "reembed": (
-        "re-embed rows and room topics with the configured embedder",
+        "re-embed every memory after MW_EMBEDDER changed",
         "Re-embed every row, then every room topic, with the configured embedder "
         "(MW_EMBEDDER), in batches and resumably; a store already on it is left alone.",
     ),
     "cassette-answer": (
-        "author a replay answer for a recorded miss",
+        "add an answer the offline model was missing",
         "Add an answer for a request the replay provider missed (a file under "
         "MW_REPLAY_MISSES_DIR) to the cassette.",
     ),
     "serve": (
-        "the human's page and toast rail (loopback by default)",
+        "serve a human's page on this machine",
         "Serve the human's page (their memories, with delete, the note and the switches) "
-        "and the toast rail over HTTP on loopback.",
+        "and the toast rail over HTTP on loopback. It reads the store MW_DATABASE_URL "
+        "names, and says which as it starts.",
     ),
     "exam": (
-        "the leak exam: the verdict MW_MEMORY_SCOPE=follow needs",
+        "test that personas keep secrets in group rooms",
         "Run the leak exam under the group scope (n runs of plant and probe, both tail "
         "variants, each persona model) and the flow exam; record each model's verdict in the "
-        "store; exit 1 unless every verdict passed. Offline models: parrot, discreet; any "
-        "other name is a Gemini model (needs GEMINI_API_KEY).",
+        "store (MW_MEMORY_SCOPE=follow needs a passed one); exit 1 unless every verdict "
+        "passed. Offline models: parrot, discreet; any other name is a Gemini model (needs "
+        "GEMINI_API_KEY).",
     ),
 }
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memory-worker", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = cli_args.Parser(
+        prog="memory-worker",
+        description="The operator's and developer's commands of memory_worker.",
+        epilog="`memory-worker COMMAND --help` says more about each.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
     def command(name: str) -> argparse.ArgumentParser:
         short, long = COMMANDS[name]
@@ -317,12 +341,13 @@ def parser() -> argparse.ArgumentParser:
     r = command("run")
     r.add_argument(
         "--procfile",
-        default="Procfile",
+        type=cli_args.existing_file,
+        default=Path("Procfile"),
         help="the processes to run, one `name: command` a line (default: ./Procfile)",
     )
     r.add_argument(
         "--stop-timeout",
-        type=float,
+        type=cli_args.positive_seconds,
         default=None,
         help="seconds a stop waits before SIGKILL (default: soft shutdown + model timeout + 10)",
     )
@@ -330,46 +355,73 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(run=_run)
     command("demo").set_defaults(run=_demo)
     b = command("block")
-    b.add_argument("--persona", required=True, help="the persona's slug, e.g. warren")
-    b.add_argument("--present", required=True, nargs="+", type=int, help="human ids present")
-    b.add_argument("--room", required=True, help="the room's id, e.g. dm-dan")
+    b.add_argument(
+        "--persona", required=True, type=cli_args.slug, help="the persona's id, e.g. warren"
+    )
+    b.add_argument(
+        "--present",
+        required=True,
+        nargs="+",
+        type=cli_args.human,
+        metavar="HUMAN",
+        help="the humans present, as 42 or u:42",
+    )
+    b.add_argument("--room", required=True, type=cli_args.slug, help="the room's id, e.g. dm-dan")
     b.set_defaults(run=_block)
     command("sweep").set_defaults(run=_sweep)
     command("parked").set_defaults(run=_parked)
     e = command("reembed")
-    e.add_argument("--batch", type=int, default=128, help="texts per embedding call")
+    e.add_argument(
+        "--batch", type=cli_args.positive_count, default=128, help="texts per embedding call"
+    )
     e.set_defaults(run=_reembed)
     c = command("cassette-answer")
-    c.add_argument("miss", help="the request file a replay miss wrote (MW_REPLAY_MISSES_DIR)")
-    c.add_argument("answer", help="a JSON file holding the answer")
+    c.add_argument(
+        "miss",
+        type=cli_args.existing_file,
+        help="the request file a replay miss wrote (MW_REPLAY_MISSES_DIR)",
+    )
+    c.add_argument("answer", type=cli_args.existing_file, help="a JSON file holding the answer")
     c.add_argument(
         "--cassette", type=Path, help="the cassette to add the answer to (default: MW_CASSETTE)"
     )
     c.add_argument("--note", help="a note kept beside the answer: what it is for, who wrote it")
     c.set_defaults(run=_cassette_answer)
     w = command("serve")
-    w.add_argument("--user", type=int, help="print a one-time sign-in link for this user id")
+    w.add_argument(
+        "--user",
+        type=cli_args.human,
+        metavar="HUMAN",
+        help="print a one-time sign-in link for this human (42 or u:42)",
+    )
     w.add_argument("--host", default=serve.DEFAULT_HOST, help="bind address (default: loopback)")
     w.add_argument(
         "--port",
-        type=int,
+        type=cli_args.port,
         default=serve.DEFAULT_PORT,
         help=f"port to listen on; 0 takes any free one (default: {serve.DEFAULT_PORT})",
     )
     w.add_argument(
         "--rail-poll-s",
-        type=float,
+        type=cli_args.positive_seconds,
         default=RAIL_POLL_S,
+        metavar="SECONDS",
         help="how often the rail reads the store between Redis nudges (default: 5)",
     )
     w.set_defaults(run=_serve)
     x = command("exam")
     x.add_argument("--models", help="persona models, comma-separated (default: MW_PERSONA_MODELS)")
-    x.add_argument("--n", type=int, help="runs per model and tail variant (default: 8)")
-    x.add_argument("--turns", type=int, help="probe turns per room in each run (default: 8)")
+    x.add_argument(
+        "--n", type=cli_args.positive_count, help="runs per model and tail variant (default: 8)"
+    )
+    x.add_argument(
+        "--turns",
+        type=cli_args.positive_count,
+        help="probe turns per room in each run (default: 8)",
+    )
     x.add_argument(
         "--flow-spells",
-        type=int,
+        type=cli_args.count,
         help="spells of the flow exam under the group scope (default: 2000, about a minute)",
     )
     x.add_argument(

@@ -8,7 +8,9 @@ With MW_PROVIDER=gemini and GEMINI_API_KEY set, the same demo runs on the live m
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,14 +24,13 @@ from rich.text import Text
 from sqlalchemy import Engine
 
 from memory_worker import app_side
+from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import span
 from memory_worker.ops import embedded
 from memory_worker.storage import memories, notices, spells, store
 
 CASSETTE = Path(__file__).resolve().parent / "demo_cassette.json"
-DEMO_DIR = Path(".memory_worker") / "demo"
-DEMO_STORE = DEMO_DIR / "demo.db"  # kept after the run: `memory-worker block` reads it
 DEMO_TODAY = "2026-08-18"  # the design's first date: the cassette's prompts hold it
 SPELL_TIMEOUT_S = 120.0
 DAN, CARA = 42, 17
@@ -52,13 +53,31 @@ SECOND_SPELL: Script = [
 ]
 
 
+def demo_dir(s: settings_mod.Settings) -> Path:
+    """The demo's folder, in the state folder the settings name (MW_STATE_DIR)."""
+    return s.state_dir / "demo"
+
+
+def demo_store(s: settings_mod.Settings) -> Path:
+    """The demo's store, kept after the run: the reading commands fall back to it."""
+    return demo_dir(s) / "demo.db"
+
+
+def _folder() -> Path:
+    """The demo's folder (its settings' state folder is `redis` in it), as the reader would
+    type it from here: relative to this folder when it is under it."""
+    folder = settings_mod.current().state_dir.parent
+    return folder.relative_to(Path.cwd()) if folder.is_relative_to(Path.cwd()) else folder
+
+
 def settings_for_demo() -> settings_mod.Settings:
     s = settings_mod.Settings.from_env()
-    shutil.rmtree(DEMO_DIR, ignore_errors=True)
-    DEMO_DIR.mkdir(parents=True)
+    folder = demo_dir(s)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     changes: dict[str, object] = {
-        "database_url": f"sqlite:///{DEMO_STORE.resolve()}",
-        "state_dir": (DEMO_DIR / "redis").resolve(),
+        "database_url": f"sqlite:///{demo_store(s).resolve()}",
+        "state_dir": (folder / "redis").resolve(),
         "today": s.today or DEMO_TODAY,
     }
     if s.provider == "replay" and s.cassette is None:
@@ -77,7 +96,9 @@ def seed(eng: Engine) -> None:
 
 def say_all(eng: Engine, lines: list[tuple[int | str, str]]) -> int:
     with eng.begin() as conn:
-        return max(app_side.say(conn, "dm-dan", who, text) for who, text in lines)
+        # The lines take the write path's clock (MW_TODAY, else today): the rows it writes
+        # say "noted" on the same day their evidence lines were said.
+        return max(app_side.say(conn, "dm-dan", who, text, at=clock.now()) for who, text in lines)
 
 
 def wait_for_spell(eng: Engine, last_line_id: int, label: str) -> Mapping[str, Any]:
@@ -94,7 +115,7 @@ def wait_for_spell(eng: Engine, last_line_id: int, label: str) -> Mapping[str, A
             )
             time.sleep(0.05)
     raise SystemExit(
-        f"the worker did not finish {label} within {SPELL_TIMEOUT_S}s: see {DEMO_DIR}/worker.log"
+        f"the worker did not finish {label} within {SPELL_TIMEOUT_S}s: see {_folder()}/worker.log"
     )
 
 
@@ -175,8 +196,8 @@ def run() -> None:
     s = settings_mod.configure(s.with_(broker_url=broker_url))
     about = [
         ("model", mode),
-        ("broker", f"an embedded redis-server on 127.0.0.1, state in {DEMO_DIR}/redis"),
-        ("store", f"SQLite (WAL) {DEMO_STORE}"),
+        ("broker", f"an embedded redis-server on 127.0.0.1, state in {_folder()}/redis"),
+        ("store", f"SQLite (WAL) {_folder()}/demo.db"),
     ]
     console.print(two_columns(about))
     store.init_db()
@@ -187,7 +208,7 @@ def run() -> None:
     from memory_worker.ops import local_worker
     from memory_worker.tasks.celery_app import app
 
-    worker = local_worker.start(s, log=DEMO_DIR / "worker.log")
+    worker = local_worker.start(s, log=_folder() / "worker.log")
     try:
         with console.status(
             "starting a Celery worker (queues model, embed, commit, notify, events)"
@@ -223,11 +244,28 @@ def run() -> None:
         console.print(
             "Dan's page (what Warren remembers, the toasts with undo, the note, the switches): "
             "run the line below, then open the one-time sign-in link it prints (it reads the "
-            f"demo's store).\n  .venv/bin/memory-worker serve --user {DAN}"
+            f"demo's store).\n  {serve_command()}"
         )
     finally:
         local_worker.stop(worker)
         embedded.stop(s.state_dir)
+
+
+def serve_command() -> str:
+    """`memory-worker serve --user 42` as it works from this folder: the script by the name
+    the shell finds it by (else its path), and the demo's store named when `serve` would not
+    fall back to it (a store of this folder's own, or MW_DATABASE_URL set)."""
+    script = Path(sys.executable).with_name("memory-worker")
+    found = shutil.which("memory-worker")
+    if found is not None and Path(found).resolve() == script.resolve():
+        program = "memory-worker"
+    elif script.is_relative_to(Path.cwd()):
+        program = str(script.relative_to(Path.cwd()))
+    else:
+        program = str(script)
+    store_here = Path("memory_worker.db").exists() or "MW_DATABASE_URL" in os.environ
+    named = f"MW_DATABASE_URL=sqlite:///{_folder()}/demo.db " if store_here else ""
+    return f"{named}{program} serve --user {DAN}"
 
 
 def report(outcome: Mapping[str, Any]) -> None:

@@ -45,7 +45,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "check": ("check",),
     "tasks": ("tasks",),
     "events": ("events",),
-    "shells": ("cli", "demo", "web"),
+    "shells": ("cli", "cli_args", "demo", "web"),
     "testing": ("testing",),
 }
 
@@ -62,7 +62,7 @@ FOLDERS: dict[str, set[str]] = {
     "web": {"shells"},
     "testing": {"testing"},
 }
-ENTRY_MODULES = {"__init__", "app_side", "check", "cli", "controls", "demo", "events"}
+ENTRY_MODULES = {"__init__", "app_side", "check", "cli", "cli_args", "controls", "demo", "events"}
 
 MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},

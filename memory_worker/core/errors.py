@@ -45,6 +45,16 @@ class StoreNotReady(MemoryWorkerError):
     """The store is reachable but not initialised or not migrated to the newest revision."""
 
 
+class BadValue(MemoryWorkerError):
+    """A value given on the command line that the command cannot use (a file that holds no
+    JSON); the message names it and says why (`memory_worker.cli_args`)."""
+
+
+class UnknownName(BadValue):
+    """A persona or process the command was given and the store (or Procfile) does not
+    hold; the message lists the ones it does."""
+
+
 class EmbedderMismatch(MemoryWorkerError):
     """The configured embedder is not the one that made this store's vectors."""
 

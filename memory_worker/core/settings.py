@@ -533,8 +533,17 @@ def _explain(err: ValidationError) -> list[str]:
             shown = f" (got {redact(got)!r})" if shown else ""
         if isinstance(got, float) and not math.isfinite(got):
             shown = f" (got {got})"
-        lines.append(f"{name}: {e['msg']}{shown}")
+        lines.append(f"{name}: {_unset_for_empty(e)}{shown}")
     return lines
+
+
+def _unset_for_empty(e: Any) -> str:
+    """pydantic's message, with a choice of '' (a setting left unset picks its default) said
+    as "unset": "should be 'gemini', 'hashing' or 'e5', or unset", never "'', 'gemini'…"."""
+    expected = str(e.get("ctx", {}).get("expected", ""))
+    if e["type"] != "literal_error" or not expected.startswith("'', "):
+        return str(e["msg"])
+    return f"Input should be {expected.removeprefix(chr(39) * 2 + ', ')}, or unset"
 
 
 _current: Settings | None = None

@@ -125,12 +125,18 @@ def supervising(state_dir: Path) -> Iterator[None]:
         marker.unlink(missing_ok=True)
 
 
-def _supervised(state_dir: Path) -> bool:
+def supervisor_pid(state_dir: Path) -> int | None:
+    """The pid of another process supervising this state folder, while it runs (a marker its
+    supervisor left when killed names no live process: None)."""
     try:
-        pid = int((state_dir / SUPERVISOR_PID).read_text().strip())
+        pid = int((state_dir.resolve() / SUPERVISOR_PID).read_text().strip())
     except (OSError, ValueError):
-        return False
-    return pid != os.getpid() and _running(pid)
+        return None
+    return pid if pid != os.getpid() and _running(pid) else None
+
+
+def _supervised(state_dir: Path) -> bool:
+    return supervisor_pid(state_dir) is not None
 
 
 def _stop_if_owner(state_dir: Path, owner_pid: int) -> None:

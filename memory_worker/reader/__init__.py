@@ -99,10 +99,9 @@ def metrics() -> dict[str, int]:
 
 
 def format_block(block: Block) -> str:
-    """The block as the CLI prints it: a rule with the meter, then the text."""
+    """The block as the CLI prints it: a rule naming the persona and its rows, then the text,
+    whose first line is the meter (an empty block has no text: its meter is said here)."""
     n = len(block.row_ids)
-    rule = (
-        f"── {block.persona} · {block.chars_current}/{block.chars_limit} chars · "
-        f"{n} row{'s' if n != 1 else ''}{' · touched' if block.touched else ''} ──"
-    )
-    return f"{rule}\n{block.text or '(empty: nothing this persona may recall here)'}"
+    rule = f"── {block.persona} · {n} row{'s' if n != 1 else ''} ──"
+    empty = f"(empty: nothing this persona may recall here · 0/{block.chars_limit} chars)"
+    return f"{rule}\n{block.text or empty}"

@@ -114,6 +114,11 @@ def persona_exists(conn: Connection, slug: str) -> bool:
     return conn.execute(select(p.slug).where(p.slug == slug)).first() is not None
 
 
+def persona_slugs(conn: Connection) -> list[str]:
+    """Every persona's slug, in order: what a command names when given one that is not."""
+    return [str(x) for x in conn.execute(select(p.slug).order_by(p.slug)).scalars()]
+
+
 def persona_names(conn: Connection, slugs: Sequence[str]) -> dict[str, str]:
     """Display names by slug; a persona the app never named is shown by its slug."""
     found = dict(conn.execute(select(p.slug, p.name).where(p.slug.in_(list(slugs)))).all())

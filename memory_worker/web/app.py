@@ -33,7 +33,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -164,6 +164,11 @@ def _error_page(request: Request, status: int, message: str) -> Response:
 
 
 # --- the page's GET routes --------------------------------------------------------------------
+
+
+async def favicon(request: Request) -> Response:
+    """The page's icon, where a browser looks for one without reading the page's link."""
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
 
 async def page(request: Request) -> Response:
@@ -375,6 +380,7 @@ def create_app(
         Route("/api/notices", api_notices),
         Route("/api/notices/stream", rail.stream),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        Route("/favicon.ico", favicon),  # asked for by browsers that ignore the page's link
     ]
     for action in ACTIONS:
         routes.append(Route(action.path, _html_write(action), methods=["POST"]))

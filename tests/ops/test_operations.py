@@ -187,19 +187,33 @@ def supervise(
 
 
 STUBBORN = f"117.{os.getpid()}"  # this run's own: another engineer's run has another
+STEADY = f"118.{os.getpid()}"
 
 
-def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_stops_cleanly(
+def a_store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'ok.db'}"
+    store.init_db(url)
+    return url
+
+
+def test_the_supervisor_restarts_a_dead_process_and_a_crash_loop_stops_the_whole_run(
     tmp_path: Path,
 ) -> None:
+    """Half a system is no system: a process that keeps dying at start stops the others,
+    with its last line as the reason, and the run exits 1."""
     procfile = tmp_path / "Procfile"
     marks = tmp_path / "starts"
-    procfile.write_text(
-        f"# comment\nsteady: echo x >> {marks}; sleep 1; exit 0\nbroken: exit 3\n"
+    started = f"$(cat {marks} 2>/dev/null | wc -l)"
+    procfile.write_text(  # steady dies twice, then stays; broken breaks after that, always
+        f"# comment\nsteady: echo x >> {marks}; [ {started} -ge 3 ] && exec sleep {STEADY}; "
+        "sleep 1; exit 0\n"
+        f"broken: until [ {started} -ge 3 ]; do sleep 0.1; done; echo 'no disk: gone' >&2; "
+        "exit 3\n"
         f"stubborn: trap '' TERM; sleep {STUBBORN}\n"
     )
     env = {
         **os.environ,
+        "MW_DATABASE_URL": a_store(tmp_path),
         "MW_STATE_DIR": str(tmp_path / "state"),
         "REDIS_URL": "redis://127.0.0.1:1/0",
         # the shipped backoff at a tenth: waits of 0.1, 0.2, 0.4 and 0.8 s (1 to 8 s)
@@ -207,20 +221,81 @@ def test_the_supervisor_restarts_a_dead_process_leaves_a_crash_loop_down_and_sto
     }
     proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=2)
     try:
-        for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2), reraise=True):
+        proc.wait(timeout=120)  # it stops by itself
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        reader.join()
+    assert proc.returncode == 1, lines
+    assert len(marks.read_text().split()) == 3  # steady was started again, twice
+    assert "run      | broken exited 3; starting it again in 0.1s\n" in lines  # the setting
+    reason = "broken exited 3 5 times within 10s of starting: no disk: gone"
+    assert f"run      | {reason}: stopping everything\n" in lines
+    assert f"error: {reason}\n" in lines
+    assert "run      | stubborn did not stop within 2s: killed\n" in lines  # ignored SIGTERM
+    assert (tmp_path / "state").is_dir()
+    for mark in (STUBBORN, STEADY):
+        left = subprocess.run(["pgrep", "-f", f"sleep {mark}"], capture_output=True, text=True)
+        assert left.stdout.strip() == ""
+
+
+def test_run_without_a_store_starts_nothing_and_names_init_db(tmp_path: Path) -> None:
+    out = run_cli(["run", "--procfile", str(REPO / "Procfile")], {}, tmp_path)
+    assert out.returncode == 2
+    assert out.stderr == "error: no store at memory_worker.db: run `memory-worker init-db` first\n"
+    assert out.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_a_second_run_in_the_same_folder_is_refused_with_the_first_ones_pid(
+    tmp_path: Path,
+) -> None:
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(f"idle: exec sleep {STEADY}\n")
+    env = {**os.environ, "MW_DATABASE_URL": a_store(tmp_path), "REDIS_URL": "redis://127.0.0.1:1/0"}
+    first, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=5)
+    try:
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
             with attempt:
-                assert len(marks.read_text().split()) >= 3  # steady was started again, twice
-                assert "run      | broken exited 3 5 times at start: left down\n" in lines
-        assert "run      | broken exited 3; starting it again in 0.1s\n" in lines  # the setting
-        assert (tmp_path / "state").is_dir()
+                assert any("started idle" in line for line in lines)
+        second = subprocess.run(
+            [*CLI, "run", "--procfile", str(procfile)],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+        reader.join()
+    assert second.returncode == 2 and second.stdout == ""
+    assert second.stderr.startswith(
+        f"error: `memory-worker run` is already running here (pid {first.pid}, in "
+    ), second.stderr
+    assert second.stderr.count("\n") == 1
+    assert first.returncode == 0
+    assert sum("started idle" in line for line in lines) == 1  # the second started nothing
+
+
+def test_a_marker_naming_a_process_that_is_no_run_does_not_refuse_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """A run killed with SIGKILL leaves its marker; its pid may since name another process."""
+    state = tmp_path / ".memory_worker"
+    state.mkdir()
+    (state / "supervisor.pid").write_text(str(os.getpid()))  # alive, and no `run`
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(f"idle: exec sleep {STEADY}\n")
+    env = {**os.environ, "MW_DATABASE_URL": a_store(tmp_path), "REDIS_URL": "redis://127.0.0.1:1/0"}
+    env.pop("MW_STATE_DIR", None)
+    proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=5)
+    try:
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.2), reraise=True):
+            with attempt:
+                assert any("started idle" in line for line in lines), lines
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         reader.join()
     assert proc.returncode == 0, lines
-    assert "run      | stubborn did not stop within 2s: killed\n" in lines  # ignored SIGTERM
-    leftover = subprocess.run(["pgrep", "-f", f"sleep {STUBBORN}"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
 
 
 def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
@@ -260,3 +335,48 @@ def test_the_supervisor_restarts_a_worker_that_is_up_but_answers_no_ping(
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         reader.join()
+
+
+def test_ctrl_c_on_run_is_a_soft_shutdown_said_once_without_celerys_banners(
+    tmp_path: Path,
+) -> None:
+    """The shipped Procfile (its workers, beat and Flower), stopped as a person stops it:
+    SIGINT to the supervisor. What a deployer should act on is said once (running as root);
+    Celery's per-worker banners and its "Cold shutdown" lines for this stop are not."""
+    from tests.test_cli_output import closed_port
+
+    for name in ("Procfile", "flowerconfig.py"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("MW_", "REDIS", "FLOWER"))},
+        "MW_DATABASE_URL": a_store(tmp_path),
+        "MW_CASSETTE": str(demo.CASSETTE),
+        "MW_LIVENESS_EVERY_S": "1",
+        "FLOWER_PORT": str(closed_port()),
+        **{f"MW_METRICS_PORT_{n}": str(closed_port()) for n in ("MODEL", "COMMIT", "EVENTS")},
+    }
+    proc = subprocess.Popen(
+        [*CLI, "run"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:  # until every worker answers a ping: each is up, and
+            lines.append(line)  # Flower has inspected them (it does so as it starts)
+            if sum("answers pings as" in ln for ln in lines) == 3:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = "".join(lines) + rest
+    assert proc.returncode == 0, said[-3000:]
+    assert said.count("run    | stopping: no new work;") == 1, said[-3000:]
+    assert said.rstrip().endswith("run    | stopped"), said[-3000:]
+    for noise in ("Cold shutdown", "Hitting Ctrl+C", "SecurityWarning", "Inspect method"):
+        assert noise not in said, f"{noise!r} in:\n{said[-3000:]}"
+    root = "warning: the workers run as root"
+    assert said.count(root) == (1 if os.geteuid() == 0 else 0)

@@ -489,10 +489,11 @@ def test_a_small_store_loads_every_row_the_rule_admits_tagging_one_to_one_ones(
     }
 
 
-def test_format_block_prints_the_meter_and_the_text(cast: dict[str, int]) -> None:
+def test_format_block_prints_the_meter_once_and_the_text(cast: dict[str, int]) -> None:
     block = build_block("warren", {DAN}, "dm", now=NOW, touch=False)
     out = format_block(block)
-    assert out.splitlines()[0].startswith(f"── warren · {block.chars_current}/1200 chars · 5 rows")
+    assert out.splitlines()[0] == "── warren · 5 rows ──"
+    assert out.count("/1200 chars") == 1 and "touched" not in out
     assert out.endswith(block.text)
     empty = build_block("warren", set(), "group", now=NOW, touch=False)
     assert "world" in empty.row_ids_by_human and "(empty" not in format_block(empty)
