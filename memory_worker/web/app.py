@@ -43,7 +43,17 @@ from memory_worker import controls
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
-from memory_worker.core.errors import BadRequest, NoteTooLong, NotFound, Refused, UnknownUser
+from memory_worker.core.errors import (
+    BadCursor,
+    BadRequest,
+    BadSearch,
+    ListChanged,
+    NoteTooLong,
+    NotFound,
+    Refused,
+    UnknownUser,
+)
+from memory_worker.core.numbers import whole_number
 from memory_worker.storage import store, users
 from memory_worker.web import guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
@@ -51,6 +61,10 @@ from memory_worker.web.actions import ACTIONS, Action, form_input
 HERE = Path(__file__).resolve().parent
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 NOT_FOUND = "not found"  # missing and not-yours alike
+LIST_CHANGED = (
+    "The lines changed while you scrolled (one was closed or reopened): "
+    "start again from the top to see each once."
+)
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 
@@ -119,16 +133,21 @@ def page_data(
 
 
 def _limit(request: Request) -> int:
-    """The page's `limit` from the query string: BadRequest for one that is not a number."""
+    """The page's `limit` from the query string: BadRequest for one that is not 1..200."""
     given = request.query_params.get("limit", str(PAGE_LINES))
-    if not given.isdigit():
-        raise BadRequest("limit must be a whole number")
-    return int(given)
+    return whole_number(given, "limit", 1, controls.PAGE_LINES_MAX)
 
 
-def _paging(request: Request) -> tuple[str | None, str | None]:
-    """The page's `cursor` and `q` (a search) from the query string."""
-    return request.query_params.get("cursor"), request.query_params.get("q")
+def _page(request: Request, user_id: int, limit: int = PAGE_LINES) -> dict[str, Any]:
+    """`page_data` for the request's `cursor` and `q` (a search): the cursor must be one this
+    server signed for this user and search (else BadCursor), and the next one is signed."""
+    key: bytes = request.app.state.cursor_key
+    query = request.query_params.get("q")
+    cursor = security.open_cursor(key, user_id, query, request.query_params.get("cursor"))
+    data = page_data(user_id, cursor, query, limit)
+    if data["next_cursor"] is not None:
+        data["next_cursor"] = security.sign_cursor(key, user_id, query, data["next_cursor"])
+    return data
 
 
 def _render_page(
@@ -139,7 +158,7 @@ def _render_page(
     note_error: str | None = None,
     note_draft: str | None = None,
 ) -> Response:
-    data = page_data(user_id, *_paging(request))
+    data = _page(request, user_id)
     done, count = request.session.pop("done", None) or (None, None)
     context = {
         **data,
@@ -175,8 +194,14 @@ async def page(request: Request) -> Response:
     except UnknownUser:  # the user is gone from the store
         await security.sign_out(request, everywhere=True)
         return _signed_out(request)
-    except BadRequest:  # a cursor or search the page never gives
+    except BadCursor:  # a cursor the page never gave
         return _error_page(request, 400, "This page link is not one the page gave.")
+    except BadSearch as e:
+        return _error_page(request, 400, f"Not searched: {e}.")
+    except BadRequest as e:
+        return _error_page(request, 400, f"{str(e)[:1].upper()}{str(e)[1:]}.")
+    except ListChanged:
+        return _error_page(request, 409, LIST_CHANGED)
 
 
 async def login(request: Request) -> Response:
@@ -317,11 +342,13 @@ async def api_page(request: Request) -> Response:
         return _json_error(401, "not signed in")
     try:
         limit = _limit(request)
-        return JSONResponse(await run_in_threadpool(page_data, uid, *_paging(request), limit))
+        return JSONResponse(await run_in_threadpool(_page, request, uid, limit))
     except UnknownUser:
         return _json_error(404, NOT_FOUND)
     except BadRequest as e:  # a cursor, limit or search the page never gives
         return _json_error(400, _plain(e))
+    except ListChanged:
+        return JSONResponse({"ok": False, "error": LIST_CHANGED, "changed": True}, 409)
 
 
 async def api_notices(request: Request) -> Response:
@@ -399,6 +426,7 @@ def create_app(
     )
     app.state.login_links = login_links or security.LoginLinks()
     app.state.sessions = security.Sessions(secret_key)
+    app.state.cursor_key = security.cursor_key(secret_key)
     app.state.redis_url = redis_url
     app.state.rail_poll_s = rail_poll_s
     return app

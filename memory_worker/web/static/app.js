@@ -56,14 +56,19 @@ function toastItem(n) {
 }
 
 async function refreshMemories() {
-  // New lines arrived with the toast: swap in the server's rendering of the section.
-  const res = await fetch("/", { credentials: "same-origin" });
+  // New lines arrived with the toast: swap in the server's rendering of the section, for the
+  // search the page is showing (not the unfiltered list), and keep what is typed in the box.
+  const q = new URLSearchParams(location.search).get("q");
+  const res = await fetch(q ? `/?q=${encodeURIComponent(q)}` : "/", { credentials: "same-origin" });
   if (!res.ok) return;
   const doc = new DOMParser().parseFromString(await res.text(), "text/html");
   const fresh = doc.getElementById("memories");
   const here = document.getElementById("memories");
   if (fresh && here && !here.contains(document.activeElement)) {
+    const typed = document.getElementById("search-q")?.value;
     here.replaceWith(fresh);
+    const box = document.getElementById("search-q");
+    if (box && typed !== undefined) box.value = typed;
     watchMore();
   }
 }
@@ -117,6 +122,21 @@ async function loadMore(more) {
   if (more.dataset.loading) return;
   more.dataset.loading = "1";
   const res = await fetch(more.href, { credentials: "same-origin" });
+  if (res.status === 409) {
+    // A line was closed or reopened since the list was read: going on would show one twice
+    // or skip one, so say so and offer the list from the top.
+    const said = document.createElement("p");
+    said.className = "hint";
+    said.id = "changed";
+    said.setAttribute("role", "status");
+    said.textContent = "The lines changed while you scrolled. ";
+    const again = document.createElement("a");
+    again.href = "/" + location.search.replace(/([?&])cursor=[^&]*&?/, "$1") + "#memories";
+    again.textContent = "Show them again from the top";
+    said.append(again);
+    more.parentElement.replaceWith(said);
+    return;
+  }
   if (!res.ok) {
     delete more.dataset.loading;
     return;
