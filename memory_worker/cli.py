@@ -14,6 +14,9 @@ cassette-answer MISS ANSWER add an authored answer for a replay miss to the cass
 serve [--user 42] [--host 127.0.0.1] [--port 8420]
                             the human's page and toast rail on loopback (--user prints a
                             one-time sign-in link)
+export --user 42 [--format md] [--out FILE]
+                            everything the personas hold about one human, as JSON
+                            (or Markdown to read), for an access or portability request
 exam [--models a,b] [--n 8] the leak exam and its verdict, which MW_MEMORY_SCOPE=follow needs
 """
 
@@ -141,6 +144,42 @@ def _serve(a: argparse.Namespace) -> int:
         return 2
     empty = _ready_store(must_hold_people=a.user is not None, named=False)  # its banner names it
     return serve.run(a.host, a.port, a.user, a.rail_poll_s, empty=empty)
+
+
+# --- export: everything about one human (an operator answering an access request) ----------
+
+
+def _export_user(text: str) -> int:
+    """`--user`: a human's id, as `42` or as the block prints it, `u:42`."""
+    from memory_worker.controls import ID_MAX
+    from memory_worker.core.errors import BadRequest
+    from memory_worker.core.numbers import whole_number
+
+    try:
+        return whole_number(text.removeprefix("u:"), "--user", 1, ID_MAX)
+    except BadRequest as e:
+        raise argparse.ArgumentTypeError(f"{e} (or u:<id>), not {text!r}") from None
+
+
+def _export(a: argparse.Namespace) -> int:
+    from memory_worker.core.rows import now_iso
+    from memory_worker.web import app as web_app
+    from memory_worker.web import export
+
+    _ready_store(must_hold_people=True)
+    head = web_app.page_data(a.user, None, None, 1)  # UnknownUser: one line, exit 2
+    pieces = export.document(a.user, a.format, head, now_iso())
+    if a.out is None:
+        sys.stdout.writelines(pieces)
+        return 0
+    try:
+        with a.out.open("w", encoding="utf-8") as out:
+            out.writelines(pieces)
+    except OSError as e:
+        print(f"error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
+        return 2
+    print(f"exported u:{a.user} to {a.out}", file=sys.stderr)
+    return 0
 
 
 def _exam(a: argparse.Namespace) -> int:
@@ -293,6 +332,12 @@ COMMANDS = {  # name: (one line for the list, what `memory-worker NAME --help` s
         "Serve the human's page (their memories, with delete, the note and the switches) "
         "and the toast rail over HTTP on loopback.",
     ),
+    "export": (
+        "everything the personas hold about one human",
+        "Write everything the personas hold about one human — every row they are in the "
+        "audience of, open and closed, the evidence lines they witnessed, their toasts, note "
+        "and switches — as JSON (docs/api.md, Export) or as Markdown to read.",
+    ),
     "exam": (
         "the leak exam: the verdict MW_MEMORY_SCOPE=follow needs",
         "Run the leak exam under the group scope (n runs of plant and probe, both tail "
@@ -362,6 +407,11 @@ def parser() -> argparse.ArgumentParser:
         help="how often the rail reads the store between Redis nudges (default: 5)",
     )
     w.set_defaults(run=_serve)
+    o = command("export")
+    o.add_argument("--user", required=True, type=_export_user, help="the human: 42 or u:42")
+    o.add_argument("--format", choices=("json", "md"), default="json", help="default: json")
+    o.add_argument("--out", type=Path, help="a file to write (default: standard output)")
+    o.set_defaults(run=_export)
     x = command("exam")
     x.add_argument("--models", help="persona models, comma-separated (default: MW_PERSONA_MODELS)")
     x.add_argument("--n", type=int, help="runs per model and tail variant (default: 8)")

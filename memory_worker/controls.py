@@ -355,9 +355,7 @@ def manage_page(
         names = users.all_persona_names(conn)
         muted = sorted(users.muted_by(conn, user_id))
         private = sorted(users.private_with(conn, user_id))
-        lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
-        joined = rooms.memberships(conn, user_id, {r.room_id for r in rows} | _rooms(lines))
-    seen = witnessed_lines(user_id, lines, joined)
+        _, seen, joined = _witnessed(conn, user_id, rows)
     page = ManagePage(user_id, note, memory_on, muted, [], group_scope(), private, after)
     sections = group_by_persona(rows, user_id, names, seen, set(joined))
     if counts is not None:
@@ -470,8 +468,15 @@ def _counted(
     return out
 
 
-def _rooms(lines: dict[int, Line]) -> set[str]:
-    return {line.room_id for line in lines.values()}
+def _witnessed(
+    conn: Connection, user_id: int, rows: list[Row]
+) -> tuple[dict[int, Line], set[int], dict[str, int]]:
+    """The lines these rows cite, those of them the user witnessed, and the rooms (of the rows
+    and their lines) the user is a member of → when they joined: what the page may show."""
+    lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
+    rooms_cited = {r.room_id for r in rows} | {line.room_id for line in lines.values()}
+    joined = rooms.memberships(conn, user_id, rooms_cited)
+    return lines, witnessed_lines(user_id, lines, joined), joined
 
 
 def witnessed_lines(user_id: int, lines: dict[int, Line], joined: dict[str, int]) -> set[int]:
@@ -598,17 +603,75 @@ def evidence(user_id: int, page: ManagePage) -> dict[int, list[EvidenceLine]]:
         found = rooms.lines_by_id(conn, (i for ids in cited.values() for i in ids))
     me = human_ref(user_id)
     return {
-        row_id: [
-            EvidenceLine(x.id, x.speaker, x.text if _may_quote(x.speaker, me) else None, x.created)
-            for x in (found[i] for i in ids if i in found)
-        ]
+        row_id: [_evidence_line(found[i], me) for i in ids if i in found]
         for row_id, ids in cited.items()
     }
+
+
+def _evidence_line(x: Line, me: str) -> EvidenceLine:
+    """A cited line as the user may see it: another human's words withheld."""
+    return EvidenceLine(x.id, x.speaker, x.text if _may_quote(x.speaker, me) else None, x.created)
 
 
 def _may_quote(speaker: str, me: str) -> bool:
     """The user's own words and a persona's; never another human's."""
     return speaker == me or human_id(speaker) is None
+
+
+# --- the export: everything the page shows, every line of it (GDPR Art. 15 and 20) ----------
+
+
+EXPORT_PAGE_ROWS = 500  # ours: rows read per step of an export, so a big store streams
+
+
+@dataclass(frozen=True)
+class ExportLine:
+    """One line of an export: the page's line (`page_line`: its origin and evidence only as
+    far as the user witnessed them), with its persona, its text with names, and its evidence
+    lines (`evidence`: another human's words withheld)."""
+
+    persona: str
+    line: PageLine
+    shown: str  # the text with names instead of `u:` ids, as the page shows it
+    evidence: list[EvidenceLine]
+
+
+def export_lines(
+    user_id: int, before: int | None = None, limit: int = EXPORT_PAGE_ROWS
+) -> tuple[list[ExportLine], int | None]:
+    """One step of an export: up to `limit` of the rows the page lists for the user — open and
+    closed alike, by id newest first, below `before` — and the `before` of the next step (None:
+    that was the last). By id, whatever is open: a row closed or reopened meanwhile is still
+    exported once."""
+    check_id(user_id, "user_id")
+    check_id(limit, "limit")
+    with store.engine().connect() as conn:
+        _require_user(conn, user_id)
+        found = memories.page_of(conn, user_id, closed=None, before_id=before, limit=limit + 1)
+        step = found[:limit]
+        rows = [r for r in step if concerns_user(r, user_id)]
+        lines, seen, joined = _witnessed(conn, user_id, rows)
+        people = users.user_names(conn, sorted(toasts.mentioned(r.text for r in rows)))
+    me = human_ref(user_id)
+    out = []
+    for r in rows:
+        line = page_line(r, seen, set(joined))
+        cited = [_evidence_line(lines[i], me) for i in line.evidence if i in lines]
+        out.append(ExportLine(r.persona, line, toasts.named(r.text, people) + ".", cited))
+    return out, (step[-1].id if len(found) > limit else None)
+
+
+def export_notices(
+    user_id: int, before: int | None = None, limit: int = EXPORT_PAGE_ROWS
+) -> tuple[list[RailNotice], int | None]:
+    """One step of the user's toasts, every one of them (the rail shows the newest), newest
+    first below `before`, and the next step's `before` (None: the last)."""
+    check_id(user_id, "user_id")
+    check_id(limit, "limit")
+    with store.engine().connect() as conn:
+        found = notices.of_user_before(conn, user_id, before, limit + 1)
+    step = [RailNotice(n.id, n.persona, n.room_id, n.text, n.created, n.undone) for n in found]
+    return step[:limit], (step[limit - 1].id if len(step) > limit else None)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ Routes (every write is POST, under / for the page's forms and under /api/ for JS
     GET  /api/page                  the page as JSON
     GET  /api/notices[?after=N]     the rail as JSON
     GET  /api/notices/stream        the rail, live (Server-Sent Events)
+    GET  /api/export[?format=md]    everything about the user, streamed (the CSRF header too)
+    POST /export                    the same, from the page's button without JavaScript
     POST [/api]/notices/{id}/undo · /memories/{id}/delete · /clear · /note
          · /switches/memory_on · /personas/{slug}/forget_me · /personas/{slug}/follow
          · /rooms
@@ -21,6 +23,7 @@ headers on every answer; every route checks the session before it reads a body.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -33,7 +36,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -54,9 +57,12 @@ from memory_worker.core.errors import (
     UnknownUser,
 )
 from memory_worker.core.numbers import whole_number
+from memory_worker.core.rows import now_iso
 from memory_worker.storage import store, users
-from memory_worker.web import guard, rail, security
+from memory_worker.web import export, guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
+
+log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
@@ -363,6 +369,56 @@ async def api_notices(request: Request) -> Response:
     return JSONResponse({"notices": [asdict(n) for n in found]})
 
 
+# --- the export --------------------------------------------------------------------------------
+
+
+async def api_export(request: Request) -> Response:
+    """GET /api/export[?format=json|md]: needs the session and its CSRF token (the header), as
+    a write does — it hands over everything about the human at once."""
+    uid = await security.signed_in_user(request)
+    if uid is None:
+        return _json_error(401, "not signed in")
+    if not security.csrf_ok(request, request.headers.get(security.CSRF_HEADER)):
+        return _json_error(403, "missing or wrong CSRF token (X-CSRF-Token)")
+    return await _export(request, uid, request.query_params.get("format", "json"))
+
+
+async def form_export(request: Request) -> Response:
+    """POST /export: the page's button without JavaScript (the `csrf` and `format` fields)."""
+    uid = await security.signed_in_user(request)
+    if uid is None:
+        return _signed_out(request)
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        return _error_page(request, 403, "This form has expired. Reload the page and retry.")
+    return await _export(request, uid, form.get("format", "json"))
+
+
+async def _export(request: Request, uid: int, fmt: str) -> Response:
+    if fmt not in export.FORMATS:
+        return _json_error(400, f"format must be one of {', '.join(export.FORMATS)}")
+    wait = request.app.state.exports.take(uid)
+    if wait is not None:
+        log.info("export refused: user %d, too many in %.0f s", uid, export.EXPORT_WINDOW_S)
+        message = "too many exports: try again in a few minutes"
+        return JSONResponse(
+            {"ok": False, "error": message}, 429, headers={"retry-after": str(int(wait) + 1)}
+        )
+    try:
+        head = await run_in_threadpool(page_data, uid, None, None, 1)
+    except UnknownUser:
+        return _json_error(404, NOT_FOUND)
+    now = now_iso()
+    name = export.filename(uid, fmt, now[:10])
+    headers = {
+        "content-disposition": f'attachment; filename="{name}"',
+        "x-export-lines": str(export.expected_lines(head)),
+    }
+    return StreamingResponse(
+        export.document(uid, fmt, head, now), media_type=export.FORMATS[fmt][0], headers=headers
+    )
+
+
 # --- the app ---------------------------------------------------------------------------------
 
 
@@ -401,6 +457,8 @@ def create_app(
         Route("/api/page", api_page),
         Route("/api/notices", api_notices),
         Route("/api/notices/stream", rail.stream),
+        Route("/api/export", api_export),
+        Route("/export", form_export, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     for action in ACTIONS:
@@ -427,6 +485,7 @@ def create_app(
     app.state.login_links = login_links or security.LoginLinks()
     app.state.sessions = security.Sessions(secret_key)
     app.state.cursor_key = security.cursor_key(secret_key)
+    app.state.exports = export.ExportLimiter()
     app.state.redis_url = redis_url
     app.state.rail_poll_s = rail_poll_s
     return app

@@ -169,7 +169,62 @@ function watchMore() {
   moreWatcher.observe(more);
 }
 
+async function exportWithProgress(ev) {
+  // The export through the API, so the page can count the lines as they stream in; the
+  // form posts to /export and downloads the same file without this.
+  const form = ev.target;
+  const fmt = ev.submitter?.value || "json";
+  ev.preventDefault();
+  const bar = document.getElementById("export-progress");
+  const status = document.getElementById("export-status");
+  const buttons = form.querySelectorAll("button");
+  buttons.forEach((b) => { b.disabled = true; });
+  status.textContent = "Preparing your copy…";
+  try {
+    const res = await fetch(`/api/export?format=${fmt}`, {
+      credentials: "same-origin",
+      headers: { "X-CSRF-Token": csrfToken() },
+    });
+    if (!res.ok) {
+      const said = await res.json().catch(() => ({ error: `error ${res.status}` }));
+      status.textContent = `Not exported: ${said.error}.`;
+      return;
+    }
+    const total = Number(res.headers.get("X-Export-Lines")) || 0;
+    const mark = fmt === "json" ? '{"persona":' : "\n- **";
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    const parts = [];
+    let tail = "";
+    let lines = 0;
+    bar.hidden = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      parts.push(value);
+      const text = tail + decoder.decode(value, { stream: true });
+      lines += text.split(mark).length - 1;
+      tail = text.slice(-mark.length + 1);
+      bar.value = total ? Math.min(1, lines / total) : 0;
+      status.textContent = `Preparing your copy… ${Math.min(lines, total)} of ${total} lines`;
+    }
+    bar.value = 1;
+    const name = /filename="([^"]+)"/.exec(res.headers.get("Content-Disposition") || "");
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(new Blob(parts, { type: res.headers.get("Content-Type") }));
+    link.download = name ? name[1] : `memories.${fmt}`;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+    status.textContent = `Downloaded ${link.download}: ${total} line${total === 1 ? "" : "s"}.`;
+  } finally {
+    buttons.forEach((b) => { b.disabled = false; });
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("export-form")?.addEventListener("submit", exportWithProgress);
   liveCount();
   liveRail();
   watchMore();
