@@ -252,14 +252,25 @@ def _run(action: Action, user_id: int, path: dict[str, Any], raw: dict[str, Any]
     return action.run(user_id, path, body)
 
 
+async def _signed_form(request: Request) -> tuple[int, dict[str, str]] | Response:
+    """The signed-in user and the page's form they posted with its CSRF token; else the
+    page's answer (signed out, or an expired form). The session is checked before the body
+    is read."""
+    uid = await security.signed_in_user(request)
+    if uid is None:
+        return _signed_out(request)
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        return _error_page(request, 403, "This form has expired. Reload the page and retry.")
+    return uid, form
+
+
 def _html_write(action: Action) -> Endpoint:
     async def handler(request: Request) -> Response:
-        uid = await security.signed_in_user(request)
-        if uid is None:
-            return _signed_out(request)
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
-            return _error_page(request, 403, "This form has expired. Reload the page and retry.")
+        signed = await _signed_form(request)
+        if isinstance(signed, Response):
+            return signed
+        uid, form = signed
         try:
             raw = form_input(action, form)
             result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
@@ -385,12 +396,10 @@ async def api_export(request: Request) -> Response:
 
 async def form_export(request: Request) -> Response:
     """POST /export: the page's button without JavaScript (the `csrf` and `format` fields)."""
-    uid = await security.signed_in_user(request)
-    if uid is None:
-        return _signed_out(request)
-    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-    if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
-        return _error_page(request, 403, "This form has expired. Reload the page and retry.")
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    uid, form = signed
     return await _export(request, uid, form.get("format", "json"))
 
 

@@ -19,14 +19,15 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 from memory_worker import controls
-from memory_worker.controls import ExportLine, RailNotice
+from memory_worker.controls import ExportLine
 
 log = logging.getLogger(__name__)
+Item = TypeVar("Item")
 
 SCHEMA = "memory-worker-export/1"
 FORMATS = {  # ?format= → (media type, file extension)
@@ -84,19 +85,13 @@ def document(user_id: int, fmt: str, head: dict[str, Any], now: str) -> Iterator
     )
 
 
-def _steps_of_lines(user_id: int) -> Iterator[list[ExportLine]]:
+def _steps(
+    read: Callable[[int, int | None], tuple[list[Item], int | None]], user_id: int
+) -> Iterator[list[Item]]:
+    """Every step of `read` (`controls.export_lines` or `export_notices`), each read on its own."""
     before: int | None = None
     while True:
-        step, before = controls.export_lines(user_id, before)
-        yield step
-        if before is None:
-            return
-
-
-def _steps_of_notices(user_id: int) -> Iterator[list[RailNotice]]:
-    before: int | None = None
-    while True:
-        step, before = controls.export_notices(user_id, before)
+        step, before = read(user_id, before)
         yield step
         if before is None:
             return
@@ -129,11 +124,11 @@ def _json(user_id: int, head: dict[str, Any], now: str, counts: dict[str, int]) 
     }
     names = head["persona_names"]
     yield json.dumps(top, ensure_ascii=False)[:-1] + ', "lines": ['
-    for step in _steps_of_lines(user_id):
+    for step in _steps(controls.export_lines, user_id):
         yield _json_items([line_json(x, names) for x in step], first=not counts["lines"])
         counts["lines"] += len(step)
     yield '\n], "notices": ['
-    for notes in _steps_of_notices(user_id):
+    for notes in _steps(controls.export_notices, user_id):
         yield _json_items([asdict(n) for n in notes], first=not counts["notices"])
         counts["notices"] += len(notes)
     yield f'\n], "counts": {json.dumps(counts)}}}\n'
@@ -174,11 +169,11 @@ def _markdown(
         )
     out.append("\n## What they remember\n\nNewest first; a line no longer true has its arc.\n")
     yield "\n".join(out) + "\n"
-    for step in _steps_of_lines(user_id):
+    for step in _steps(controls.export_lines, user_id):
         yield "".join(_markdown_line(x, names, user_id) for x in step)
         counts["lines"] += len(step)
     yield "\n## Toasts\n\n"
-    for notes in _steps_of_notices(user_id):
+    for notes in _steps(controls.export_notices, user_id):
         yield "".join(
             f"- {n.created[:16].replace('T', ' ')} · {_one_line(n.text)}"
             f"{' · undone' if n.undone else ''}\n"
