@@ -20,7 +20,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from typing import Any, TypeVar
 
 from memory_worker import controls
@@ -99,15 +98,20 @@ def _steps(
 
 def line_json(x: ExportLine, names: dict[str, str]) -> dict[str, Any]:
     """One line of the JSON export (docs/api.md, "Export")."""
-    line = asdict(x.line)
+    line = _fields(x.line)
     line.pop("delete_id")
     return {
         "persona": x.persona,
         "persona_name": names.get(x.persona, x.persona),
         **line,
         "shown": x.shown,
-        "evidence_lines": [asdict(e) for e in x.evidence],
+        "evidence_lines": [_fields(e) for e in x.evidence],
     }
+
+
+def _fields(item: Any) -> dict[str, Any]:
+    """A flat dataclass's fields (`asdict` deep-copies each value: half an export's time)."""
+    return dict(vars(item))
 
 
 def _json(user_id: int, head: dict[str, Any], now: str, counts: dict[str, int]) -> Iterator[str]:
@@ -129,7 +133,7 @@ def _json(user_id: int, head: dict[str, Any], now: str, counts: dict[str, int]) 
         counts["lines"] += len(step)
     yield '\n], "notices": ['
     for notes in _steps(controls.export_notices, user_id):
-        yield _json_items([asdict(n) for n in notes], first=not counts["notices"])
+        yield _json_items([_fields(n) for n in notes], first=not counts["notices"])
         counts["notices"] += len(notes)
     yield f'\n], "counts": {json.dumps(counts)}}}\n'
 
