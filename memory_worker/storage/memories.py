@@ -39,6 +39,7 @@ from sqlalchemy import (
     update,
 )
 
+from memory_worker.core import rows as core_rows
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD
@@ -518,14 +519,26 @@ def page_of(
     return [_row(m) for m in found.mappings()]
 
 
+TOGGLED_READ_MAX = 1_000  # ours: toggles since a walk began read at most; past it, "changed"
+
+
 def toggled_since(conn: Connection, user_id: int, since: int) -> bool:
     """Whether a row that concerns the user was closed or reopened at or after `since`
-    (`toggle_stamp`): a page walk begun then may have shown it in the other half. On
-    `ix_persona_memory_toggled`: the rows toggled since, whoever they are about."""
-    found = conn.execute(
-        select(pm.id).where(pm.toggled >= since, about_user(user_id)).limit(1)
-    ).first()
-    return found is not None
+    (`toggle_stamp`): a page walk begun then may have shown it in the other half.
+
+    Only `ix_persona_memory_toggled` is read — the rows toggled since, whoever they are about,
+    few in the seconds or minutes of a walk — and whom each concerns is checked here: with the
+    audience rule in the WHERE, SQLite read every row about the human instead. More than
+    TOGGLED_READ_MAX toggles since then counts as a change (a walk starts again), never a scan."""
+    query = (
+        select(pm.subject, pm.counterpart, pm.private_to)
+        .where(pm.toggled >= since)
+        .limit(TOGGLED_READ_MAX + 1)
+    )
+    found = conn.execute(query).all()
+    if len(found) > TOGGLED_READ_MAX:
+        return True
+    return any(user_id in core_rows.concerned(s, c, id_list(p)) for s, c, p in found)
 
 
 def page_counts(conn: Connection, user_id: int) -> dict[str, tuple[int, int, int]]:

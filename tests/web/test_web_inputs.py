@@ -238,3 +238,21 @@ def test_another_humans_lines_closing_leave_the_walk_alone(
         memories.close(conn, walk["cara"][0], "2026-12-07", None)
     seen = ids_of(first) + _walk(client, cursor=first["next_cursor"])
     assert seen == sorted(walk["open"], reverse=True) + sorted(walk["closed"], reverse=True)
+
+
+def test_more_toggles_since_a_walk_began_than_are_read_count_as_a_change(
+    world: Engine, walk: dict[str, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whom a toggled row concerns is checked for the few toggled since the walk began; past
+    the bound, the walk starts again rather than reading on."""
+    monkeypatch.setattr(memories, "TOGGLED_READ_MAX", 2)
+    caras = walk["cara"] + [
+        add_row(world, f"u:{CARA}", f"u:17 runs {i}.", room_id="dm-cara") for i in range(2)
+    ]
+    client = signed_in()
+    first = client.get("/api/page", params={"limit": 20}).json()
+    with world.begin() as conn:
+        for row_id in caras:
+            memories.close(conn, row_id, "2026-12-07", None)
+    answer = client.get("/api/page", params={"limit": 20, "cursor": first["next_cursor"]})
+    assert answer.status_code == 409
