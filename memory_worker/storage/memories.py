@@ -478,6 +478,13 @@ def rows_about(conn: Connection, user_id: int, persona: str | None = None) -> li
     return _rows(conn, where)
 
 
+# A row as the page and the export show it: not its vector (a kilobyte a row with e5) nor the
+# keys kept for the commit and the search.
+SHOWN_COLUMNS = [
+    c for c in t.persona_memory.c if c.name not in ("embedding", "sentence_key", "search_text")
+]
+
+
 def page_of(
     conn: Connection,
     user_id: int,
@@ -514,7 +521,7 @@ def page_of(
             for way in ways
         )
     ).subquery()
-    page = select(t.persona_memory).where(pm.id.in_(select(newest.c.id)))
+    page = select(*SHOWN_COLUMNS, null().label("embedding")).where(pm.id.in_(select(newest.c.id)))
     found = conn.execute(page.order_by(pm.id.desc()).limit(limit))
     return [_row(m) for m in found.mappings()]
 
