@@ -400,23 +400,31 @@ async def form_export(request: Request) -> Response:
     if isinstance(signed, Response):
         return signed
     uid, form = signed
-    return await _export(request, uid, form.get("format", "json"))
+    return await _export(request, uid, form.get("format", "json"), page=True)
 
 
-async def _export(request: Request, uid: int, fmt: str) -> Response:
+async def _export(request: Request, uid: int, fmt: str, *, page: bool = False) -> Response:
+    """The export as a download; a refusal as JSON, or for the page's form (`page`) as a page."""
+
+    def refused(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        if page:
+            answer = _error_page(request, status, f"{message[:1].upper()}{message[1:]}.")
+        else:
+            answer = _json_error(status, message)
+        answer.headers.update(headers or {})
+        return answer
+
     if fmt not in export.FORMATS:
-        return _json_error(400, f"format must be one of {', '.join(export.FORMATS)}")
+        return refused(400, f"format must be one of {', '.join(export.FORMATS)}")
     wait = request.app.state.exports.take(uid)
     if wait is not None:
         log.info("export refused: user %d, too many in %.0f s", uid, export.EXPORT_WINDOW_S)
-        message = "too many exports: try again in a few minutes"
-        return JSONResponse(
-            {"ok": False, "error": message}, 429, headers={"retry-after": str(int(wait) + 1)}
-        )
+        retry = {"retry-after": str(int(wait) + 1)}
+        return refused(429, "too many exports: try again in a few minutes", retry)
     try:
         head = await run_in_threadpool(page_data, uid, None, None, 1)
     except UnknownUser:
-        return _json_error(404, NOT_FOUND)
+        return refused(404, NOT_FOUND)
     now = now_iso()
     name = export.filename(uid, fmt, now[:10])
     headers = {

@@ -243,6 +243,8 @@ def test_exports_are_rate_limited_per_user_and_logged_without_content(
             assert client.get("/api/export", headers={"X-CSRF-Token": csrf}).status_code == 200
         refused = client.get("/api/export", headers={"X-CSRF-Token": csrf})
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0
+    from_the_page = client.post("/export", data={"csrf": csrf, "format": "json"})
+    assert from_the_page.status_code == 429 and "Too many exports" in from_the_page.text
     said = [r.getMessage() for r in caplog.records if "export" in r.getMessage()]
     assert "export: user 42, json, 4 lines, 1 toasts" in said
     assert any("export refused: user 42" in m for m in said)
