@@ -145,8 +145,13 @@ def _json_items(items: list[dict[str, Any]], *, first: bool) -> str:
     return ("\n" if first else ",\n") + said if items else ""
 
 
+_INERT = str.maketrans({c: f"\\{c}" for c in "\\<>[]"})
+
+
 def _one_line(text: str | None) -> str:
-    return " ".join((text or "").split())
+    """A text someone wrote, as one Markdown line that stays text: no HTML, no link (a
+    viewer would otherwise render `<script>` or `[x](javascript:…)` from a chat line)."""
+    return " ".join((text or "").split()).translate(_INERT)
 
 
 def _markdown(

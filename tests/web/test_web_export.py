@@ -211,13 +211,17 @@ def test_the_api_export_needs_the_session_and_its_csrf_token(dans: list[int]) ->
     assert signed_out.get("/api/export", headers={"X-CSRF-Token": csrf}).status_code == 401
 
 
-def test_the_readable_export_is_markdown_a_person_can_open(dans: list[int]) -> None:
+def test_the_readable_export_is_markdown_a_person_can_open(world: Engine, dans: list[int]) -> None:
+    add_row(world, f"u:{DAN}", "u:42 typed <script>x</script> and [a](javascript:x).")
     client, csrf = signed_in()
     answer = client.get("/api/export", params={"format": "md"}, headers={"X-CSRF-Token": csrf})
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/markdown")
     assert answer.text.startswith("# What personas remember about you")
     assert "Dan drinks tea number 0." in answer.text  # names, as the page shows them
     assert "no longer true" in answer.text and "marathons" not in answer.text
+    # what someone typed stays text in a Markdown viewer: no HTML, no link
+    assert "Dan typed \\<script\\>x\\</script\\> and \\[a\\](javascript:x)." in answer.text
+    assert "<script>" not in answer.text
     bad = client.get("/api/export", params={"format": "xml"}, headers={"X-CSRF-Token": csrf})
     assert bad.status_code == 400 and "json, md" in bad.json()["error"]
 
