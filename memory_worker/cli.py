@@ -158,6 +158,30 @@ def _serve(a: argparse.Namespace) -> int:
     return serve.run(a.host, a.port, a.user, a.rail_poll_s, empty=empty)
 
 
+# --- export: everything about one human (an operator answering an access request) ----------
+
+
+def _export(a: argparse.Namespace) -> int:
+    from memory_worker.core.rows import now_iso
+    from memory_worker.web import app as web_app
+    from memory_worker.web import export
+
+    _ready_store(must_hold_people=True)
+    head = web_app.page_data(a.user, None, None, 1)  # UnknownUser: one line, exit 2
+    pieces = export.document(a.user, a.format, head, now_iso())
+    if a.out is None:
+        sys.stdout.writelines(pieces)
+        return 0
+    try:
+        with a.out.open("w", encoding="utf-8") as out:
+            out.writelines(pieces)
+    except OSError as e:
+        print(f"error: cannot write {a.out}: {e.strerror}", file=sys.stderr)
+        return 2
+    print(f"exported u:{a.user} to {a.out}", file=sys.stderr)
+    return 0
+
+
 def _exam(a: argparse.Namespace) -> int:
     from exams.leak import exam
 
@@ -313,6 +337,12 @@ COMMANDS = {  # name: (one line for the list, what `memory-worker NAME --help` s
         "and the toast rail over HTTP on loopback. It reads the store MW_DATABASE_URL "
         "names, and says which as it starts.",
     ),
+    "export": (
+        "everything the personas hold about one human",
+        "Write everything the personas hold about one human — every row they are in the "
+        "audience of, open and closed, the evidence lines they witnessed, their toasts, note "
+        "and switches — as JSON (docs/api.md, Export) or as Markdown to read.",
+    ),
     "exam": (
         "test that personas keep secrets in group rooms",
         "Run the leak exam under the group scope (n runs of plant and probe, both tail "
@@ -409,6 +439,11 @@ def parser() -> argparse.ArgumentParser:
         help="how often the rail reads the store between Redis nudges (default: 5)",
     )
     w.set_defaults(run=_serve)
+    o = command("export")
+    o.add_argument("--user", required=True, type=cli_args.human, help="the human: 42 or u:42")
+    o.add_argument("--format", choices=("json", "md"), default="json", help="default: json")
+    o.add_argument("--out", type=Path, help="a file to write (default: standard output)")
+    o.set_defaults(run=_export)
     x = command("exam")
     x.add_argument("--models", help="persona models, comma-separated (default: MW_PERSONA_MODELS)")
     x.add_argument(

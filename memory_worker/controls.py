@@ -18,6 +18,7 @@ caller cannot probe which ids exist.
 from __future__ import annotations
 
 import secrets
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -27,8 +28,17 @@ from memory_worker.core import block, toasts
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
-from memory_worker.core.errors import BadRequest, NoteTooLong, NotFound, UnknownUser
+from memory_worker.core.errors import (
+    BadCursor,
+    BadRequest,
+    BadSearch,
+    ListChanged,
+    NoteTooLong,
+    NotFound,
+    UnknownUser,
+)
 from memory_worker.core.names import sentence_key
+from memory_worker.core.numbers import whole_number
 from memory_worker.core.provenance import witnesses
 from memory_worker.core.rows import Line, Row, concerned, human_id, human_ref
 from memory_worker.storage import memories, notices, rooms, store, users
@@ -345,9 +355,7 @@ def manage_page(
         names = users.all_persona_names(conn)
         muted = sorted(users.muted_by(conn, user_id))
         private = sorted(users.private_with(conn, user_id))
-        lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
-        joined = rooms.memberships(conn, user_id, {r.room_id for r in rows} | _rooms(lines))
-    seen = witnessed_lines(user_id, lines, joined)
+        _, seen, joined = _witnessed(conn, user_id, rows)
     page = ManagePage(user_id, note, memory_on, muted, [], group_scope(), private, after)
     sections = group_by_persona(rows, user_id, names, seen, set(joined))
     if counts is not None:
@@ -359,6 +367,34 @@ def manage_page(
 
 
 PAGE_QUERY_MAX_CHARS = 200  # ours: a search longer than any remembered line is a mistake
+PAGE_LINES_MAX = 200  # ours: a page's lines at most, whatever a client asks
+STAMP_MAX = 2**63 - 1  # a walk's start (`memories.toggle_stamp`) fits a database integer
+
+
+def check_query(query: str | None) -> None:
+    """BadSearch for a search the page will not run: longer than PAGE_QUERY_MAX_CHARS, or
+    holding a control character (a NUL matched every line)."""
+    if query is None:
+        return
+    if len(query) > PAGE_QUERY_MAX_CHARS:
+        raise BadSearch(
+            f"a search is at most {PAGE_QUERY_MAX_CHARS} characters; this one has {len(query)}"
+        )
+    if any(unicodedata.category(c) == "Cc" for c in query):
+        raise BadSearch("a search cannot hold control characters")
+
+
+@dataclass(frozen=True)
+class PageCursor:
+    """Where a page walk is: in the closed half or not, below which id (None: from the top of
+    the half), and when the walk began (`memories.toggle_stamp`)."""
+
+    closed: bool
+    before: int | None
+    since: int
+
+    def __str__(self) -> str:
+        return f"{'c' if self.closed else 'o'}.{self.before or 0}.{self.since}"
 
 
 def page_lines(
@@ -366,14 +402,19 @@ def page_lines(
 ) -> tuple[list[Row], str | None]:
     """One page of the user's lines: open ones newest first, then closed ones newest first,
     from `cursor` (None: the top) and holding `query`; and the next page's cursor (None: no
-    more). A cursor is "o.<id>" or "c.<id>" (open or closed lines below that id) or "c"
-    (closed lines from the newest); anything else is a BadRequest."""
+    more). A cursor is `PageCursor` as text; anything else is a BadCursor.
+
+    A row about the user closed or reopened after the walk began would move from one half to
+    the other — shown twice, or never — so the next page is then `ListChanged` instead."""
     check_id(limit, "limit")
     if not 1 <= limit <= PAGE_LINES_MAX:
         raise BadRequest(f"limit must be 1..{PAGE_LINES_MAX}, not {limit}")
-    if query is not None and len(query) > PAGE_QUERY_MAX_CHARS:
-        raise BadRequest(f"a search is at most {PAGE_QUERY_MAX_CHARS} characters")
-    closed, before = parse_cursor(cursor)
+    check_query(query)
+    at = parse_cursor(cursor)
+    if at is None:
+        at = PageCursor(False, None, memories.toggle_stamp())
+    elif memories.toggled_since(conn, user_id, at.since):
+        raise ListChanged("the lines changed since this walk began")
 
     def read(closed: bool, before: int | None, n: int) -> list[Row]:
         found = memories.page_of(
@@ -382,32 +423,35 @@ def page_lines(
         return [r for r in found if concerns_user(r, user_id)]
 
     rows: list[Row] = []
-    if not closed:
+    before = at.before
+    if not at.closed:
         rows = read(False, before, limit + 1)
         if len(rows) > limit:
-            return rows[:limit], f"o.{rows[limit - 1].id}"
+            return rows[:limit], str(replace(at, before=rows[limit - 1].id))
         before = None
     more = read(True, before, limit - len(rows) + 1)
     if len(more) > limit - len(rows):
         taken = more[: limit - len(rows)]
-        return rows + taken, f"c.{taken[-1].id}" if taken else "c"
+        after = replace(at, closed=True, before=taken[-1].id if taken else None)
+        return rows + taken, str(after)
     return rows + more, None
 
 
-PAGE_LINES_MAX = 200  # ours: a page's lines at most, whatever a client asks
-
-
-def parse_cursor(cursor: str | None) -> tuple[bool, int | None]:
-    """A page cursor as (closed lines?, below which id); BadRequest for one `page_lines`
-    never gave."""
+def parse_cursor(cursor: str | None) -> PageCursor | None:
+    """A page cursor (`PageCursor` as text: "o.<id>.<since>" or "c.<id or 0>.<since>"), None
+    for none; BadCursor for one `page_lines` never gave. Every number in it is ASCII digits in
+    range (`numbers.whole_number`)."""
     if cursor is None or cursor == "":
-        return False, None
-    if cursor == "c":
-        return True, None
-    phase, _, digits = cursor.partition(".")
-    if phase not in ("o", "c") or not digits.isdigit() or not _in_range(int(digits)):
-        raise BadRequest("not a page cursor")
-    return phase == "c", int(digits)
+        return None
+    phase, *numbers = cursor.split(".")
+    if phase not in ("o", "c") or len(numbers) != 2:
+        raise BadCursor("not a page cursor")
+    try:
+        before = whole_number(numbers[0], "cursor", 0 if phase == "c" else 1, ID_MAX)
+        since = whole_number(numbers[1], "cursor", 0, STAMP_MAX)
+    except BadRequest:
+        raise BadCursor("not a page cursor") from None
+    return PageCursor(phase == "c", before or None, since)
 
 
 def _counted(
@@ -424,8 +468,15 @@ def _counted(
     return out
 
 
-def _rooms(lines: dict[int, Line]) -> set[str]:
-    return {line.room_id for line in lines.values()}
+def _witnessed(
+    conn: Connection, user_id: int, rows: list[Row]
+) -> tuple[dict[int, Line], set[int], dict[str, int]]:
+    """The lines these rows cite, those of them the user witnessed, and the rooms (of the rows
+    and their lines) the user is a member of → when they joined: what the page may show."""
+    lines = rooms.lines_by_id(conn, {i for r in rows for i in r.evidence})
+    rooms_cited = {r.room_id for r in rows} | {line.room_id for line in lines.values()}
+    joined = rooms.memberships(conn, user_id, rooms_cited)
+    return lines, witnessed_lines(user_id, lines, joined), joined
 
 
 def witnessed_lines(user_id: int, lines: dict[int, Line], joined: dict[str, int]) -> set[int]:
@@ -552,17 +603,75 @@ def evidence(user_id: int, page: ManagePage) -> dict[int, list[EvidenceLine]]:
         found = rooms.lines_by_id(conn, (i for ids in cited.values() for i in ids))
     me = human_ref(user_id)
     return {
-        row_id: [
-            EvidenceLine(x.id, x.speaker, x.text if _may_quote(x.speaker, me) else None, x.created)
-            for x in (found[i] for i in ids if i in found)
-        ]
+        row_id: [_evidence_line(found[i], me) for i in ids if i in found]
         for row_id, ids in cited.items()
     }
+
+
+def _evidence_line(x: Line, me: str) -> EvidenceLine:
+    """A cited line as the user may see it: another human's words withheld."""
+    return EvidenceLine(x.id, x.speaker, x.text if _may_quote(x.speaker, me) else None, x.created)
 
 
 def _may_quote(speaker: str, me: str) -> bool:
     """The user's own words and a persona's; never another human's."""
     return speaker == me or human_id(speaker) is None
+
+
+# --- the export: everything the page shows, every line of it (GDPR Art. 15 and 20) ----------
+
+
+EXPORT_PAGE_ROWS = 500  # ours: rows read per step of an export, so a big store streams
+
+
+@dataclass(frozen=True)
+class ExportLine:
+    """One line of an export: the page's line (`page_line`: its origin and evidence only as
+    far as the user witnessed them), with its persona, its text with names, and its evidence
+    lines (`evidence`: another human's words withheld)."""
+
+    persona: str
+    line: PageLine
+    shown: str  # the text with names instead of `u:` ids, as the page shows it
+    evidence: list[EvidenceLine]
+
+
+def export_lines(
+    user_id: int, before: int | None = None, limit: int = EXPORT_PAGE_ROWS
+) -> tuple[list[ExportLine], int | None]:
+    """One step of an export: up to `limit` of the rows the page lists for the user — open and
+    closed alike, by id newest first, below `before` — and the `before` of the next step (None:
+    that was the last). By id, whatever is open: a row closed or reopened meanwhile is still
+    exported once."""
+    check_id(user_id, "user_id")
+    check_id(limit, "limit")
+    with store.engine().connect() as conn:
+        _require_user(conn, user_id)
+        found = memories.page_of(conn, user_id, closed=None, before_id=before, limit=limit + 1)
+        step = found[:limit]
+        rows = [r for r in step if concerns_user(r, user_id)]
+        lines, seen, joined = _witnessed(conn, user_id, rows)
+        people = users.user_names(conn, sorted(toasts.mentioned(r.text for r in rows)))
+    me = human_ref(user_id)
+    out = []
+    for r in rows:
+        line = page_line(r, seen, set(joined))
+        cited = [_evidence_line(lines[i], me) for i in line.evidence if i in lines]
+        out.append(ExportLine(r.persona, line, toasts.named(r.text, people) + ".", cited))
+    return out, (step[-1].id if len(found) > limit else None)
+
+
+def export_notices(
+    user_id: int, before: int | None = None, limit: int = EXPORT_PAGE_ROWS
+) -> tuple[list[RailNotice], int | None]:
+    """One step of the user's toasts, every one of them (the rail shows the newest), newest
+    first below `before`, and the next step's `before` (None: the last)."""
+    check_id(user_id, "user_id")
+    check_id(limit, "limit")
+    with store.engine().connect() as conn:
+        found = notices.of_user_before(conn, user_id, before, limit + 1)
+    step = [RailNotice(n.id, n.persona, n.room_id, n.text, n.created, n.undone) for n in found]
+    return step[:limit], (step[limit - 1].id if len(step) > limit else None)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, insert
+from sqlalchemy import Connection, Engine, column, insert, table
 
 from memory_worker import app_side
-from memory_worker.core import tables as t
 
 DAN, CARA, NOLAN_H = 42, 17, 23
 
@@ -69,5 +68,7 @@ def row_as_stored_before(
         created="2026-12-06T10:00:00+00:00",
         valid_to="2026-12-06" if closed else None,
     )
-    pm = t.persona_memory.c
-    return int(conn.execute(insert(t.persona_memory).values(values).returning(pm.id)).scalar_one())
+    # A table of just these columns: `t.persona_memory` would add the columns it fills by
+    # default (`search_text`, 0024), which an older schema has not got.
+    older = table("persona_memory", column("id"), *(column(name) for name in values))
+    return int(conn.execute(insert(older).values(values).returning(older.c.id)).scalar_one())

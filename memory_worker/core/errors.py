@@ -126,6 +126,19 @@ class BadRequest(MemoryWorkerError):
     to send instead and is safe to show."""
 
 
+class BadCursor(BadRequest):
+    """A page cursor the page never gave (forged, another user's or search's, or garbled)."""
+
+
+class BadSearch(BadRequest):
+    """A page search the page will not run: over its length, or holding control characters."""
+
+
+class ListChanged(MemoryWorkerError):
+    """A page walk's next page, asked after a line about the user was closed or reopened since
+    the walk began: going on would show a line twice or skip one (a 409; start again)."""
+
+
 class Refused(MemoryWorkerError):
     """A request refused for its shape (size, speed, origin), answered `status` + `message`."""
 

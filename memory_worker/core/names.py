@@ -101,6 +101,14 @@ def sentence_key(text: str) -> str:
     return " ".join(words(text))
 
 
+def search_key(text: str) -> str:
+    """A text as the page's search compares it, case-blind in every script: compatibility
+    forms composed (NFKC: "Café" typed with a combining accent is "Café") and case folded
+    ("CAFÉ" → "café", "STRASSE" → "strasse"). Unlike `fold`, letters stay the letters they
+    are: a search finds what was written, not its lookalikes."""
+    return unicodedata.normalize("NFKC", text or "").casefold()
+
+
 def _clean(word: str) -> str:
     return word.removesuffix("'s").rstrip("'")
 

@@ -8,6 +8,8 @@ Migrations in `schema/versions/` must build exactly this (a test compares them).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -25,7 +27,15 @@ from sqlalchemy import (
     text,
 )
 
+from memory_worker.core.names import search_key
+
 metadata = MetaData()
+
+
+def _search_text(ctx: Any) -> str:
+    """`persona_memory.search_text` for an insert that does not give it: from its text."""
+    return search_key(str(ctx.get_current_parameters().get("text") or ""))
+
 
 # --- the app's side: who, where, what was said ------------------------------------------
 
@@ -141,7 +151,15 @@ persona_memory = Table(
     # Its text as `names.sentence_key` normalises it, written with the text (0020): the
     # commit's exactly-once check reads the open rows of a candidate's sentence, not every row.
     Column("sentence_key", Text, nullable=True),
+    # Its text as `names.search_key` folds it, written with the text (0024): the page's search
+    # is case-blind in every script on every database, whatever SQL's lower() knows. A plain
+    # insert gets it from the text too (`_search_text`).
+    Column("search_text", Text, nullable=True, default=lambda ctx: _search_text(ctx)),
+    # When `valid_to` last changed (a close or a reopen), in microseconds since the epoch
+    # (0024): a page walk begun before it says the list changed (`controls.page_lines`).
+    Column("toggled", BigInteger, nullable=True),
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
+    Index("ix_persona_memory_toggled", "toggled"),
     Index("ix_persona_memory_sentence", "persona", "sentence_key"),
     Index("ix_persona_memory_subject", "subject"),
     # The daily caps: today's rows about the spell's people, a range each (0009).

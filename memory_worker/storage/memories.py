@@ -12,6 +12,7 @@ which here is only LargeBinary's (`embedding` comes back as bytes: `_blob`).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,14 +34,16 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    true,
     union_all,
     update,
 )
 
+from memory_worker.core import rows as core_rows
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD
-from memory_worker.core.names import sentence_key
+from memory_worker.core.names import search_key, sentence_key
 from memory_worker.core.rows import Candidate, Row, human_ref, id_json, id_list
 from memory_worker.storage import read_packs, read_path
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared, in_parts
@@ -293,6 +296,7 @@ INSERTED = (  # the columns a new row takes from its call; the rest are an open 
     "named",
     "private_to",
     "sentence_key",
+    "search_text",
 )
 
 INSERT_ROW = Prepared(
@@ -323,7 +327,8 @@ def insert_row(
     concerns, and for a world row learned from people, whom it stays with. Returns its id.
 
     The only write of a row's text: its `sentence_key` (`names.sentence_key`) is written with
-    it, here and nowhere else (schema/versions/0020 filled the rows stored before)."""
+    it, here and nowhere else (schema/versions/0020 filled the rows stored before), and so is
+    its `search_text` (`names.search_key`, 0024)."""
     named = sorted(set(named))
     c = candidate
     new = INSERT_ROW.execute(
@@ -344,6 +349,7 @@ def insert_row(
             "named": id_json(named) if named else None,
             "private_to": id_json(private_to),
             "sentence_key": sentence_key(c.text),
+            "search_text": search_key(c.text),
         },
     )
     return int(new.scalar_one())
@@ -353,14 +359,31 @@ CLOSE = Prepared(  # a column's name is the SET clause's own bind name: k_* here
     lambda: (
         update(t.persona_memory)
         .where(pm.id == bindparam("k_id"), pm.valid_to.is_(None))
-        .values(valid_to=bindparam("k_valid_to"), closed_by=bindparam("k_closed_by"))
+        .values(
+            valid_to=bindparam("k_valid_to"),
+            closed_by=bindparam("k_closed_by"),
+            toggled=bindparam("k_toggled"),
+        )
     )
 )
 
 
+def toggle_stamp() -> int:
+    """`persona_memory.toggled` for a close or reopen now: microseconds since the epoch."""
+    return time.time_ns() // 1000
+
+
 def close(conn: Connection, row_id: int, valid_to: str, closed_by: int | None) -> None:
     """Close an open row (a closed arc: never deleted by the write path)."""
-    CLOSE.execute(conn, {"k_id": row_id, "k_valid_to": valid_to, "k_closed_by": closed_by})
+    CLOSE.execute(
+        conn,
+        {
+            "k_id": row_id,
+            "k_valid_to": valid_to,
+            "k_closed_by": closed_by,
+            "k_toggled": toggle_stamp(),
+        },
+    )
 
 
 # --- whole rows -----------------------------------------------------------------------------
@@ -455,28 +478,38 @@ def rows_about(conn: Connection, user_id: int, persona: str | None = None) -> li
     return _rows(conn, where)
 
 
+# A row as the page and the export show it: not its vector (a kilobyte a row with e5) nor the
+# keys kept for the commit and the search.
+SHOWN_COLUMNS = [
+    c for c in t.persona_memory.c if c.name not in ("embedding", "sentence_key", "search_text")
+]
+
+
 def page_of(
     conn: Connection,
     user_id: int,
     *,
-    closed: bool,
+    closed: bool | None,
     before_id: int | None,
     limit: int,
     text: str | None = None,
 ) -> list[Row]:
-    """One page of the rows that concern the user, newest first: open ones or closed ones,
-    with ids below `before_id` (the page's cursor), whose text holds `text` (any case).
+    """One page of the rows that concern the user, newest first: open ones or closed ones
+    (None: both, the export's walk), with ids below `before_id` (the page's cursor), whose
+    text holds `text` in any case and script (`search_text`, `names.search_key`).
 
     Each way a row concerns the user (`about_user`) is read on its own, newest first and at
     most `limit`, then the newest `limit` of those: one OR over all three made SQLite
     collect and sort every row about the human (170 ms at 100k rows) for 50."""
     ref = human_ref(user_id)
     held = select(ma.row_id).where(ma.user_id == user_id)
-    shared: ColumnElement[bool] = pm.valid_to.is_not(None) if closed else pm.valid_to.is_(None)
+    shared: ColumnElement[bool] = true()
+    if closed is not None:
+        shared = pm.valid_to.is_not(None) if closed else pm.valid_to.is_(None)
     if before_id is not None:
         shared = and_(shared, pm.id < before_id)
     if text:
-        shared = and_(shared, pm.text.icontains(text, autoescape=True))
+        shared = and_(shared, pm.search_text.contains(search_key(text), autoescape=True))
     ways = (
         pm.subject == ref,
         and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref),
@@ -488,9 +521,31 @@ def page_of(
             for way in ways
         )
     ).subquery()
-    page = select(t.persona_memory).where(pm.id.in_(select(newest.c.id)))
+    page = select(*SHOWN_COLUMNS, null().label("embedding")).where(pm.id.in_(select(newest.c.id)))
     found = conn.execute(page.order_by(pm.id.desc()).limit(limit))
     return [_row(m) for m in found.mappings()]
+
+
+TOGGLED_READ_MAX = 1_000  # ours: toggles since a walk began read at most; past it, "changed"
+
+
+def toggled_since(conn: Connection, user_id: int, since: int) -> bool:
+    """Whether a row that concerns the user was closed or reopened at or after `since`
+    (`toggle_stamp`): a page walk begun then may have shown it in the other half.
+
+    Only `ix_persona_memory_toggled` is read — the rows toggled since, whoever they are about,
+    few in the seconds or minutes of a walk — and whom each concerns is checked here: with the
+    audience rule in the WHERE, SQLite read every row about the human instead. More than
+    TOGGLED_READ_MAX toggles since then counts as a change (a walk starts again), never a scan."""
+    query = (
+        select(pm.subject, pm.counterpart, pm.private_to)
+        .where(pm.toggled >= since)
+        .limit(TOGGLED_READ_MAX + 1)
+    )
+    found = conn.execute(query).all()
+    if len(found) > TOGGLED_READ_MAX:
+        return True
+    return any(user_id in core_rows.concerned(s, c, id_list(p)) for s, c, p in found)
 
 
 def page_counts(conn: Connection, user_id: int) -> dict[str, tuple[int, int, int]]:
@@ -587,7 +642,7 @@ def set_embeddings(conn: Connection, vectors: Iterable[tuple[int, bytes]]) -> No
 
 def reopen(conn: Connection, ids: Sequence[int]) -> None:
     """Make closed rows open again (undoing the UPDATE that closed them)."""
-    values = dict(valid_to=None, closed_by=None)
+    values = dict(valid_to=None, closed_by=None, toggled=toggle_stamp())
     for part in in_parts(ids):
         conn.execute(update(t.persona_memory).where(pm.id.in_(part)).values(**values))
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, insert, select, update
 
 from memory_worker.core import tables as t
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared
@@ -118,6 +118,20 @@ def of_user(conn: Connection, user_id: int, after_id: int = 0, limit: int = 20) 
         .limit(limit)
     )
     return [_notice(r) for r in conn.execute(q)]
+
+
+def of_user_before(
+    conn: Connection, user_id: int, before_id: int | None, limit: int
+) -> list[Notice]:
+    """The user's notices below `before_id` (None: from the newest), newest first: an export
+    reads every one of them a step at a time."""
+    where = n.user_id == user_id
+    if before_id is not None:
+        where = and_(where, n.id < before_id)
+    return [
+        _notice(r)
+        for r in conn.execute(select(t.notices).where(where).order_by(n.id.desc()).limit(limit))
+    ]
 
 
 def of_place(conn: Connection, persona: str, room_id: str) -> list[Notice]:

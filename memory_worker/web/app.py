@@ -10,6 +10,8 @@ Routes (every write is POST, under / for the page's forms and under /api/ for JS
     GET  /api/page                  the page as JSON
     GET  /api/notices[?after=N]     the rail as JSON
     GET  /api/notices/stream        the rail, live (Server-Sent Events)
+    GET  /api/export[?format=md]    everything about the user, streamed (the CSRF header too)
+    POST /export                    the same, from the page's button without JavaScript
     POST [/api]/notices/{id}/undo · /memories/{id}/delete · /clear · /note
          · /switches/memory_on · /personas/{slug}/forget_me · /personas/{slug}/follow
          · /rooms
@@ -21,6 +23,7 @@ headers on every answer; every route checks the session before it reads a body.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -33,7 +36,13 @@ from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -43,14 +52,31 @@ from memory_worker import controls
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
-from memory_worker.core.errors import BadRequest, NoteTooLong, NotFound, Refused, UnknownUser
+from memory_worker.core.errors import (
+    BadCursor,
+    BadRequest,
+    BadSearch,
+    ListChanged,
+    NoteTooLong,
+    NotFound,
+    Refused,
+    UnknownUser,
+)
+from memory_worker.core.numbers import whole_number
+from memory_worker.core.rows import now_iso
 from memory_worker.storage import store, users
-from memory_worker.web import guard, rail, security
+from memory_worker.web import export, guard, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
+
+log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 NOT_FOUND = "not found"  # missing and not-yours alike
+LIST_CHANGED = (
+    "The lines changed while you scrolled (one was closed or reopened): "
+    "start again from the top to see each once."
+)
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 
@@ -119,16 +145,21 @@ def page_data(
 
 
 def _limit(request: Request) -> int:
-    """The page's `limit` from the query string: BadRequest for one that is not a number."""
+    """The page's `limit` from the query string: BadRequest for one that is not 1..200."""
     given = request.query_params.get("limit", str(PAGE_LINES))
-    if not given.isdigit():
-        raise BadRequest("limit must be a whole number")
-    return int(given)
+    return whole_number(given, "limit", 1, controls.PAGE_LINES_MAX)
 
 
-def _paging(request: Request) -> tuple[str | None, str | None]:
-    """The page's `cursor` and `q` (a search) from the query string."""
-    return request.query_params.get("cursor"), request.query_params.get("q")
+def _page(request: Request, user_id: int, limit: int = PAGE_LINES) -> dict[str, Any]:
+    """`page_data` for the request's `cursor` and `q` (a search): the cursor must be one this
+    server signed for this user and search (else BadCursor), and the next one is signed."""
+    key: bytes = request.app.state.cursor_key
+    query = request.query_params.get("q")
+    cursor = security.open_cursor(key, user_id, query, request.query_params.get("cursor"))
+    data = page_data(user_id, cursor, query, limit)
+    if data["next_cursor"] is not None:
+        data["next_cursor"] = security.sign_cursor(key, user_id, query, data["next_cursor"])
+    return data
 
 
 def _render_page(
@@ -139,7 +170,7 @@ def _render_page(
     note_error: str | None = None,
     note_draft: str | None = None,
 ) -> Response:
-    data = page_data(user_id, *_paging(request))
+    data = _page(request, user_id)
     done, count = request.session.pop("done", None) or (None, None)
     context = {
         **data,
@@ -180,8 +211,14 @@ async def page(request: Request) -> Response:
     except UnknownUser:  # the user is gone from the store
         await security.sign_out(request, everywhere=True)
         return _signed_out(request)
-    except BadRequest:  # a cursor or search the page never gives
+    except BadCursor:  # a cursor the page never gave
         return _error_page(request, 400, "This page link is not one the page gave.")
+    except BadSearch as e:
+        return _error_page(request, 400, f"Not searched: {e}.")
+    except BadRequest as e:
+        return _error_page(request, 400, f"{str(e)[:1].upper()}{str(e)[1:]}.")
+    except ListChanged:
+        return _error_page(request, 409, LIST_CHANGED)
 
 
 async def login(request: Request) -> Response:
@@ -226,14 +263,25 @@ def _run(action: Action, user_id: int, path: dict[str, Any], raw: dict[str, Any]
     return action.run(user_id, path, body)
 
 
+async def _signed_form(request: Request) -> tuple[int, dict[str, str]] | Response:
+    """The signed-in user and the page's form they posted with its CSRF token; else the
+    page's answer (signed out, or an expired form). The session is checked before the body
+    is read."""
+    uid = await security.signed_in_user(request)
+    if uid is None:
+        return _signed_out(request)
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
+        return _error_page(request, 403, "This form has expired. Reload the page and retry.")
+    return uid, form
+
+
 def _html_write(action: Action) -> Endpoint:
     async def handler(request: Request) -> Response:
-        uid = await security.signed_in_user(request)
-        if uid is None:
-            return _signed_out(request)
-        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if not security.csrf_ok(request, form.get(security.CSRF_FIELD)):
-            return _error_page(request, 403, "This form has expired. Reload the page and retry.")
+        signed = await _signed_form(request)
+        if isinstance(signed, Response):
+            return signed
+        uid, form = signed
         try:
             raw = form_input(action, form)
             result = await run_in_threadpool(_run, action, uid, dict(request.path_params), raw)
@@ -322,11 +370,13 @@ async def api_page(request: Request) -> Response:
         return _json_error(401, "not signed in")
     try:
         limit = _limit(request)
-        return JSONResponse(await run_in_threadpool(page_data, uid, *_paging(request), limit))
+        return JSONResponse(await run_in_threadpool(_page, request, uid, limit))
     except UnknownUser:
         return _json_error(404, NOT_FOUND)
     except BadRequest as e:  # a cursor, limit or search the page never gives
         return _json_error(400, _plain(e))
+    except ListChanged:
+        return JSONResponse({"ok": False, "error": LIST_CHANGED, "changed": True}, 409)
 
 
 async def api_notices(request: Request) -> Response:
@@ -339,6 +389,62 @@ async def api_notices(request: Request) -> Response:
         return _json_error(400, str(e))
     found = await run_in_threadpool(controls.rail, uid, after)
     return JSONResponse({"notices": [asdict(n) for n in found]})
+
+
+# --- the export --------------------------------------------------------------------------------
+
+
+async def api_export(request: Request) -> Response:
+    """GET /api/export[?format=json|md]: needs the session and its CSRF token (the header), as
+    a write does — it hands over everything about the human at once."""
+    uid = await security.signed_in_user(request)
+    if uid is None:
+        return _json_error(401, "not signed in")
+    if not security.csrf_ok(request, request.headers.get(security.CSRF_HEADER)):
+        return _json_error(403, "missing or wrong CSRF token (X-CSRF-Token)")
+    return await _export(request, uid, request.query_params.get("format", "json"))
+
+
+async def form_export(request: Request) -> Response:
+    """POST /export: the page's button without JavaScript (the `csrf` and `format` fields)."""
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    uid, form = signed
+    return await _export(request, uid, form.get("format", "json"), page=True)
+
+
+async def _export(request: Request, uid: int, fmt: str, *, page: bool = False) -> Response:
+    """The export as a download; a refusal as JSON, or for the page's form (`page`) as a page."""
+
+    def refused(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        if page:
+            answer = _error_page(request, status, f"{message[:1].upper()}{message[1:]}.")
+        else:
+            answer = _json_error(status, message)
+        answer.headers.update(headers or {})
+        return answer
+
+    if fmt not in export.FORMATS:
+        return refused(400, f"format must be one of {', '.join(export.FORMATS)}")
+    wait = request.app.state.exports.take(uid)
+    if wait is not None:
+        log.info("export refused: user %d, too many in %.0f s", uid, export.EXPORT_WINDOW_S)
+        retry = {"retry-after": str(int(wait) + 1)}
+        return refused(429, "too many exports: try again in a few minutes", retry)
+    try:
+        head = await run_in_threadpool(page_data, uid, None, None, 1)
+    except UnknownUser:
+        return refused(404, NOT_FOUND)
+    now = now_iso()
+    name = export.filename(uid, fmt, now[:10])
+    headers = {
+        "content-disposition": f'attachment; filename="{name}"',
+        "x-export-lines": str(export.expected_lines(head)),
+    }
+    return StreamingResponse(
+        export.document(uid, fmt, head, now), media_type=export.FORMATS[fmt][0], headers=headers
+    )
 
 
 # --- the app ---------------------------------------------------------------------------------
@@ -379,6 +485,8 @@ def create_app(
         Route("/api/page", api_page),
         Route("/api/notices", api_notices),
         Route("/api/notices/stream", rail.stream),
+        Route("/api/export", api_export),
+        Route("/export", form_export, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Route("/favicon.ico", favicon),  # asked for by browsers that ignore the page's link
     ]
@@ -405,6 +513,8 @@ def create_app(
     )
     app.state.login_links = login_links or security.LoginLinks()
     app.state.sessions = security.Sessions(secret_key)
+    app.state.cursor_key = security.cursor_key(secret_key)
+    app.state.exports = export.ExportLimiter()
     app.state.redis_url = redis_url
     app.state.rail_poll_s = rail_poll_s
     return app

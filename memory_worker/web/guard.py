@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_worker.core.constants import WEB_BODY_TIMEOUT_S, WEB_JSON_MAX_DEPTH
 from memory_worker.core.errors import BadRequest, Refused
+from memory_worker.core.numbers import is_ascii_number
 from memory_worker.web.security import SECURITY_HEADERS
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def declared_length(scope: Scope) -> int | None:
     raw = Headers(scope=scope).get("content-length")
     if raw is None:
         return None
-    if not raw.strip().isdigit():
+    if not is_ascii_number(raw.strip()):
         raise Refused(400, "Content-Length must be a whole number")
     return int(raw)
 

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from memory_worker import controls
 from memory_worker.core.errors import BadRequest
+from memory_worker.core.numbers import whole_number
 from memory_worker.ops import toast_bus
 from memory_worker.web import security
 
@@ -37,9 +38,7 @@ USER_PARAMS = ("user", "user_id", "uid")  # the user is the session's, never the
 def after_id(request: Request) -> int:
     """The last toast the client has: ?after=N, or the EventSource's Last-Event-ID."""
     raw = request.query_params.get("after") or request.headers.get("last-event-id") or "0"
-    if not raw.isdigit():
-        raise BadRequest("after / Last-Event-ID must be a notice id (a whole number)")
-    return int(raw)
+    return whole_number(raw, "after / Last-Event-ID (a notice id)", 0, controls.ID_MAX)
 
 
 async def stream(request: Request) -> Response:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -28,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from memory_worker.core.constants import WEB_SESSION_MAX_AGE_S
-from memory_worker.core.errors import ConfigError
+from memory_worker.core.errors import BadCursor, ConfigError
 from memory_worker.storage import store, web_sessions
 from memory_worker.storage.web_sessions import WebSession
 
@@ -208,6 +209,40 @@ def csrf_ok(request: Request, supplied: object) -> bool:
     if not expected or not isinstance(supplied, str) or not supplied:
         return False
     return secrets.compare_digest(expected.encode(), supplied.encode())
+
+
+# --- page cursors: the server's own, signed ----------------------------------------------------
+
+
+CURSOR_MAC_BYTES = 16  # 128 bits: a forged cursor is guessed never
+
+
+def cursor_key(secret: str) -> bytes:
+    """The key that signs page cursors, derived from MW_WEB_SECRET (apart from the cookie's)."""
+    return hmac.new(secret.encode(), b"page_cursors", "sha256").digest()
+
+
+def _cursor_mac(key: bytes, user_id: int, query: str | None, plain: str) -> str:
+    said = f"{user_id}\0{query or ''}\0{plain}".encode()
+    mac = hmac.new(key, said, "sha256").digest()[:CURSOR_MAC_BYTES]
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def sign_cursor(key: bytes, user_id: int, query: str | None, plain: str) -> str:
+    """A page cursor as the page hands it out: bound to the user and the search it walks."""
+    return f"{plain}.{_cursor_mac(key, user_id, query, plain)}"
+
+
+def open_cursor(key: bytes, user_id: int, query: str | None, signed: str | None) -> str | None:
+    """The cursor `sign_cursor` signed for this user and search (None: none given);
+    BadCursor for any other — forged, garbled, another user's, another search's."""
+    if not signed:
+        return None
+    plain, _, mac = signed.rpartition(".")
+    expected = _cursor_mac(key, user_id, query, plain)
+    if not plain or not secrets.compare_digest(expected.encode(), mac.encode("utf-8", "replace")):
+        raise BadCursor("not a page cursor")
+    return plain
 
 
 def check_secret(secret: str | None) -> str:

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import Connection, Engine, event, func, insert, select, text
+from sqlalchemy import Connection, Engine, event, func, insert, select, text, update
 
 from memory_worker import controls
 from memory_worker.core import tables as t
@@ -195,7 +195,11 @@ def test_the_migration_counts_the_rows_stored_before_it(stored: dict[str, int], 
     with db.begin() as conn:
         scenes.row_as_stored_before(conn, f"u:{DAN}", "u:42 was written with no counter.")
     with db.begin() as conn:
-        memories.close(conn, stored["cara"], NOW[:10], None)
+        # A close as 0018 wrote it (`memories.close` also stamps `toggled`, 0024).
+        pm = t.persona_memory.c
+        conn.execute(
+            update(t.persona_memory).where(pm.id == stored["cara"]).values(valid_to=NOW[:10])
+        )
         memories.set_audience(conn, stored["world dan"], [DAN, NOLAN_H], was=[DAN])
     store.init_db(str(db.url))
     assert_counted(db)

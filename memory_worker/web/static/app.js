@@ -56,14 +56,19 @@ function toastItem(n) {
 }
 
 async function refreshMemories() {
-  // New lines arrived with the toast: swap in the server's rendering of the section.
-  const res = await fetch("/", { credentials: "same-origin" });
+  // New lines arrived with the toast: swap in the server's rendering of the section, for the
+  // search the page is showing (not the unfiltered list), and keep what is typed in the box.
+  const q = new URLSearchParams(location.search).get("q");
+  const res = await fetch(q ? `/?q=${encodeURIComponent(q)}` : "/", { credentials: "same-origin" });
   if (!res.ok) return;
   const doc = new DOMParser().parseFromString(await res.text(), "text/html");
   const fresh = doc.getElementById("memories");
   const here = document.getElementById("memories");
   if (fresh && here && !here.contains(document.activeElement)) {
+    const typed = document.getElementById("search-q")?.value;
     here.replaceWith(fresh);
+    const box = document.getElementById("search-q");
+    if (box && typed !== undefined) box.value = typed;
     watchMore();
   }
 }
@@ -117,6 +122,21 @@ async function loadMore(more) {
   if (more.dataset.loading) return;
   more.dataset.loading = "1";
   const res = await fetch(more.href, { credentials: "same-origin" });
+  if (res.status === 409) {
+    // A line was closed or reopened since the list was read: going on would show one twice
+    // or skip one, so say so and offer the list from the top.
+    const said = document.createElement("p");
+    said.className = "hint";
+    said.id = "changed";
+    said.setAttribute("role", "status");
+    said.textContent = "The lines changed while you scrolled. ";
+    const again = document.createElement("a");
+    again.href = "/" + location.search.replace(/([?&])cursor=[^&]*&?/, "$1") + "#memories";
+    again.textContent = "Show them again from the top";
+    said.append(again);
+    more.parentElement.replaceWith(said);
+    return;
+  }
   if (!res.ok) {
     delete more.dataset.loading;
     return;
@@ -149,7 +169,62 @@ function watchMore() {
   moreWatcher.observe(more);
 }
 
+async function exportWithProgress(ev) {
+  // The export through the API, so the page can count the lines as they stream in; the
+  // form posts to /export and downloads the same file without this.
+  const form = ev.target;
+  const fmt = ev.submitter?.value || "json";
+  ev.preventDefault();
+  const bar = document.getElementById("export-progress");
+  const status = document.getElementById("export-status");
+  const buttons = form.querySelectorAll("button");
+  buttons.forEach((b) => { b.disabled = true; });
+  status.textContent = "Preparing your copy…";
+  try {
+    const res = await fetch(`/api/export?format=${fmt}`, {
+      credentials: "same-origin",
+      headers: { "X-CSRF-Token": csrfToken() },
+    });
+    if (!res.ok) {
+      const said = await res.json().catch(() => ({ error: `error ${res.status}` }));
+      status.textContent = `Not exported: ${said.error}.`;
+      return;
+    }
+    const total = Number(res.headers.get("X-Export-Lines")) || 0;
+    const mark = fmt === "json" ? '{"persona":' : "\n- **";
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    const parts = [];
+    let tail = "";
+    let lines = 0;
+    bar.hidden = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      parts.push(value);
+      const text = tail + decoder.decode(value, { stream: true });
+      lines += text.split(mark).length - 1;
+      tail = text.slice(-mark.length + 1);
+      bar.value = total ? Math.min(1, lines / total) : 0;
+      status.textContent = `Preparing your copy… ${Math.min(lines, total)} of ${total} lines`;
+    }
+    bar.value = 1;
+    const name = /filename="([^"]+)"/.exec(res.headers.get("Content-Disposition") || "");
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(new Blob(parts, { type: res.headers.get("Content-Type") }));
+    link.download = name ? name[1] : `memories.${fmt}`;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+    status.textContent = `Downloaded ${link.download}: ${total} line${total === 1 ? "" : "s"}.`;
+  } finally {
+    buttons.forEach((b) => { b.disabled = false; });
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("export-form")?.addEventListener("submit", exportWithProgress);
   liveCount();
   liveRail();
   watchMore();
