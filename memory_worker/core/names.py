@@ -96,9 +96,39 @@ def words(text: str) -> list[str]:
 
 
 def sentence_key(text: str) -> str:
-    """A row's sentence normalised — folded words, punctuation and case aside — so the same
-    sentence written twice is seen as one (the commit's exactly-once across audiences)."""
-    return " ".join(words(text))
+    """A row's sentence as exactly-once across audiences compares it (the commit's fold,
+    `write.copies`): two rows fold only when they say the same sentence. Unicode compatibility
+    forms (NFKC: full-width "ＨＩＶ＋" is "HIV+"), case and runs of whitespace are all that may
+    differ; every letter, digit, sign, currency, unit, percent and punctuation mark counts, so
+    "HIV+" and "HIV-", "$50k" and "€50k", "C++" and "C#", "90%" and "90" stay two facts.
+
+    Not `fold`, which is for finding names and errs wide: here a wrong fold loses a fact, a
+    missed one only keeps a duplicate, so everything doubtful stays apart. Three exceptions
+    to NFKC and case folding, each a minimal pair: superscripts, subscripts and vulgar
+    fractions keep their form ("10²" is not "102", "½" is not "12"), and "ß" stays "ß" ("Maße"
+    is not "Masse")."""
+    pieces = _kept_forms().split(text)  # the kept characters at odd indices
+    said = "".join(
+        ("ß" if p == "\u1e9e" else p) if n % 2 else _casefold(unicodedata.normalize("NFKC", p))
+        for n, p in enumerate(pieces)
+    )
+    return " ".join(said.split())
+
+
+def _casefold(text: str) -> str:
+    """Case folded, but "ß" kept (`sentence_key`)."""
+    return "ß".join(part.casefold() for part in text.split("ß"))
+
+
+@lru_cache(maxsize=1)
+def _kept_forms() -> re.Pattern[str]:
+    """The characters `sentence_key` keeps as written: those NFKC would turn into characters
+    they differ from in meaning (superscripts, subscripts, vulgar fractions), and capital ẞ."""
+    tags = ("<super>", "<sub>", "<fraction>")
+    kept = [
+        chr(i) for i in range(0x80, 0x20000) if unicodedata.decomposition(chr(i)).startswith(tags)
+    ]
+    return re.compile("([" + re.escape("".join(kept)) + "\u1e9e])")
 
 
 def _clean(word: str) -> str:
