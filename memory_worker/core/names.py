@@ -12,7 +12,9 @@ letters (Cyrillic "Саrа" → "cara", the Unicode consortium's confusables lis
 folding. A human is named by any distinctive part of the name they go by: the whole name of
 any length, each word of two letters or more ("Cara", "Wu", "Wu's", "Ms Wu"), the words run
 together as in a handle ("@CaraWu", "@cara_wu"), a name in a script written without spaces
-found inside a sentence ("我和李雷去了"), and their `u:` id in any width ("ｕ：４２").
+found inside a sentence ("我和李雷去了"), and their `u:` id in any width ("ｕ：４２"). A word in
+disguise is read as the name it spells (`readings`): digits and signs for letters ("C4ra"),
+Greek or Cyrillic letters for Latin ones ("Καρα").
 
 Erring wide is the safe side (fail closed): a false match holds a row back where someone it
 seems to name is absent, never shows one. One exception keeps the rule usable: a name part

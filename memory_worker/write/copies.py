@@ -7,7 +7,9 @@ open for the same concern is folded here, never by moving text between rows — 
 row was formed with everyone the new one is (or more), the new one is not written; when the
 new one is formed with more, it is written and closes the narrower copy (`closed_by`), whose
 human is not told twice; when neither holds the other, both stay (duplicates across
-audiences are the price of never widening one).
+audiences are the price of never widening one). Only the same sentence folds: "HIV+" and
+"HIV-" are two (`names.sentence_key`), and an UPDATE that says something else than the row it
+replaces is never held back.
 """
 
 from __future__ import annotations
