@@ -102,6 +102,19 @@ def test_numbers_units_and_short_words_name_nobody(text: str) -> None:
     assert names.humans_named(text, people) == {42}
 
 
+# Everyday words with digits or signs in them: model numbers, chemistry, slang, units.
+EVERYDAY_WITH_DIGITS = (
+    "mp3 mp4 b2b h2o co2 covid19 4x4 ps5 g7 x86 i7 w10 3g 4g 5g f1 a4 k9 r2d2 c3po b12 d3 4ever"
+    " gr8 l8r b4 2moro m8 1st 2nd 3rd 4th 5th 18th 1900s 5K 2D 200A 7am 10pm 5km 3kg 90s 24h"
+    " 360 1080p 4k 8k 3d 2fa 1password 7eleven 9to5 24/7 $5 $50k 50% #1 @home me@home"
+).split()
+
+
+@pytest.mark.parametrize("word", EVERYDAY_WITH_DIGITS)
+def test_everyday_words_with_digits_name_no_one_of_the_test_worlds(word: str) -> None:
+    assert names.humans_named(f"Bought a {word} thing.", PEOPLE) == set()
+
+
 def test_a_lower_case_disguise_of_an_everyday_word_names_nobody() -> None:
     assert names.humans_named("Dan w1ll call.", {11: "Will"}) == set()
     assert names.humans_named("Dan says W1ll called.", {11: "Will"}) == {11}
