@@ -100,7 +100,7 @@ def _plain(text: str) -> str:
 # --- disguises: digits for letters, names written in another script --------------------------
 
 # What a character may stand for in a disguised name: digits and signs for the letters they
-# look like ("C4ra", "@nna", "5am"), Greek and Cyrillic letters for the Latin ones they are
+# look like ("C4ra", "@nna", "5ara"), Greek and Cyrillic letters for the Latin ones they are
 # read as ("Καρα", "Кара": a kappa is read as k or c). Read only inside a word that has
 # letters of its own (`readings`).
 _STANDS_FOR: dict[str, tuple[str, ...]] = {
@@ -145,7 +145,7 @@ MIN_READING_CHARS = 3  # "A1", "3d", "b4" are not read as "Al", "Ed", "Ba"
 
 def readings(word: str) -> list[str]:
     """How a disguised word may be read as a name, folded: "C4ra" → cara; "Καρα" → kara,
-    cara; "A1ice" → aiice, alice. None for a word with nothing to read otherwise, with no
+    cara; "A1ice" → aiice, alice. Nothing for a word with nothing to read otherwise, with no
     letter ("10", "$50"), a number with its unit ("7am", "5km"), and a reading shorter than
     MIN_READING_CHARS ("A1", "3d": two-letter names are found as written)."""
     low = _plain(word).casefold()
@@ -165,7 +165,7 @@ def readings(word: str) -> list[str]:
 
 def _disguised(text: str, *, capitalised: bool = False) -> set[str]:
     """The readings of every disguised word of `text` (`readings`); with `capitalised`, only
-    of those written as a name is: a capital first, or a digit or sign standing for one."""
+    of the words written as names are: a capital first, or a digit or sign standing for one."""
     found: set[str] = set()
     if text.isascii() and not _DIGIT_SIGNS.intersection(text):
         return found  # most text: nothing to read otherwise
