@@ -117,14 +117,17 @@ perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
 
 # The exams, large: the flow exam (10,000 random spells against a hostile model, every output
 # read; ~10 min on two cores), its self-test (each structural guard removed in turn must be
-# seen), both again under the group scope (MW_MEMORY_SCOPE=follow), and the leak exam (plant
-# and probe). `make test` runs each small; `memory-worker exam` records the verdict.
-exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests, and the leak exam (~25 min)
+# seen), both again under the group scope (MW_MEMORY_SCOPE=follow), the leak exam (plant
+# and probe), and the integrity exam (minimal pairs: no fact lost or folded into another).
+# `make test` runs each small; `memory-worker exam` records the verdict.
+exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests, the leak and integrity exams (~27 min)
 	$(BIN)/python -m exams.flow.run --spells 10000
 	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20
 	$(BIN)/python -m exams.flow.run --spells 10000 --group-scope
 	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20 --group-scope
 	$(BIN)/python -m exams.leak.run
+	$(BIN)/python -m exams.integrity.run
+	$(BIN)/python -m exams.integrity.run --self-test
 
 # Mutation testing of the privacy core (docs/mutation.md): the audience rule, the reader's filter,
 # the audience SQL, recall and the write guards, each mutant against the fast tests that reach it

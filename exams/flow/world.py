@@ -188,6 +188,8 @@ class World:
             f"ｕ：{str(human).translate(FULL_WIDTH)}",
             _unaccented(part),
         ]
+        if len(part) >= 3:  # a disguise read to two letters names nobody (`names.readings`)
+            forms += [part.translate(DIGITS), part.translate(GREEK)]
         if not name.isascii() and " " not in name:
             forms.append(f"我和{name}去了")
         form = self.rng.choice(forms)
@@ -196,6 +198,10 @@ class World:
 
 
 FULL_WIDTH = {c: c + 0xFEE0 for c in range(0x21, 0x7F)}
+DIGITS = str.maketrans("aeiostAEIOST", "431057431057")  # "C4r4", "3v3"
+GREEK = str.maketrans(  # read aloud as the name: "Καρα", "Ζοε"
+    "abdegiklmnoprstuzcABDEGIKLMNOPRSTUZC", "αβδεγικλμνοπρστυζκΑΒΔΕΓΙΚΛΜΝΟΠΡΣΤΥΖΚ"
+)
 
 
 def _unaccented(text: str) -> str:

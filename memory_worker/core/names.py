@@ -12,7 +12,9 @@ letters (Cyrillic "Саrа" → "cara", the Unicode consortium's confusables lis
 folding. A human is named by any distinctive part of the name they go by: the whole name of
 any length, each word of two letters or more ("Cara", "Wu", "Wu's", "Ms Wu"), the words run
 together as in a handle ("@CaraWu", "@cara_wu"), a name in a script written without spaces
-found inside a sentence ("我和李雷去了"), and their `u:` id in any width ("ｕ：４２").
+found inside a sentence ("我和李雷去了"), and their `u:` id in any width ("ｕ：４２"). A word in
+disguise is read as the name it spells (`readings`): digits and signs for letters ("C4ra"),
+Greek or Cyrillic letters for Latin ones ("Καρα").
 
 Erring wide is the safe side (fail closed): a false match holds a row back where someone it
 seems to name is absent, never shows one. One exception keeps the rule usable: a name part
@@ -22,6 +24,7 @@ capital, as names are; lower-case "will" in "Dan will call" names nobody.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -82,12 +85,95 @@ def _lookalikes() -> dict[int, str]:
 
 def fold(text: str, *, keep_case: bool = False) -> str:
     """The one normalisation every name check uses (see the module's docstring)."""
+    t = unicodedata.normalize("NFKC", _plain(text).translate(_lookalikes()).translate(_APOSTROPHES))
+    return t if keep_case else t.casefold()
+
+
+def _plain(text: str) -> str:
+    """Compatibility forms, invisible characters and accents undone; nothing else."""
     t = unicodedata.normalize("NFKC", text or "")
     t = "".join(c for c in t if c not in _FILLERS and unicodedata.category(c) != "Cf")
     t = unicodedata.normalize("NFKD", t)
-    t = "".join(c for c in t if not unicodedata.combining(c))
-    t = unicodedata.normalize("NFKC", t.translate(_lookalikes()).translate(_APOSTROPHES))
-    return t if keep_case else t.casefold()
+    return "".join(c for c in t if not unicodedata.combining(c))
+
+
+# --- disguises: digits for letters, names written in another script --------------------------
+
+# What a character may stand for in a disguised name: digits and signs for the letters they
+# look like ("C4ra", "@nna", "5ara"), Greek and Cyrillic letters for the Latin ones they are
+# read as ("Καρα", "Кара": a kappa is read as k or c). Read only inside a word that has
+# letters of its own (`readings`).
+_STANDS_FOR: dict[str, tuple[str, ...]] = {
+    "0": ("o",),
+    "1": ("i", "l"),
+    "3": ("e",),
+    "4": ("a",),
+    "5": ("s",),
+    "7": ("t",),
+    "@": ("a", ""),  # "@nna", or a handle's "@"
+    "$": ("s",),
+    **{
+        g: tuple(r.split("/"))
+        for g, r in zip(
+            "αβγδεζηθικλμνξοπρσςτυφχψω",
+            "a b/v g d e z i/e th i k/c l m n x o p r s s t u/y f/ph ch/h/x ps o".split(),
+            strict=True,
+        )
+    },
+    **{
+        c: tuple(r.split("/"))
+        for c, r in zip(
+            "абвгдеёжзийклмнопрстуфхцчшщъыьэюя",
+            (
+                "a b v g d e e zh z i i/y k/c l m n o p r s/c t u f h/kh ts/c ch sh sch - y - e"
+                " yu ya"
+            ).split(),
+            strict=True,
+        )
+    },
+}
+_DIGIT_SIGNS = frozenset("0123456789@$")
+# A number with its unit, ordinal or time is a number, not a disguise: "7am", "3rd", "5km".
+_NUMBER_WITH_UNIT = re.compile(
+    r"\d+(?:st|nd|rd|th|s|am|pm|h|hr|hrs|min|mins|k|m|km|mi|kg|g|lb|lbs|ft|cm|mm|ml|l|x|d"
+    r"|gb|mb|tb|yo|yr|yrs|mph|kph|kmh|p)"
+)
+_TOKEN = re.compile(r"(?:[^\W_]|[@$])+")
+MAX_READINGS = 32  # readings of one word at most: a long word of ambiguous letters stops here
+MIN_READING_CHARS = 3  # "A1", "3d", "b4" are not read as "Al", "Ed", "Ba"
+
+
+def readings(word: str) -> list[str]:
+    """How a disguised word may be read as a name, folded: "C4ra" → cara; "Καρα" → kara,
+    cara; "A1ice" → aiice, alice. Nothing for a word with nothing to read otherwise, with no
+    letter ("10", "$50"), a number with its unit ("7am", "5km"), and a reading shorter than
+    MIN_READING_CHARS ("A1", "3d": two-letter names are found as written)."""
+    low = _plain(word).casefold()
+    if not any(c in _STANDS_FOR for c in low) or _NUMBER_WITH_UNIT.fullmatch(low):
+        return []
+    if not any(c.isalpha() for c in low):
+        return []
+    options = [_STANDS_FOR.get(c, (c,)) for c in low]
+    found = {
+        _clean(fold("".join(p).replace("-", "")))
+        for p in itertools.islice(itertools.product(*options), MAX_READINGS)
+    }
+    return sorted(
+        w for w in found if len(w) >= MIN_READING_CHARS and not any(c in _DIGIT_SIGNS for c in w)
+    )
+
+
+def _disguised(text: str, *, capitalised: bool = False) -> set[str]:
+    """The readings of every disguised word of `text` (`readings`); with `capitalised`, only
+    of the words written as names are: a capital first, or a digit or sign standing for one."""
+    found: set[str] = set()
+    if text.isascii() and not _DIGIT_SIGNS.intersection(text):
+        return found  # most text: nothing to read otherwise
+    for word in _TOKEN.findall(_plain(text)):
+        if capitalised and not (word[0].isupper() or word[0] in _DIGIT_SIGNS):
+            continue
+        found.update(readings(word))
+    return found
 
 
 def words(text: str) -> list[str]:
@@ -96,9 +182,39 @@ def words(text: str) -> list[str]:
 
 
 def sentence_key(text: str) -> str:
-    """A row's sentence normalised — folded words, punctuation and case aside — so the same
-    sentence written twice is seen as one (the commit's exactly-once across audiences)."""
-    return " ".join(words(text))
+    """A row's sentence as exactly-once across audiences compares it (the commit's fold,
+    `write.copies`): two rows fold only when they say the same sentence. Unicode compatibility
+    forms (NFKC: full-width "ＨＩＶ＋" is "HIV+"), case and runs of whitespace are all that may
+    differ; every letter, digit, sign, currency, unit, percent and punctuation mark counts, so
+    "HIV+" and "HIV-", "$50k" and "€50k", "C++" and "C#", "90%" and "90" stay two facts.
+
+    Not `fold`, which is for finding names and errs wide: here a wrong fold loses a fact, a
+    missed one only keeps a duplicate, so everything doubtful stays apart. Three exceptions
+    to NFKC and case folding, each a minimal pair: superscripts, subscripts and vulgar
+    fractions keep their form ("10²" is not "102", "½" is not "12"), and "ß" stays "ß" ("Maße"
+    is not "Masse")."""
+    pieces = _kept_forms().split(text)  # the kept characters at odd indices
+    said = "".join(
+        ("ß" if p == "\u1e9e" else p) if n % 2 else _casefold(unicodedata.normalize("NFKC", p))
+        for n, p in enumerate(pieces)
+    )
+    return " ".join(said.split())
+
+
+def _casefold(text: str) -> str:
+    """Case folded, but "ß" kept (`sentence_key`)."""
+    return "ß".join(part.casefold() for part in text.split("ß"))
+
+
+@lru_cache(maxsize=1)
+def _kept_forms() -> re.Pattern[str]:
+    """The characters `sentence_key` keeps as written: those NFKC would turn into characters
+    they differ from in meaning (superscripts, subscripts, vulgar fractions), and capital ẞ."""
+    tags = ("<super>", "<sub>", "<fraction>")
+    kept = [
+        chr(i) for i in range(0x80, 0x20000) if unicodedata.decomposition(chr(i)).startswith(tags)
+    ]
+    return re.compile("([" + re.escape("".join(kept)) + "\u1e9e])")
 
 
 def search_key(text: str) -> str:
@@ -150,14 +266,15 @@ def text_grams(text: str) -> set[str]:
         for i in range(len(run)):
             for j in range(i + MIN_PART_CHARS, min(len(run), i + UNSPACED_GRAM_MAX) + 1):
                 grams.add(run[i:j])
-    return grams
+    return grams | _disguised(text)
 
 
 def _capitalised(text: str) -> set[str]:
     """The folded words of `text` that were written with a capital letter."""
-    return {
-        _clean(w).casefold() for w in _WORD.findall(fold(text, keep_case=True)) if w[0].isupper()
-    }
+    written = _WORD.findall(fold(text, keep_case=True))
+    return {_clean(w).casefold() for w in written if w[0].isupper()} | _disguised(
+        text, capitalised=True
+    )
 
 
 def humans_named(text: str, people: Mapping[int, str]) -> set[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -622,6 +622,22 @@ def texts_after(conn: Connection, after_id: int, limit: int) -> list[tuple[int, 
     next batch. Every row, open or closed (an undo can reopen a closed one)."""
     query = select(pm.id, pm.text).where(pm.id > after_id).order_by(pm.id).limit(limit)
     return [(int(i), str(text)) for i, text in conn.execute(query)]
+
+
+def key_sentences(conn: Connection, key: Callable[[str], str], batch: int = 5_000) -> None:
+    """Every row's `sentence_key` from its text by `key`: a migration's keying of the rows
+    stored before it (schema/versions 0020, 0022), in batches by id so a big store is never
+    held in memory at once. In Python: the key's normalisation is Unicode folding no SQL
+    dialect has."""
+    write = (
+        update(t.persona_memory)
+        .where(pm.id == bindparam("k_id"))
+        .values(sentence_key=bindparam("k_key"))
+    )
+    after = 0
+    while found := texts_after(conn, after, batch):
+        conn.execute(write, [{"k_id": i, "k_key": key(text)} for i, text in found])
+        after = found[-1][0]
 
 
 def texts_naming(conn: Connection, user_id: int) -> list[tuple[int, str]]:

@@ -178,11 +178,11 @@ def _write(
     if id(c) not in plan.capped:
         return  # over today's cap
     formed = copies.formed_with(c.subject, audience, frozenset(spell.witnessed))
-    found = plan.same.find(c, formed)
-    if found.held:
-        return  # the same sentence is open already, for everyone this one reaches
     old = d.old_row_id
     replaces = d.event == "UPDATE" and old is not None and _may_change(plan.shown, old, c, audience)
+    found = plan.same.find(c, formed, plan.shown[old].text if replaces and old else None)
+    if found.held:
+        return  # the same sentence is open already, for everyone this one reaches
     new_id = _insert_row(conn, spell, c, now, plan.named[id(c)], audience)
     written.row_ids.append(new_id)
     plan.same.add(c, formed, new_id, found.narrower)

@@ -7,7 +7,9 @@ open for the same concern is folded here, never by moving text between rows — 
 row was formed with everyone the new one is (or more), the new one is not written; when the
 new one is formed with more, it is written and closes the narrower copy (`closed_by`), whose
 human is not told twice; when neither holds the other, both stay (duplicates across
-audiences are the price of never widening one).
+audiences are the price of never widening one). Only the same sentence folds: "HIV+" and
+"HIV-" are two (`names.sentence_key`), and an UPDATE that says something else than the row it
+replaces is never held back.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from memory_worker.core import labels
+from memory_worker.core import labels, names
 from memory_worker.core.constants import SUBJECT_WORLD
 from memory_worker.core.labels import Label
-from memory_worker.core.names import sentence_key
 from memory_worker.core.rows import Candidate
 from memory_worker.storage import memories
 
@@ -45,7 +46,7 @@ def formed_with(subject: str, private_to: Label, witnessed: frozenset[int]) -> L
 
 
 def _key(subject: str, counterpart: str | None, text: str) -> Key:
-    return (subject, counterpart if subject != SUBJECT_WORLD else None, sentence_key(text))
+    return (subject, counterpart if subject != SUBJECT_WORLD else None, names.sentence_key(text))
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Copies:
         look up no other key): the rows stored under each sentence's key, not every row."""
         out = cls()
         subjects = {c.subject for c in candidates}
-        keys = {sentence_key(c.text) for c in candidates}
+        keys = {names.sentence_key(c.text) for c in candidates}
         for r in memories.open_sentences(conn, persona, subjects, keys):
             audience = labels.from_json(r.private_to)
             formed = formed_with(r.subject, audience, frozenset(r.witnessed))
@@ -69,9 +70,14 @@ class Copies:
             )
         return out
 
-    def find(self, c: Candidate, formed: Label) -> Found:
-        copies = self.by_key.get(_key(c.subject, c.counterpart, c.text), [])
-        if any(labels.within(formed, copy.formed) for copy in copies):
+    def find(self, c: Candidate, formed: Label, replaces: str | None = None) -> Found:
+        """The open copies of `c`'s sentence. `replaces`: the text of the row an UPDATE
+        replaces — an UPDATE that says something else than its old row is never held back
+        (its old row must close), only one that says the same."""
+        key = _key(c.subject, c.counterpart, c.text)
+        copies = self.by_key.get(key, [])
+        changes = replaces is not None and names.sentence_key(replaces) != key[2]
+        if not changes and any(labels.within(formed, copy.formed) for copy in copies):
             return Found(True, [])
         return Found(False, [copy for copy in copies if labels.within(copy.formed, formed)])
 

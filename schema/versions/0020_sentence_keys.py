@@ -27,23 +27,17 @@ down_revision = "0019"
 branch_labels = None
 depends_on = None
 
-BATCH = 5_000  # ours: rows keyed per read and per UPDATE batch
-
 
 def upgrade() -> None:
     from memory_worker.core.names import sentence_key
+    from memory_worker.storage.memories import key_sentences
 
     op.add_column("persona_memory", sa.Column("sentence_key", sa.Text, nullable=True))
     bind = op.get_bind()
     postgres = bind.dialect.name == "postgresql"
     if postgres:
         op.execute("ALTER TABLE persona_memory DISABLE TRIGGER USER")
-    read = sa.text("SELECT id, text FROM persona_memory WHERE id > :after ORDER BY id LIMIT :n")
-    write = sa.text("UPDATE persona_memory SET sentence_key = :k WHERE id = :i")
-    after = 0
-    while batch := bind.execute(read, {"after": after, "n": BATCH}).all():
-        bind.execute(write, [{"k": sentence_key(text), "i": int(i)} for i, text in batch])
-        after = int(batch[-1][0])
+    key_sentences(bind, sentence_key)
     if postgres:
         op.execute("ALTER TABLE persona_memory ENABLE TRIGGER USER")
     op.create_index("ix_persona_memory_sentence", "persona_memory", ["persona", "sentence_key"])

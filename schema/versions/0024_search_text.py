@@ -15,7 +15,7 @@ The rows stored before are folded here in batches by id, PostgreSQL's triggers o
 as 0020 keys them (a folded text is nothing the caches or counters hold).
 
 Revision ID: 0024
-Revises: 0020
+Revises: 0022
 Create Date: 2026-12-07
 """
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0024"
-down_revision = "0020"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

@@ -68,7 +68,7 @@ def test_insert_row_stores_what_a_typed_insert_stores(db: Engine) -> None:
             evidence="[3, 1]",
             created=NOW,
             embedding=VECTOR,
-            sentence_key="i'll ask about the exam",
+            sentence_key="i'll ask about the exam.",  # every sign counts (0022)
         )
         assert _cells(conn, "persona_memory", f"id = {ours}", columns) == _cells(
             conn, "persona_memory", f"id = {theirs}", columns

@@ -114,7 +114,7 @@ def test_the_migration_keys_the_rows_stored_before_it(db: Engine) -> None:
     pm = t.persona_memory.c
     with db.connect() as c:
         assert c.execute(select(pm.sentence_key).where(pm.text == texts[1])).scalars().first() == (
-            "cara cat is called zoe"  # folded, possessive and punctuation aside
+            "cara’s cat — is called zoë!"  # width and case only: every sign stays (0022)
         )
         before = read_path.versions(c, ["warren"])["warren"].counter
     with db.begin() as conn:

@@ -338,6 +338,9 @@ def test_an_update_from_a_narrower_spell_cannot_replace_a_shared_world_row(
         "u:42 met Ｃａｒａ at the market.",
         "u:42 met C\u200bara at the market.",
         "u:42 met Саrа at the market.",
+        "u:42 met C4ra at the market.",
+        "u:42 met Καρα at the market.",
+        "u:42 met Кара at the market.",
         "u:42 pinged @CaraWu about it.",
         "u:42 pinged @cara_wu about it.",
         "u:42 met u:17 at the market.",
@@ -366,7 +369,14 @@ def test_a_row_naming_someone_however_spelled_shows_only_where_they_are(
 
 
 @pytest.mark.parametrize(
-    "text", ["Cara's bakery opened on Elm Street.", "A bakery by @CaraWu opened.", "Саrа won."]
+    "text",
+    [
+        "Cara's bakery opened on Elm Street.",
+        "A bakery by @CaraWu opened.",
+        "Саrа won.",
+        "C4ra won.",
+        "Καρα won.",
+    ],
 )
 def test_a_world_candidate_naming_a_known_human_however_spelled_is_dropped(
     world: Engine, text: str
