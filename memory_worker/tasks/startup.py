@@ -88,20 +88,24 @@ def queue_depths() -> dict[str, int]:
 
 
 def health() -> dict[str, str]:
-    """The checks behind /healthz: the broker answers PING, the store answers SELECT 1."""
-    from memory_worker.ops import broker
+    """The checks behind /healthz: the broker answers PING and has memory left (else "full"),
+    the store answers SELECT 1 and took this process's last write (else "full": a full disk
+    or a server out of memory refuses writes while reads go on)."""
+    from memory_worker.ops import broker, metrics
     from memory_worker.storage import store
 
     out = {}
     try:
-        broker.client(broker.url()).ping()
-        out["broker"] = "ok"
+        client = broker.client(broker.url())
+        client.ping()
+        out["broker"] = broker.fullness(client) or "ok"
     except Exception as e:
         out["broker"] = f"down ({type(e).__name__})"
     try:
         with store.engine().connect() as conn:
             conn.execute(text("SELECT 1"))
-        out["store"] = "ok"
+        full = metrics.store_full()
+        out["store"] = "full (writes refused for space: free disk or memory)" if full else "ok"
     except Exception as e:
         out["store"] = f"down ({type(e).__name__})"
     return out
