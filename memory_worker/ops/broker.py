@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -78,15 +79,20 @@ def is_full(error: BaseException) -> bool:
 
 
 class _Outage:
-    """This process's view of a full broker: said once when it starts, once when it ends."""
+    """This process's view of a full broker: said once per outage. At its limit a broker's
+    memory hovers — each ack frees a little, the next publish takes it — so an outage ends
+    only when no write was refused for SAME_OUTAGE_S."""
+
+    SAME_OUTAGE_S = 60.0
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.full = False
+        self.last = -self.SAME_OUTAGE_S  # monotonic seconds of the last refusal
 
     def refused(self, wait_s: float) -> None:
+        now = time.monotonic()
         with self.lock:
-            first, self.full = not self.full, True
+            first, self.last = now - self.last >= self.SAME_OUTAGE_S, now
         if first:
             log.warning(
                 "the broker is full (Redis at its maxmemory refuses writes); publishes and "
@@ -94,13 +100,6 @@ class _Outage:
                 "raise maxmemory",
                 wait_s,
             )
-
-    def went_through(self) -> None:
-        if self.full:
-            with self.lock:
-                was, self.full = self.full, False
-            if was:
-                log.info("the broker took writes again")
 
 
 OUTAGE = _Outage()
@@ -111,8 +110,10 @@ def wait_while_full(write: Callable[[], T], wait_s: float | None = None) -> T:
     refuses it for memory, up to `wait_s` (MW_BROKER_FULL_WAIT_S); then BrokerFull. Any
     other error is raised at once."""
     limit = settings_mod.current().broker_full_wait_s if wait_s is None else wait_s
+    refused: list[bool] = []
 
     def before_sleep(_: Any) -> None:
+        refused.append(True)
         OUTAGE.refused(limit)
 
     try:
@@ -121,12 +122,12 @@ def wait_while_full(write: Callable[[], T], wait_s: float | None = None) -> T:
             wait=wait_exponential_jitter(initial=0.2, max=5.0, jitter=0.5),
             stop=stop_after_delay(limit),
             before_sleep=before_sleep,
-            reraise=False,
         )(write)
     except RetryError as e:
         said = f"the broker refused writes for memory for {limit:g}s"
         raise BrokerFull(said) from e.last_attempt.exception()
-    OUTAGE.went_through()
+    if refused:
+        log.info("a write the full broker refused went through after %d tries", len(refused) + 1)
     return result
 
 

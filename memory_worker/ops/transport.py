@@ -231,6 +231,34 @@ class Channel(kombu_redis.Channel):
             log.warning("a message for the %s queue not published: %s; left to the sweep", queue, e)
             return None
 
+    def _size(self, queue: str) -> int:
+        """A queue's length (a publish declares its queue and reads it): reads, which a full
+        broker answers — but not inside a MULTI, kombu's way."""
+        return sum(self._per_priority(queue, "llen"))
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return any(self._per_priority(queue, "exists"))
+
+    def _per_priority(self, queue: str, command: str) -> list[int]:
+        with self.conn_or_acquire() as client:
+            pipe = client.pipeline(transaction=False)
+            for pri in self.priority_steps:
+                getattr(pipe, command)(self._q_for_pri(queue, pri))
+            return [int(n) for n in pipe.execute()]
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        """A queue declared again as a publish begins (a fresh producer's first message to
+        it): a binding already there needs no write, which a full broker would refuse; a new
+        one waits for memory as a publish does."""
+        if exchange and self.typeof(exchange).type != "fanout" and queue not in self._expires:
+            member = self.sep.join([routing_key or "", pattern or "", queue or ""])
+            with self.conn_or_acquire() as client:
+                if client.sismember(self.keyprefix_queue % (exchange,), member):
+                    return
+        broker.wait_while_full(
+            lambda: super(Channel, self)._queue_bind(exchange, routing_key, pattern, queue)
+        )
+
     def _put_once(self, queue: str, message: Any, **kwargs: Any) -> Any:
         try:
             return super()._put(queue, message, **dict(kwargs))
