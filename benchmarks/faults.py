@@ -773,11 +773,13 @@ def _removed(pg: private_postgres.PrivatePostgres | None) -> Iterator[None]:
 
 @contextmanager
 def broker_full(client: redis.Redis) -> Iterator[None]:
-    """The broker full while inside: maxmemory set to what Redis uses now, with noeviction
-    (what a Celery broker runs), so every write that grows it is refused; set back after."""
+    """The broker full while inside: maxmemory set to half what Redis uses now, with
+    noeviction (what a Celery broker runs), so every write that could grow it is refused all
+    along — the acks that free a little never bring it under — while reads and deletions go
+    on; set back after."""
     before = client.config_get("maxmemory*")
     client.config_set("maxmemory-policy", "noeviction")
-    client.config_set("maxmemory", int(client.info("memory")["used_memory"]))
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)
     try:
         yield
     finally:

@@ -18,11 +18,20 @@ timed: the figures are counts, and the harness waits on the store's own rows.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
+import redis
+from celery import Celery
+from sqlalchemy import Engine
 
 from benchmarks import faults
+from memory_worker.core import settings as settings_mod
+from memory_worker.ops import embedded, local_worker
+from memory_worker.testing.gemini_stub import GeminiStub
 from tests.worker import spare_database
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.faults, pytest.mark.slow]
@@ -71,3 +80,93 @@ def test_a_calm_run_calls_the_model_as_often_as_the_faults_are_held_to() -> None
     """The baseline the two faults are held to, measured, not assumed."""
     fig = run("none", None)
     assert fig.clean and fig.model_calls == CALLS, asdict(fig)
+
+
+# --- the moves of a message, each under a full broker ------------------------------------------
+
+MESSAGES = 12  # each half: held for their countdown, and taken off the queue
+UNTIL_S = 180.0  # a bound on a wait for real events, never a figure asserted
+# A message into a queue of a full broker, as kombu's hand-back does it here: the first write a
+# deletion, so Redis lets the push after it through. KEYS: from, to.
+_MOVE_ALL = """
+redis.call('DEL', KEYS[1] .. ':none')
+local n = 0
+while redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT') do n = n + 1 end
+return n
+"""
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[redis.Redis]:
+    """An embedded Redis of the test's own: CONFIG SET on a shared one would fill it for all."""
+    state = tmp_path / "broker"
+    client = redis.Redis.from_url(embedded.ensure_running(state))
+    try:
+        yield client
+    finally:
+        embedded.stop(state)
+
+
+def _until(what: str, done: Callable[[], bool], alive: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + UNTIL_S
+    while not done():
+        assert alive(), f"the worker exited before {what}"
+        assert time.monotonic() < deadline, f"not within {UNTIL_S:g}s: {what}"
+        time.sleep(0.1)
+
+
+def test_under_a_full_broker_a_worker_takes_records_acks_and_exits_not(
+    own_broker: redis.Redis, db: Engine, gemini_stub: GeminiStub, tmp_path: Path
+) -> None:
+    """A real worker on the notify queue while its broker is over its maxmemory: messages it
+    held for a countdown come due and are acked, and messages pushed onto its queue are taken,
+    recorded as unacked, run and acked — every command kombu sends in a MULTI, which Redis
+    refuses whole when full (the worker logged "CRITICAL Unrecoverable error" and exited, and
+    a message taken whose record was refused was in neither place). All of them run, the
+    unacked set ends empty, the worker is still up, and nothing is logged at ERROR."""
+    url = own_broker.connection_pool.connection_kwargs
+    broker_url = f"redis://:{url['password']}@127.0.0.1:{url['port']}/0"
+    s = gemini_stub.settings(settings_mod.current()).with_(broker_url=broker_url)
+    log = tmp_path / "worker.log"
+    worker = local_worker.start(s, queues=("notify",), name="full", log=log, loglevel="INFO")
+    probe = Celery("probe", broker=broker_url)
+    try:
+        local_worker.wait_ready(probe)
+        from memory_worker.tasks.celery_app import app
+        from memory_worker.tasks.pipeline import deliver_toasts
+
+        with app.connection_for_write(broker_url) as conn:
+            for i in range(MESSAGES):  # fetched and recorded now, run once their countdown ends
+                deliver_toasts.apply_async((f"warren/r/{i + 1}",), connection=conn, countdown=4)
+            for i in range(MESSAGES):  # a queue no worker here consumes: moved in when full
+                deliver_toasts.apply_async(
+                    (f"warren/r/{100 + i}",), connection=conn, queue="commit"
+                )
+        with faults.broker_full(own_broker):
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                own_broker.lpush("anything", "x")  # the fault holds
+            assert own_broker.eval(_MOVE_ALL, 2, "commit", "notify") == MESSAGES
+            _until(
+                "every message run and acked",
+                lambda: (
+                    _ran(log) == 2 * MESSAGES
+                    and own_broker.llen("notify") == 0
+                    and own_broker.hlen("unacked") == 0
+                ),
+            )
+            assert worker.poll() is None, log.read_text()[-3000:]
+    finally:
+        probe.close()
+        local_worker.stop(worker)
+    said = log.read_text()
+    assert "Traceback" not in said and "ERROR/" not in said and "CRITICAL/" not in said, said[
+        -3000:
+    ]
+
+
+def _ran(log: Path) -> int:
+    return sum(
+        1
+        for line in log.read_text(errors="replace").splitlines()
+        if "memory_worker.deliver_toasts[" in line and " succeeded in " in line
+    )
