@@ -35,7 +35,6 @@ RATE_DEFERRED = Counter("mw_rate_limit_deferred", "Model calls handed back to th
 # 1 from the first write this process found refused for space (a full disk, a server out of
 # memory) until its next write went through; /healthz says "full" meanwhile.
 STORE_FULL = Gauge("mw_store_full", "1 while this process finds the store full")
-BROKER_FULL = Gauge("mw_broker_full", "1 while the broker refuses writes for memory (at scrape)")
 _store_full = [False]
 
 
@@ -71,6 +70,22 @@ class QueueDepth(Collector):
         except Exception as err:  # a scrape must not fail because the broker is down
             log.warning("queue depth unavailable: %s", type(err).__name__)
         yield g
+
+
+class BrokerFull(Collector):
+    """`mw_broker_full`: 1 while the broker is at its maxmemory (refusing writes), read from
+    Redis at scrape time; absent when the broker does not answer."""
+
+    def __init__(self, full: Callable[[], bool]):
+        self.full = full
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            value = int(self.full())
+        except Exception as err:  # a scrape must not fail because the broker is down
+            log.warning("broker memory unavailable: %s", type(err).__name__)
+            return
+        yield GaugeMetricFamily("mw_broker_full", "1 while the broker refuses writes", value)
 
 
 class _Server(ThreadingMixIn, WSGIServer):

@@ -15,7 +15,8 @@ call in flight. Here:
 * a worker that is up but answers no Celery ping (over the broker, by its `--hostname`) for
   LIVENESS_MISSES checks in a row, MW_LIVENESS_EVERY_S apart, while the broker answers, is
   killed and started again: a worker that cannot consume is not alive (one stayed
-  up after "Unrecoverable error" on a broker loss and consumed nothing until restarted);
+  up after "Unrecoverable error" on a broker loss and consumed nothing until restarted). A
+  full broker refuses the replies, so nobody is judged while it is full;
 * SIGTERM/SIGINT stop everything: SIGTERM to every group (Celery's soft shutdown: no new
   work; a model call in flight ends by its own HTTP timeout and its task retries through the
   broker), SIGKILL only after `stop_timeout()` = soft shutdown + model timeout + a margin.
@@ -40,7 +41,7 @@ from tenacity import RetryCallState, wait_exponential
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.settings import EMBEDDED
-from memory_worker.ops import embedded, flower
+from memory_worker.ops import broker, embedded, flower
 
 STOP_MARGIN_S = 10.0  # after the soft shutdown and a model call's own timeout
 CRASH_LOOP_S = 10.0  # a process that dies this soon after starting...
@@ -166,7 +167,11 @@ class Supervisor:
         probe = Celery("liveness", broker=broker_url)
         try:
             probe.connection_for_read().ensure_connection(max_retries=1)
+            full = broker.fullness(broker.client(broker_url))
         except Exception:  # the broker is away: not the workers' fault, nothing to judge
+            probe.close()
+            return
+        if full:  # a full broker refuses the workers' replies: nothing to judge either
             probe.close()
             return
         try:

@@ -87,6 +87,12 @@ def queue_depths() -> dict[str, int]:
     return {q: int(client.llen(q)) for q in QUEUES}
 
 
+def broker_full() -> bool:
+    from memory_worker.ops import broker
+
+    return broker.fullness(broker.client(broker.url())) is not None
+
+
 def health() -> dict[str, str]:
     """The checks behind /healthz: the broker answers PING and has memory left (else "full"),
     the store answers SELECT 1 and took this process's last write (else "full": a full disk
@@ -125,6 +131,7 @@ def serve_metrics() -> None:
     from memory_worker.ops import metrics
 
     REGISTRY.register(metrics.QueueDepth(queue_depths))
+    REGISTRY.register(metrics.BrokerFull(broker_full))
     metrics.serve(port, health)
     _served = True
     log.info("metrics and /healthz on 127.0.0.1:%d", port)

@@ -30,7 +30,8 @@ from sqlalchemy import Engine
 
 from benchmarks import faults
 from memory_worker.core import settings as settings_mod
-from memory_worker.ops import embedded, local_worker
+from memory_worker.ops import embedded, local_worker, metrics
+from memory_worker.tasks import startup, store_step
 from memory_worker.testing.gemini_stub import GeminiStub
 from tests.worker import spare_database
 
@@ -124,8 +125,7 @@ def test_under_a_full_broker_a_worker_takes_records_acks_and_exits_not(
     refuses whole when full (the worker logged "CRITICAL Unrecoverable error" and exited, and
     a message taken whose record was refused was in neither place). All of them run, the
     unacked set ends empty, the worker is still up, and nothing is logged at ERROR."""
-    url = own_broker.connection_pool.connection_kwargs
-    broker_url = f"redis://:{url['password']}@127.0.0.1:{url['port']}/0"
+    broker_url = _own_url(own_broker)
     s = gemini_stub.settings(settings_mod.current()).with_(broker_url=broker_url)
     log = tmp_path / "worker.log"
     worker = local_worker.start(s, queues=("notify",), name="full", log=log, loglevel="INFO")
@@ -170,3 +170,59 @@ def _ran(log: Path) -> int:
         for line in log.read_text(errors="replace").splitlines()
         if "memory_worker.deliver_toasts[" in line and " succeeded in " in line
     )
+
+
+# --- what /healthz and the metrics say ------------------------------------------------------
+
+
+def _own_url(client: redis.Redis) -> str:
+    kw = client.connection_pool.connection_kwargs
+    return f"redis://:{kw['password']}@127.0.0.1:{kw['port']}/0"
+
+
+def _healthz() -> tuple[str, str]:
+    """/healthz as the metrics server answers it: (status line, body)."""
+    got: list[str] = []
+    body = metrics.app(startup.health)(
+        {"PATH_INFO": "/healthz"}, lambda status, _: got.append(status)
+    )
+    return got[0], b"".join(body).decode()
+
+
+def _broker_full_gauge() -> float:
+    (family,) = metrics.BrokerFull(startup.broker_full).collect()
+    return float(family.samples[0].value)
+
+
+def test_healthz_and_the_metrics_say_a_full_broker_is_full_not_down(
+    own_broker: redis.Redis, db: Engine
+) -> None:
+    before = settings_mod.current()
+    settings_mod.configure(before.with_(broker_url=_own_url(own_broker)))
+    try:
+        assert _healthz()[0].startswith("200") and _broker_full_gauge() == 0
+        with faults.broker_full(own_broker):
+            status, body = _healthz()
+            assert status.startswith("503") and "broker: full (used " in body, body
+            assert _broker_full_gauge() == 1
+        assert _healthz()[0].startswith("200") and _broker_full_gauge() == 0
+    finally:
+        settings_mod.configure(before)
+
+
+def test_healthz_and_the_metrics_say_a_full_store_is_full_until_a_write_goes_through(
+    db: Engine, tmp_path: Path
+) -> None:
+    """A worker's write refused for space ("database or disk is full", SQLite's own, here
+    from a file held to its size) makes its /healthz say the store is full — its reads still
+    answer, so SELECT 1 alone would say ok — until a write of its goes through."""
+    from tests.storage.test_outage import full_sqlite_error
+
+    assert store_step.met(full_sqlite_error(tmp_path / "full.db")) == "full"
+    try:
+        status, body = _healthz()
+        assert status.startswith("503") and "store: full (" in body, body
+        assert metrics.STORE_FULL._value.get() == 1
+    finally:
+        store_step.written()
+    assert "store: ok" in _healthz()[1] and metrics.STORE_FULL._value.get() == 0
