@@ -1,5 +1,6 @@
 """The fault harness's full disk (benchmarks/faults.py, the "diskfull" fault), loaded by its
-workers at start (this folder on their PYTHONPATH, FAULTS_PAGE_CAP naming a file).
+workers at start (this folder on their PYTHONPATH, FAULTS_PAGE_CAP naming a file), and
+installed in the harness's own process (`capped`): a full disk is full for the app too.
 
 Each SQLite connection, as it is checked out of its pool, is held to the page count the file
 says (`PRAGMA max_page_count`, SQLite's own cap on a database's size): "1" caps the store at its
@@ -10,24 +11,43 @@ size now — every write that needs a new page fails with "database or disk is f
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
-_CAP_FILE = os.environ.get("FAULTS_PAGE_CAP")
 _NO_CAP = 4294967294  # SQLite's largest max_page_count
 
 
-def _cap(dbapi_conn: object, _record: object, _proxy: object) -> None:
-    if type(dbapi_conn).__module__ != "sqlite3" or not _CAP_FILE:
-        return
-    try:
-        with open(_CAP_FILE) as f:
-            cap = int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        cap = 0
-    dbapi_conn.execute(f"PRAGMA max_page_count = {cap or _NO_CAP}")  # type: ignore[attr-defined]
+def _cap_from(path: str) -> Callable[[Any, Any, Any], None]:
+    def cap(dbapi_conn: Any, _record: object, _proxy: object) -> None:
+        if type(dbapi_conn).__module__ != "sqlite3":
+            return
+        try:
+            with open(path) as f:
+                pages = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            pages = 0
+        dbapi_conn.execute(f"PRAGMA max_page_count = {pages or _NO_CAP}")
+
+    return cap
 
 
-if _CAP_FILE:
+@contextmanager
+def capped(path: str) -> Iterator[None]:
+    """This process's SQLite connections held to the cap in `path` while inside."""
     from sqlalchemy import event
     from sqlalchemy.pool import Pool
 
-    event.listen(Pool, "checkout", _cap)
+    cap = _cap_from(path)
+    event.listen(Pool, "checkout", cap)
+    try:
+        yield
+    finally:
+        event.remove(Pool, "checkout", cap)
+
+
+if os.environ.get("FAULTS_PAGE_CAP"):
+    from sqlalchemy import event
+    from sqlalchemy.pool import Pool
+
+    event.listen(Pool, "checkout", _cap_from(os.environ["FAULTS_PAGE_CAP"]))
