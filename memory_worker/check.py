@@ -112,6 +112,36 @@ def is_empty(url: str) -> bool:
         return not users.has_users(conn)
 
 
+FULL_BELOW_BYTES = 1 << 20  # a SQLite store's filesystem with less free is full: writes fail
+
+
+def sqlite_free_bytes(url: str) -> int | None:
+    """Free bytes on the filesystem of a SQLite store's file (None: not SQLite, or no file)."""
+    import shutil
+    from pathlib import Path
+
+    from sqlalchemy import make_url
+
+    u = make_url(url)
+    if not u.drivername.startswith("sqlite") or not u.database or u.database == ":memory:":
+        return None
+    try:
+        return shutil.disk_usage(Path(u.database).resolve().parent).free
+    except OSError:
+        return None
+
+
+def full_store(url: str, free: int | None) -> str | None:
+    """What `check` says of a store whose disk is full (None: it has room, or cannot tell —
+    a server's disk is its own: the workers' /healthz says when it refuses writes)."""
+    if free is None or free >= FULL_BELOW_BYTES:
+        return None
+    return (
+        f"the store {redact(url)} is full: {free:,} bytes free on its disk; writes fail "
+        '("database or disk is full") and the workers wait: free space on that disk'
+    )
+
+
 def _store(s: Settings) -> Finding:
     try:
         require_ready(s.database_url)
@@ -120,6 +150,9 @@ def _store(s: Settings) -> Finding:
         return Finding("store", False, str(e))
     except Exception as e:  # a driver or schema surprise: named, never a trace
         return Finding("store", False, f"{redact(s.database_url)}: {_short(e)}")
+    full = full_store(s.database_url, sqlite_free_bytes(s.database_url))
+    if full:
+        return Finding("store", False, full)
     state = f"migrated, empty: {EMPTY_HINT}" if empty else "migrated"
     return Finding("store", True, f"{redact(s.database_url)} ({state})")
 

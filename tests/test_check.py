@@ -116,3 +116,15 @@ def _configured(s: Settings, do: Callable[[Settings], T]) -> T:
         return do(s)
     finally:
         settings_mod.configure(before)
+
+
+def test_a_sqlite_store_on_a_full_disk_is_said_full_with_what_to_do(tmp_path: Path) -> None:
+    """Where the store's file is, the free bytes are read from its real filesystem; below a
+    MiB a write fails, and the store is said full, not unreachable."""
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    free = check.sqlite_free_bytes(url)
+    assert free is not None and free > 0
+    assert check.full_store(url, free if free >= check.FULL_BELOW_BYTES else None) is None
+    said = check.full_store(url, 4096)
+    assert said is not None and "is full: 4,096 bytes free" in said and "free space" in said
+    assert check.sqlite_free_bytes("postgresql+psycopg://u@h/db") is None
