@@ -17,7 +17,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -103,6 +105,22 @@ class _Outage:
 
 
 OUTAGE = _Outage()
+_impatient: ContextVar[bool] = ContextVar("impatient", default=False)
+
+
+@contextmanager
+def impatient() -> Iterator[None]:
+    """Inside, a write the full broker refuses raises BrokerFull at once: the app's calls,
+    which wait for no broker (their work is in the store already; the sweep finds it)."""
+    token = _impatient.set(True)
+    try:
+        yield
+    finally:
+        _impatient.reset(token)
+
+
+def is_impatient() -> bool:
+    return _impatient.get()
 
 
 def wait_while_full(write: Callable[[], T], wait_s: float | None = None) -> T:
@@ -110,6 +128,8 @@ def wait_while_full(write: Callable[[], T], wait_s: float | None = None) -> T:
     refuses it for memory, up to `wait_s` (MW_BROKER_FULL_WAIT_S); then BrokerFull. Any
     other error is raised at once."""
     limit = settings_mod.current().broker_full_wait_s if wait_s is None else wait_s
+    if _impatient.get():
+        limit = 0.0
     refused: list[bool] = []
 
     def before_sleep(_: Any) -> None:
@@ -124,7 +144,7 @@ def wait_while_full(write: Callable[[], T], wait_s: float | None = None) -> T:
             before_sleep=before_sleep,
         )(write)
     except RetryError as e:
-        said = f"the broker refused writes for memory for {limit:g}s"
+        said = f"the broker refused writes for memory{f' for {limit:g}s' if limit else ''}"
         raise BrokerFull(said) from e.last_attempt.exception()
     if refused:
         log.info("a write the full broker refused went through after %d tries", len(refused) + 1)

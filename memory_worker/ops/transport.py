@@ -228,6 +228,8 @@ class Channel(kombu_redis.Channel):
         try:
             return broker.wait_while_full(lambda: self._put_once(queue, message, **kwargs))
         except BrokerFull as e:
+            if broker.is_impatient():  # the app's call: it says so itself
+                raise
             log.warning("a message for the %s queue not published: %s; left to the sweep", queue, e)
             return None
 

@@ -153,6 +153,7 @@ def test_under_a_full_broker_a_worker_takes_records_acks_and_exits_not(
                     and own_broker.llen("notify") == 0
                     and own_broker.hlen("unacked") == 0
                 ),
+                alive=lambda: worker.poll() is None,
             )
             assert worker.poll() is None, log.read_text()[-3000:]
     finally:
@@ -226,3 +227,41 @@ def test_healthz_and_the_metrics_say_a_full_store_is_full_until_a_write_goes_thr
     finally:
         store_step.written()
     assert "store: ok" in _healthz()[1] and not metrics.store_full()
+
+
+APP = """
+import logging
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+from memory_worker import events
+events.room_quiet("dm-dan")
+print("returned")
+"""
+
+
+def test_the_app_s_room_quiet_on_a_full_broker_returns_and_says_it_was_refused(
+    own_broker: redis.Redis, tmp_path: Path
+) -> None:
+    """The app waits for no full broker: its call is refused at once (not waited out for its
+    MW_PUBLISH_TIMEOUT_S, which would read "no answer"), logged once, and never raises."""
+    import subprocess
+    import sys
+
+    from memory_worker.storage import store
+    from tests.scenes import people, private_chat
+
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    store.init_db(url)
+    people(store.engine(url))
+    private_chat(store.engine(url))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    env = {**clean, "MW_DATABASE_URL": url, "REDIS_URL": _own_url(own_broker),
+           "MW_PUBLISH_TIMEOUT_S": "30"}  # fmt: skip
+    with faults.broker_full(own_broker):
+        out = subprocess.run(
+            [sys.executable, "-c", APP], env=env, cwd=tmp_path, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "returned", out.stderr
+    said = [ln for ln in out.stderr.splitlines() if "not published" in ln]
+    assert len(said) == 1 and "(BrokerFull)" in said[0], out.stderr
+    assert "Traceback" not in out.stderr
