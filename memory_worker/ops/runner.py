@@ -111,6 +111,7 @@ class Supervisor:
         self.restart_wait = wait_exponential(multiplier=restart_backoff_s, max=RESTART_WAIT_MAX_S)
         self.width = max((len(p.name) for p in processes), default=4)
         self.stopping = threading.Event()
+        self.broker_full = False  # said once per outage: nobody's liveness judged meanwhile
         # `celery` from the same environment as this supervisor, activated or not.
         bin_dir = str(Path(sys.executable).parent)
         self.env = {
@@ -173,10 +174,18 @@ class Supervisor:
             return
         if full:  # a full broker refuses the workers' replies: nothing to judge either
             probe.close()
+            if not self.broker_full:
+                self.say(f"the broker is {full}: no worker's liveness is judged until it has room")
+            self.broker_full = True
             return
+        self.broker_full = False
         try:
             for p in workers:
-                if probe.control.ping(destination=[str(p.node)], timeout=1.0):
+                try:
+                    answered = probe.control.ping(destination=[str(p.node)], timeout=1.0)
+                except Exception:  # the broker went away or filled up as we asked: next time
+                    return
+                if answered:
                     if not p.answered:
                         self.say(f"{p.name} answers pings as {p.node}")
                     p.answered, p.misses = True, 0

@@ -18,6 +18,7 @@ timed: the figures are counts, and the harness waits on the store's own rows.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
@@ -267,3 +268,53 @@ def test_the_app_s_room_quiet_on_a_full_broker_returns_and_says_it_was_refused(
     said = [ln for ln in out.stderr.splitlines() if "not published" in ln]
     assert len(said) == 1 and "(BrokerFull)" in said[0], out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_supervisor_judges_no_worker_by_its_pings_while_the_broker_is_full(
+    own_broker: redis.Redis, tmp_path: Path
+) -> None:
+    """A full broker refuses a worker's reply to a ping (a push to its reply queue): three
+    unanswered pings once restarted every worker, for the broker's fault. `memory-worker
+    run` says the broker is full instead, and judges nobody until it has room."""
+    from tests.ops.test_operations import supervise
+
+    node = f"fullbroker{os.getpid()}@%h"
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(
+        "w: exec celery -A memory_worker.tasks.celery_app worker -Q events --pool solo "
+        f"--hostname {node} --without-mingle --without-gossip --loglevel WARNING\n"
+    )
+    url = f"sqlite:///{tmp_path / 'ok.db'}"
+    from memory_worker import demo
+    from memory_worker.storage import store
+
+    store.init_db(url)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MW_", "GEMINI", "REDIS"))}
+    env = {
+        **clean,
+        "MW_DATABASE_URL": url,
+        "MW_CASSETTE": str(demo.CASSETTE),
+        "REDIS_URL": _own_url(own_broker),
+        "MW_STATE_DIR": str(tmp_path / "state"),
+        "MW_LIVENESS_EVERY_S": "1",
+    }
+    proc, lines, reader = supervise(procfile, env, tmp_path, stop_timeout=5)
+    try:
+        _until(
+            "the worker answers the supervisor's pings",
+            lambda: any(ln.startswith("run | w answers pings as fullbroker") for ln in lines),
+            alive=lambda: proc.poll() is None,
+        )
+        with faults.broker_full(own_broker):
+            said = ("the broker is full (used ", "answered no ping")
+            _until(
+                "the supervisor says the broker is full, or restarts the worker",
+                lambda: any(s in ln for ln in lines for s in said),
+                alive=lambda: proc.poll() is None,
+            )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        reader.join()
+    assert not any("answered no ping" in ln for ln in lines), lines
+    assert any("no worker's liveness is judged until it has room" in ln for ln in lines), lines
