@@ -28,7 +28,7 @@ or a broker nobody started again:
   many processes find it gone at once) and goes on, as a newly started worker would. With a
   configured broker URL nothing is started: that Redis is the deployer's.
 * **A broker at its memory limit is a pause.** Redis with `maxmemory` and `noeviction`
-  refuses every write that could grow it ("OOM command not allowed") — and, on Redis 7, every
+  refuses every write that could grow it ("OOM command not allowed") — and every
   command inside a MULTI, deletions too. kombu records a message it takes off a queue (BRPOP,
   which is never refused) in the `unacked` set, acks and hands back through MULTI blocks: an
   ack raised, the worker logged "CRITICAL Unrecoverable error" and exited, and a message taken
