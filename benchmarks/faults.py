@@ -35,6 +35,12 @@ each row in exactly one toast, every toast delivered. The faults, one run each:
            (30 s) later, as a deployer's restart would: every step waits it out
     sqlitelock  the SQLite file locked by another process (BEGIN EXCLUSIVE) for 30 s
            mid-run: every write waits it out
+    diskfull  the SQLite store full for 45 s mid-run: the workers' connections held to the
+           file's size (`PRAGMA max_page_count`, benchmarks/page_cap), so every write that
+           needs a new page fails with "database or disk is full"; then the cap is lifted
+    brokerfull  the broker full for 45 s mid-run: Redis's maxmemory set to what it uses
+           (noeviction), so it refuses every write that grows it; then set back
+    none   no fault: the model calls and times a fault's figures are read against
 
 Printed per fault: spells committed, rows, lost, duplicate rows, duplicate and missing toasts,
 undelivered toasts, reopened facts, spells parked, the most calls the stub saw in any window
@@ -138,9 +144,14 @@ FAULTS = (
     "pgdown5",
     "pgdown30",
     "sqlitelock",
+    "diskfull",
+    "brokerfull",
+    "none",
 )
 # The store away: how long, and how far into the run (the bursts' chains in flight).
-STORE_OUTAGE_S = {"pgdown5": 5.0, "pgdown30": 30.0, "sqlitelock": 30.0}
+STORE_OUTAGE_S = {"pgdown5": 5.0, "pgdown30": 30.0, "sqlitelock": 30.0, "diskfull": 45.0}
+BROKER_FULL_S = 45.0  # the "brokerfull" fault's length
+PAGE_CAP = ROOT / "benchmarks" / "page_cap"  # the workers' hook for "diskfull" (sitecustomize)
 STORE_OUTAGE_AFTER_S = 1.0
 STORE_POLL_S = 0.1  # the app (the talkers) and the watcher try the store again this often
 QUOTA_RPM = 120.0  # the "quota" fault: 2 calls a second for every room at once
@@ -242,6 +253,8 @@ class Figures:
     held_toast_s: float = 0.0  # store outages: the last toast of lines said before it was back
     tracebacks: int = 0  # in the workers' logs
     errors_logged: int = 0  # ERROR lines in the workers' logs
+    model_calls: int = 0  # requests the stub answered (a "none" run's, for the same workload)
+    worker_exits: int = 0  # workers that exited by themselves during the run
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -342,8 +355,10 @@ class Stack:
         concurrency: int = 2,
         *,
         procfile: bool = False,
+        env: dict[str, str] | None = None,
     ):
         self.settings = settings
+        self.env = env or {}
         self.workdir = workdir
         self.shapes: list[WorkerShape] = (
             procfile_workers() if procfile else [(QUEUES, "threads", concurrency)] * workers
@@ -366,6 +381,7 @@ class Stack:
             log=log,
             loglevel="INFO",
             procfile_pool=self.procfile,
+            env_extra=self.env,
         )
 
     def logged(self, *marks: str) -> list[str]:
@@ -399,6 +415,10 @@ class Stack:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         self.start_worker(i)
+
+    def exited(self) -> int:
+        """Workers that exited by themselves (a kill fault's victims are started again)."""
+        return sum(1 for proc in self.workers if proc is not None and proc.poll() is not None)
 
     def stop(self) -> None:
         for proc in [*self.workers, self.beat]:
@@ -606,8 +626,9 @@ def run(
         state = work / "redis"
         url = redis_url or embedded.ensure_running(state)
         db_url = pg.start().url if pg else database_url or f"sqlite:///{work / 'faults.db'}"
-        if fault == "sqlitelock" and not db_url.startswith("sqlite"):
-            raise ValueError("sqlitelock needs the SQLite store (no --database)")
+        if fault in ("sqlitelock", "diskfull") and not db_url.startswith("sqlite"):
+            raise ValueError(f"{fault} needs the SQLite store (no --database)")
+        cap = work / "page-cap"  # "diskfull": the workers' page cap (benchmarks/page_cap)
         if db_url.startswith("postgresql"):
             eng = store.engine(db_url)
             with eng.begin() as conn:
@@ -620,7 +641,7 @@ def run(
             stub.chaos = chaos(1 / 3, seed_)
         elif fault == "garbled":
             stub.chaos = garbled(1 / 3, seed_)
-        elif fault in ("wipe", "restart", *STORE_OUTAGE_S):  # a slower model: a backlog waits
+        elif fault in ("wipe", "restart", "brokerfull", *STORE_OUTAGE_S):  # a backlog waits
             stub.chaos = lambda kind: Fault(kind=kind, hang_seconds=0.3)
         defaults = Settings.from_env({})
         s = stub.settings(
@@ -659,8 +680,11 @@ def run(
             work,
             workers=3 if cold else 2,
             concurrency=8 if cold else 2,
-            procfile=fault in STORE_OUTAGE_S,  # a deployer's restart, under the Procfile's workers
-        )
+            # A deployer's outage, under the Procfile's workers.
+            procfile=fault in (*STORE_OUTAGE_S, "brokerfull", "none"),
+            env={"PYTHONPATH": os.pathsep.join([str(PAGE_CAP), os.environ.get("PYTHONPATH", "")]),
+                 "FAULTS_PAGE_CAP": str(cap)} if fault == "diskfull" else None,
+        )  # fmt: skip
         stack.start()
         errors: list[str] = []
         last_fault = [time.monotonic()]
@@ -693,10 +717,17 @@ def run(
                     wipe(broker)
                     fig.faults_injected += 1
                     last_fault[0] = time.monotonic()
+            elif fault == "brokerfull":
+                if done.wait(STORE_OUTAGE_AFTER_S):
+                    return
+                with broker_full(broker):
+                    fig.faults_injected += 1
+                    time.sleep(outage_s or BROKER_FULL_S)
+                last_fault[0] = time.monotonic()  # memory is back
             elif fault in STORE_OUTAGE_S:  # the chains in flight when it goes
                 if done.wait(STORE_OUTAGE_AFTER_S):
                     return
-                with store_away(pg, db_url):
+                with store_away(pg, db_url, cap if fault == "diskfull" else None):
                     fig.faults_injected += 1
                     time.sleep(outage_s or STORE_OUTAGE_S[fault])  # the fault's length
                 last_fault[0] = time.monotonic()  # the store is back
@@ -722,7 +753,7 @@ def run(
                 finished = time.monotonic()
                 done.set()
                 faults.join()
-                timed = ("kill", "wipe", "restart", *STORE_OUTAGE_S)
+                timed = ("kill", "wipe", "restart", "brokerfull", *STORE_OUTAGE_S)
                 since = last_fault[0] if fault in timed else started
                 _settle(watch, since + SETTLE_S)
             fig.elapsed_s = round(finished - started, 2)
@@ -734,7 +765,9 @@ def run(
                 fig.held_toast_s = watch.held(since, said_by[0])
             fig.notes = errors + stack.logged("CRITICAL", "Unrecoverable")
             fig.tracebacks = len(stack.logged("Traceback (most recent call last)"))
-            fig.errors_logged = len(stack.logged("ERROR/"))
+            fig.errors_logged = len(stack.logged("ERROR/", "CRITICAL/"))
+            fig.model_calls = len(stub.requests)
+            fig.worker_exits = stack.exited()
         finally:
             stack.stop()
             if redis_url is None:
@@ -761,10 +794,37 @@ def _removed(pg: private_postgres.PrivatePostgres | None) -> Iterator[None]:
 
 
 @contextmanager
-def store_away(pg: private_postgres.PrivatePostgres | None, db_url: str) -> Iterator[None]:
+def broker_full(client: redis.Redis) -> Iterator[None]:
+    """The broker full while inside: maxmemory set to half what Redis uses now, with
+    noeviction (what a Celery broker runs), so every write that could grow it is refused all
+    along — the acks that free a little never bring it under — while reads and deletions go
+    on; set back after."""
+    before = client.config_get("maxmemory*")
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)
+    try:
+        yield
+    finally:
+        client.config_set("maxmemory", before["maxmemory"])
+        client.config_set("maxmemory-policy", before["maxmemory-policy"])
+
+
+@contextmanager
+def store_away(
+    pg: private_postgres.PrivatePostgres | None, db_url: str, cap: Path | None = None
+) -> Iterator[None]:
     """The store away while inside: the private PostgreSQL stopped abruptly (started again
-    after), or the SQLite file locked by another process (`BEGIN EXCLUSIVE`, rolled back
-    after)."""
+    after), the SQLite file locked by another process (`BEGIN EXCLUSIVE`, rolled back
+    after), or — with `cap`, the workers' page cap file — the SQLite store full (its size
+    now its cap, lifted after)."""
+    if cap is not None:
+        cap.write_text("1")
+        try:
+            with _page_capped(cap):  # the app's own writes too: the disk is full for all
+                yield
+        finally:
+            cap.write_text("0")
+        return
     if pg is not None:
         pg.stop()
         try:
@@ -786,6 +846,17 @@ def store_away(pg: private_postgres.PrivatePostgres | None, db_url: str) -> Iter
         assert holder.stdin is not None
         holder.stdin.close()  # the holder rolls back and exits
         holder.wait()
+
+
+def _page_capped(cap: Path) -> Any:
+    """benchmarks/page_cap's hook in this process (the workers load it at start)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("page_cap", PAGE_CAP / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.capped(str(cap))
 
 
 # Another process holding the SQLite file's write lock until its stdin closes.
@@ -829,7 +900,7 @@ def main() -> None:
             for f in FAULTS
             if not (f == "restart" and a.redis)
             and not (f.startswith("pgdown") and not private_postgres.available())
-            and not (f == "sqlitelock" and a.database)
+            and not (f in ("sqlitelock", "diskfull") and a.database)
         ]
     overrides = FAST_SWEEP if a.fast_sweep else {}
     started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -844,7 +915,7 @@ def main() -> None:
         f"{'missing':>8}{'undeliv':>8}{'reopen':>7}{'parked':>7}{'quota':>6}{'at stub':>8}"
         f"{'in log':>7}"
         f"{'used':>6}{'faults':>7}{'recovery s':>11}{'last toast s':>13}{'toast p99':>10}"
-        f"{'total s':>8}{'held s':>7}{'tracebacks':>11}{'errors':>7}"
+        f"{'total s':>8}{'held s':>7}{'tracebacks':>11}{'errors':>7}{'calls':>6}{'exits':>6}"
     )
     print(head)
     figures = []
@@ -866,7 +937,7 @@ def main() -> None:
             f"{f'{f.gate_most_in_window}/{f.quota_per_window}':>7}{f.quota_used:>6.2f}"
             f"{f.faults_injected:>7}{f.recovery_s:>11.1f}{f.last_toast_s:>13.1f}"
             f"{f.toast_p99_s:>10.2f}{f.elapsed_s:>8.1f}{f.held_toast_s:>7.1f}"
-            f"{f.tracebacks:>11}{f.errors_logged:>7}",
+            f"{f.tracebacks:>11}{f.errors_logged:>7}{f.model_calls:>6}{f.worker_exits:>6}",
             flush=True,
         )
         for note in f.notes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memory_worker.core.errors import ScopeNotAllowed, StoreNotReady
+from memory_worker.core.errors import BrokerEvicts, ScopeNotAllowed, StoreNotReady
 from memory_worker.core.settings import EMBEDDED, Settings, redact
 
 INIT_HINT = "run `memory-worker init-db`"
@@ -112,6 +112,36 @@ def is_empty(url: str) -> bool:
         return not users.has_users(conn)
 
 
+FULL_BELOW_BYTES = 1 << 20  # a SQLite store's filesystem with less free is full: writes fail
+
+
+def sqlite_free_bytes(url: str) -> int | None:
+    """Free bytes on the filesystem of a SQLite store's file (None: not SQLite, or no file)."""
+    import shutil
+    from pathlib import Path
+
+    from sqlalchemy import make_url
+
+    u = make_url(url)
+    if not u.drivername.startswith("sqlite") or not u.database or u.database == ":memory:":
+        return None
+    try:
+        return shutil.disk_usage(Path(u.database).resolve().parent).free
+    except OSError:
+        return None
+
+
+def full_store(url: str, free: int | None) -> str | None:
+    """What `check` says of a store whose disk is full (None: it has room, or cannot tell —
+    a server's disk is its own: the workers' /healthz says when it refuses writes)."""
+    if free is None or free >= FULL_BELOW_BYTES:
+        return None
+    return (
+        f"the store {redact(url)} is full: {free:,} bytes free on its disk; writes fail "
+        '("database or disk is full") and the workers wait: free space on that disk'
+    )
+
+
 def _store(s: Settings) -> Finding:
     try:
         require_ready(s.database_url)
@@ -120,8 +150,44 @@ def _store(s: Settings) -> Finding:
         return Finding("store", False, str(e))
     except Exception as e:  # a driver or schema surprise: named, never a trace
         return Finding("store", False, f"{redact(s.database_url)}: {_short(e)}")
+    full = full_store(s.database_url, sqlite_free_bytes(s.database_url))
+    if full:
+        return Finding("store", False, full)
     state = f"migrated, empty: {EMPTY_HINT}" if empty else "migrated"
     return Finding("store", True, f"{redact(s.database_url)} ({state})")
+
+
+SUGGESTED_MAXMEMORY = "256mb"  # what the embedded broker sets (core.constants), for a warning
+
+
+def broker_memory(url: str) -> str:
+    """What the broker's memory settings mean, in one phrase; BrokerEvicts (one line naming
+    the setting) when its maxmemory-policy evicts keys — queued tasks among them. Without a
+    limit memory is the host's (a warning, with the figure to set); a server that answers
+    neither CONFIG GET nor INFO is said to be unread."""
+    import redis
+
+    from memory_worker.ops import broker
+
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    with client:
+        got = broker.memory_settings(client)
+    if got.evicting:
+        raise BrokerEvicts(
+            f"the broker's maxmemory-policy is {got.policy}: an evicting policy drops queued "
+            "tasks when memory runs out; set maxmemory-policy noeviction"
+        )
+    if got.maxmemory is None or got.policy is None:
+        return (
+            "warning: its memory settings could not be read (CONFIG GET refused): make sure "
+            "maxmemory-policy is noeviction"
+        )
+    if not got.maxmemory:
+        return (
+            f"warning: {got.policy} without maxmemory: a backlog may take the host's memory; "
+            f"set maxmemory (e.g. {SUGGESTED_MAXMEMORY}), keeping noeviction"
+        )
+    return f"{got.policy}, maxmemory {got.maxmemory:,} bytes"
 
 
 def _broker(s: Settings) -> Finding:
@@ -134,12 +200,16 @@ def _broker(s: Settings) -> Finding:
         if url is None:
             started_by = f"the first process starts it under {s.state_dir}"
             return Finding("broker", True, f"embedded, not running ({started_by})")
-        return Finding("broker", True, f"embedded, {redact(url)}")
+        shown = f"embedded, {redact(url)}"
+    else:
+        url, shown = s.broker_url, redact(s.broker_url)
     try:
-        redis.Redis.from_url(s.broker_url, socket_timeout=2, socket_connect_timeout=2).ping()
+        memory = broker_memory(url)
+    except BrokerEvicts as e:
+        return Finding("broker", False, f"{shown}: {e}")
     except (redis.RedisError, OSError) as e:
-        return Finding("broker", False, f"{redact(s.broker_url)}: {_short(e)}")
-    return Finding("broker", True, redact(s.broker_url))
+        return Finding("broker", False, f"{shown}: {_short(e)}")
+    return Finding("broker", True, f"{shown} ({memory})")
 
 
 def _provider(s: Settings) -> Finding:

@@ -18,7 +18,7 @@ from memory_worker.check import unreachable
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import RAIL_POLL_S
 from memory_worker.core.errors import BadValue, ConfigError, MemoryWorkerError, StoreNotReady
-from memory_worker.core.settings import redact
+from memory_worker.core.settings import EMBEDDED, redact
 from memory_worker.storage import store
 from memory_worker.web import serve
 
@@ -56,8 +56,26 @@ def _run(a: argparse.Namespace) -> int:
             raise StoreNotReady(f"no store at {path}: run `memory-worker init-db` first")
         check.require_ready(url)
     # Refused as a whole: beat without its workers (or workers without beat) is no deployment.
-    check.require_scope(settings_mod.current())
+    s = settings_mod.current()
+    check.require_scope(s)
+    if s.broker_url != EMBEDDED:  # the embedded broker sets its own (ops/embedded.py)
+        _broker_memory_at_start(s.broker_url)
     return runner.run(a.procfile, only=a.only, stop_after=a.stop_timeout)
+
+
+def _broker_memory_at_start(url: str) -> None:
+    """An evicting policy refused (BrokerEvicts); a missing limit or unread settings said
+    once; a broker not answering yet is the workers' to wait for."""
+    import redis
+
+    from memory_worker import check
+
+    try:
+        said = check.broker_memory(url)
+    except (redis.RedisError, OSError):
+        return
+    if said.startswith("warning: "):
+        print(f"memory-worker: the broker: {said}", file=sys.stderr)
 
 
 def _demo(_: argparse.Namespace) -> int:

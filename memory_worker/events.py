@@ -29,6 +29,7 @@ from sqlalchemy import Connection
 from memory_worker.core import settings as settings_mod
 from memory_worker.storage import rooms, store, users
 from memory_worker.storage.outage import is_store_outage
+from memory_worker.tasks.celery_app import send_at_once
 from memory_worker.tasks.rooms import on_room_quiet, reembed_user, room_topic
 from memory_worker.tasks.store_step import left_to_sweep
 
@@ -46,7 +47,7 @@ def publish(task: Task, *args: Any) -> bool:
 
     def send() -> None:
         try:
-            task.apply_async(args, retry=False)
+            send_at_once(task, *args)
         except Exception as e:  # the broker refused or is away: whatever kombu raised
             failed.append(type(e).__name__)
         finally:

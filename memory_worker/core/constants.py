@@ -125,3 +125,10 @@ WEB_BODY_TIMEOUT_S = 10.0  # a ≤16 KB body arrives in well under this; a trick
 WEB_HEADER_TIMEOUT_S = 10.0  # a request head takes one packet; a head still trickling: slowloris
 WEB_MAX_CONNECTIONS = 256  # uvicorn limit_concurrency: memory ≤ this × (16 KB headers + body)
 WEB_SESSION_MAX_AGE_S = 8 * 60 * 60  # a working day; then sign in again (OWASP session mgmt)
+
+# The embedded broker's memory limit, with the noeviction policy (ops/embedded.py). A message is a
+# few KB — a spell's candidates and decisions, at most MW_SPELL_MAX_CHARS (24,000) of lines mined —
+# so 256 MB holds ten thousand spells in flight, far past any backlog the sweep would not rather
+# rebuild from the cursors; a runaway (a loop enqueuing) stops there, refused and waited out as a
+# full broker, instead of taking the host's memory.
+EMBEDDED_MAXMEMORY = "256mb"

@@ -224,6 +224,15 @@ class ToastNotPublished(MemoryWorkerError):
     """The human's channel could not be told; the toast stays undelivered and is retried."""
 
 
+class BrokerFull(MemoryWorkerError):
+    """The broker refused a write for memory (Redis at its maxmemory) for longer than
+    MW_BROKER_FULL_WAIT_S: the work is left to the sweep (`ops.broker.wait_while_full`)."""
+
+
+class BrokerEvicts(MemoryWorkerError):
+    """The broker's maxmemory-policy evicts keys: it would drop queued tasks (`check`)."""
+
+
 # --- the store ----------------------------------------------------------------------------
 
 

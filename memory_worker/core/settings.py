@@ -271,6 +271,16 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         validation_alias=AliasChoices("MW_STORE_OUTAGE_WAIT_S", "store_outage_wait_s"),
     )
+    # How long a publish (a chain's next step, a retry, beat's sweep) or a claim waits out a
+    # broker at its memory limit (Redis's maxmemory with noeviction refuses writes) before the
+    # work is left to the sweep: a deployer who sees /healthz say "full" frees memory in minutes.
+    broker_full_wait_s: float = Field(
+        120.0,
+        ge=1,
+        le=3600,
+        allow_inf_nan=False,
+        validation_alias=AliasChoices("MW_BROKER_FULL_WAIT_S", "broker_full_wait_s"),
+    )
     # How long the app's calls (events.py) wait for the broker to take a message; past it
     # the message is left to the sweep (the line is already in the store).
     publish_timeout_s: float = Field(

@@ -31,6 +31,7 @@ from typing import Any
 import redis
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from memory_worker.core.constants import EMBEDDED_MAXMEMORY
 from memory_worker.core.errors import EmbeddedRedisError
 from memory_worker.ops import inflight
 
@@ -202,6 +203,10 @@ def _start(state_dir: Path, info: dict[str, Any]) -> None:
                 # crash, not a process kill, may lose that second: the sweep finds what it was).
                 "appendonly yes",
                 "appendfsync everysec",
+                # Full is a pause, never a loss: past the limit Redis refuses new messages
+                # (waited out: ops/broker.py), where an evicting policy would drop queued ones.
+                f"maxmemory {EMBEDDED_MAXMEMORY}",
+                "maxmemory-policy noeviction",
                 "daemonize yes",
                 f"dir {state_dir}",
                 f"pidfile {state_dir / 'redis.pid'}",

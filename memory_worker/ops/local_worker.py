@@ -38,13 +38,15 @@ def start(
     extra: list[str] | None = None,
     log: Path | None = None,
     procfile_pool: bool = False,
+    env_extra: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """The worker; its output goes to `log` when given (the demo keeps its screen clean)."""
+    """The worker; its output goes to `log` when given (the demo keeps its screen clean).
+    `env_extra`: more environment (the fault harness's hooks)."""
     # As root (containers, CI) Celery warns on every start; the pickle risk it means is off.
     # Matched by its message: a category in PYTHONWARNINGS must be importable before Celery is
     # ("Invalid -W option ignored" otherwise), and only builtin ones are.
     quiet = f"ignore:{ROOT_WARNING}"
-    env = {**os.environ, **settings.as_env(), "PYTHONWARNINGS": quiet}
+    env = {**os.environ, **settings.as_env(), "PYTHONWARNINGS": quiet, **(env_extra or {})}
     if procfile_pool:
         env["CELERY_CUSTOM_WORKER_POOL"] = PROCFILE_POOLS[pool]
         pool = "custom"

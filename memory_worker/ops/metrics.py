@@ -14,7 +14,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import REGISTRY, Counter, Histogram, make_wsgi_app
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -32,6 +32,20 @@ RATE_WAIT = Histogram(
     buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
 )
 RATE_DEFERRED = Counter("mw_rate_limit_deferred", "Model calls handed back to the queue")
+# 1 from the first write this process found refused for space (a full disk, a server out of
+# memory) until its next write went through; /healthz says "full" meanwhile.
+STORE_FULL = Gauge("mw_store_full", "1 while this process finds the store full")
+_store_full = [False]
+
+
+def store_full(full: bool | None = None) -> bool:
+    """Whether this process last found the store full; `full` sets it (and the gauge)."""
+    if full is not None:
+        _store_full[0] = full
+        STORE_FULL.set(int(full))
+    return _store_full[0]
+
+
 COMMIT_SECONDS = Histogram("mw_commit_seconds", "Time of one spell's commit transaction")
 SPELL_SECONDS = Histogram(
     "mw_spell_seconds",
@@ -56,6 +70,22 @@ class QueueDepth(Collector):
         except Exception as err:  # a scrape must not fail because the broker is down
             log.warning("queue depth unavailable: %s", type(err).__name__)
         yield g
+
+
+class BrokerFull(Collector):
+    """`mw_broker_full`: 1 while the broker is at its maxmemory (refusing writes), read from
+    Redis at scrape time; absent when the broker does not answer."""
+
+    def __init__(self, full: Callable[[], bool]):
+        self.full = full
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            value = int(self.full())
+        except Exception as err:  # a scrape must not fail because the broker is down
+            log.warning("broker memory unavailable: %s", type(err).__name__)
+            return
+        yield GaugeMetricFamily("mw_broker_full", "1 while the broker refuses writes", value)
 
 
 class _Server(ThreadingMixIn, WSGIServer):

@@ -18,7 +18,8 @@ call in flight. Here:
 * a worker that is up but answers no Celery ping (over the broker, by its `--hostname`) for
   LIVENESS_MISSES checks in a row, MW_LIVENESS_EVERY_S apart, while the broker answers, is
   killed and started again: a worker that cannot consume is not alive (one stayed
-  up after "Unrecoverable error" on a broker loss and consumed nothing until restarted);
+  up after "Unrecoverable error" on a broker loss and consumed nothing until restarted). A
+  full broker refuses the replies, so nobody is judged while it is full;
 * SIGTERM/SIGINT stop everything: SIGTERM to every group (Celery's soft shutdown: no new
   work; a model call in flight ends by its own HTTP timeout and its task retries through the
   broker), SIGKILL only after `stop_timeout()` = soft shutdown + model timeout + a margin.
@@ -43,7 +44,7 @@ from tenacity import RetryCallState, wait_exponential
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.settings import EMBEDDED
-from memory_worker.ops import embedded, flower
+from memory_worker.ops import broker, embedded, flower
 from memory_worker.ops.local_worker import ROOT_WARNING
 
 STOP_MARGIN_S = 10.0  # after the soft shutdown and a model call's own timeout
@@ -140,6 +141,7 @@ class Supervisor:
         self.width = max((len(p.name) for p in processes), default=4)
         self.stopping = threading.Event()
         self.failed: str | None = None  # why the run stops by itself: a crash loop
+        self.broker_full = False  # said once per outage: nobody's liveness judged meanwhile
         # `celery` from the same environment as this supervisor, activated or not.
         bin_dir = str(Path(sys.executable).parent)
         self.env = {
@@ -204,12 +206,24 @@ class Supervisor:
         probe = Celery("liveness", broker=broker_url)
         try:
             probe.connection_for_read().ensure_connection(max_retries=1)
+            full = broker.fullness(broker.client(broker_url))
         except Exception:  # the broker is away: not the workers' fault, nothing to judge
             probe.close()
             return
+        if full:  # a full broker refuses the workers' replies: nothing to judge either
+            probe.close()
+            if not self.broker_full:
+                self.say(f"the broker is {full}: no worker's liveness is judged until it has room")
+            self.broker_full = True
+            return
+        self.broker_full = False
         try:
             for p in workers:
-                if probe.control.ping(destination=[str(p.node)], timeout=1.0):
+                try:
+                    answered = probe.control.ping(destination=[str(p.node)], timeout=1.0)
+                except Exception:  # the broker went away or filled up as we asked: next time
+                    return
+                if answered:
                     if not p.answered:
                         self.say(f"{p.name} answers pings as {p.node}")
                     p.answered, p.misses = True, 0

@@ -27,24 +27,130 @@ or a broker nobody started again:
   on its kept address (`embedded.ensure_running`: one server, under a file lock, however
   many processes find it gone at once) and goes on, as a newly started worker would. With a
   configured broker URL nothing is started: that Redis is the deployer's.
+* **A broker at its memory limit is a pause.** Redis with `maxmemory` and `noeviction`
+  refuses every write that could grow it ("OOM command not allowed") — and every
+  command inside a MULTI, deletions too. kombu records a message it takes off a queue (BRPOP,
+  which is never refused) in the `unacked` set, acks and hands back through MULTI blocks: an
+  ack raised, the worker logged "CRITICAL Unrecoverable error" and exited, and a message taken
+  whose record was refused was in neither place. Here each move of a message — recorded as
+  taken, acked, handed back — is one Lua script whose first write frees memory (a deletion),
+  so Redis lets the writes after it through: a script cannot be stopped half-way once it has
+  written, and a move needs no more memory than the message it moves already held
+  (`_MOVE`, `_RECORD`). A publish — a new message, the one thing that grows the broker — waits
+  for memory with back-off (`broker.wait_while_full`, up to MW_BROKER_FULL_WAIT_S, one
+  WARNING), then is left to the sweep with one WARNING: the cursors and the outbox say what
+  its message would have started. A worker's reply to a ping is not waited for.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
 
 from memory_worker.core import settings as settings_mod
+from memory_worker.core.constants import QUEUES
+from memory_worker.core.errors import BrokerFull
 from memory_worker.core.settings import EMBEDDED
+from memory_worker.ops import broker
 
 log = logging.getLogger(__name__)
 
 
+# A message taken off its queue, recorded as unacked. The first write, a ZREM of a tag not yet
+# there, changes nothing but tells Redis the script has written: it lets the writes after it
+# through a broker at its memory limit (a script is never stopped half-way), and the record
+# needs no more than the list entry BRPOP just freed. KEYS: index, unacked. ARGV: tag, time,
+# record.
+_RECORD = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return 1
+"""
+
+# An unacked message handed back: off the unacked set (the first write, a deletion: what
+# follows goes through at the memory limit), onto its queues; nothing pushed unless this call
+# took it off (another worker's restore may have been first). KEYS: index, unacked, then each
+# queue. ARGV: tag, 1 to push at the head, then each queue's payload.
+_MOVE = """
+local had = redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+if had == 0 then return 0 end
+local push = ARGV[2] == '1' and 'LPUSH' or 'RPUSH'
+for i = 3, #KEYS do redis.call(push, KEYS[i], ARGV[i]) end
+return 1
+"""
+
+
+class _Pushes:
+    """What kombu's `_do_restore_message` would push, collected for `_MOVE` instead."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.bodies: list[str] = []
+
+    def lpush(self, key: str, body: str) -> None:
+        self.keys.append(key)
+        self.bodies.append(body)
+
+    rpush = lpush
+
+
+class QoS(kombu_redis.QoS):
+    """kombu's ack emulation, each move of a message one script that a full broker lets
+    through (see `_RECORD`, `_MOVE`)."""
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        info = message.delivery_info
+        record = dumps([message._raw, info["exchange"], info["routing_key"]])
+        with self.channel.conn_or_acquire() as client:
+            client.register_script(_RECORD)(
+                keys=[self.unacked_index_key, self.unacked_key],
+                args=[delivery_tag, time.time(), record],
+            )
+        virtual.QoS.append(self, message, delivery_tag)
+
+    def _remove_from_indices(self, delivery_tag: Any, pipe: Any = None) -> Any:
+        """An ack or a drop: two deletions, which a full broker allows — but not in a MULTI."""
+        if pipe is not None:
+            return super()._remove_from_indices(delivery_tag, pipe)
+        with self.channel.conn_or_acquire() as client:
+            plain = client.pipeline(transaction=False)
+        return plain.zrem(self.unacked_index_key, delivery_tag).hdel(self.unacked_key, delivery_tag)
+
+    def restore_by_tag(self, tag: Any, client: Any = None, leftmost: bool = False) -> None:
+        with self.channel.conn_or_acquire(client) as client:
+            raw = client.hget(self.unacked_key, tag)
+            pushes = _Pushes()
+            if raw:
+                payload, exchange, routing_key = loads(bytes_to_str(raw))
+                self.channel._do_restore_message(payload, exchange, routing_key, pushes)
+            client.register_script(_MOVE)(
+                keys=[self.unacked_index_key, self.unacked_key, *pushes.keys],
+                args=[tag, "1" if leftmost else "0", *pushes.bodies],
+            )
+
+    def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
+        """kombu's periodic hand-back of messages past the visibility timeout takes a lock
+        (SET NX): a full broker refuses it, and the next round comes in seconds."""
+        try:
+            super().restore_visible(start=start, num=num, interval=interval)
+        except redis.ResponseError as e:
+            if not broker.is_full(e):
+                raise
+            log.debug("unacked messages not looked at: the broker is full")
+
+
 class Channel(kombu_redis.Channel):
+    QoS = QoS
+
     def close(self) -> None:
         try:
             super().close()
@@ -108,8 +214,54 @@ class Channel(kombu_redis.Channel):
             raise virtual.Empty() from None
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> Any:
-        """Publish; a publish that finds the embedded broker gone starts it and goes again
-        (a message pushed twice runs twice: every task may)."""
+        """Publish, waiting out a full broker (see the module's doc); a publish that finds the
+        embedded broker gone starts it and goes again (a message pushed twice runs twice: every
+        task may)."""
+        if queue not in QUEUES:  # a reply to a ping: not worth a worker's wait
+            try:
+                return self._put_once(queue, message, **kwargs)
+            except redis.ResponseError as e:
+                if not broker.is_full(e):
+                    raise
+                log.info("a reply on %s not sent: the broker is full", queue)
+                return None
+        try:
+            return broker.wait_while_full(lambda: self._put_once(queue, message, **kwargs))
+        except BrokerFull as e:
+            if broker.is_impatient():  # the app's call: it says so itself
+                raise
+            log.warning("a message for the %s queue not published: %s; left to the sweep", queue, e)
+            return None
+
+    def _size(self, queue: str) -> int:
+        """A queue's length (a publish declares its queue and reads it): reads, which a full
+        broker answers — but not inside a MULTI, kombu's way."""
+        return sum(self._per_priority(queue, "llen"))
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return any(self._per_priority(queue, "exists"))
+
+    def _per_priority(self, queue: str, command: str) -> list[int]:
+        with self.conn_or_acquire() as client:
+            pipe = client.pipeline(transaction=False)
+            for pri in self.priority_steps:
+                getattr(pipe, command)(self._q_for_pri(queue, pri))
+            return [int(n) for n in pipe.execute()]
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        """A queue declared again as a publish begins (a fresh producer's first message to
+        it): a binding already there needs no write, which a full broker would refuse; a new
+        one waits for memory as a publish does."""
+        if exchange and self.typeof(exchange).type != "fanout" and queue not in self._expires:
+            member = self.sep.join([routing_key or "", pattern or "", queue or ""])
+            with self.conn_or_acquire() as client:
+                if client.sismember(self.keyprefix_queue % (exchange,), member):
+                    return
+        broker.wait_while_full(
+            lambda: super(Channel, self)._queue_bind(exchange, routing_key, pattern, queue)
+        )
+
+    def _put_once(self, queue: str, message: Any, **kwargs: Any) -> Any:
         try:
             return super()._put(queue, message, **dict(kwargs))
         except self.connection_errors:

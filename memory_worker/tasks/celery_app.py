@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import beat_init, celeryd_init, worker_init, worker_process_init
 
 from memory_worker.ops import broker
@@ -50,3 +50,10 @@ def _check_beat_config(**_: object) -> None:
 @worker_init.connect
 def _serve_metrics(**_: object) -> None:
     startup.serve_metrics()
+
+
+def send_at_once(task: Task, *args: Any) -> None:
+    """Publish `task` with no retries, and a full broker's refusal raised at once rather than
+    waited for (`ops.broker.impatient`): the app's calls, whose work is in the store already."""
+    with broker.impatient():
+        task.apply_async(args, retry=False)

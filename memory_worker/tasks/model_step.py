@@ -37,6 +37,7 @@ from memory_worker.core.constants import (
     RETRY_BACKOFF_MAX_S,
 )
 from memory_worker.core.errors import (
+    BrokerFull,
     MalformedAnswer,
     MalformedMessage,
     PermanentModelError,
@@ -109,6 +110,8 @@ class ModelStep(StoreStep):
         except PermanentModelError as e:
             spell.parked = f"model error: {e}"
             return spell.to_json()
+        except BrokerFull as e:  # no quota slot could be taken for the whole wait
+            self.left_to_sweep_full(f"spell {spell.key}", spell, e)
         except Exception as e:
             if not is_store_outage(e):
                 raise

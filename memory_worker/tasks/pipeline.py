@@ -39,7 +39,7 @@ from memory_worker import models
 from memory_worker.core import messages
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, STALE_REROUTES_MAX
-from memory_worker.core.errors import MalformedMessage, ToastNotPublished
+from memory_worker.core.errors import BrokerFull, MalformedMessage, ToastNotPublished
 from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics, spell_log
 from memory_worker.storage.outage import is_store_outage
@@ -47,7 +47,7 @@ from memory_worker.tasks import delivery
 from memory_worker.tasks.boundary import reject
 from memory_worker.tasks.celery_app import app
 from memory_worker.tasks.model_step import ModelStep
-from memory_worker.tasks.store_step import StoreStep, release_claim, since_of
+from memory_worker.tasks.store_step import StoreStep, release_claim, since_of, written
 from memory_worker.write import steps
 from memory_worker.write.commit import Outcome
 
@@ -106,6 +106,8 @@ def commit(self: StoreStep, spell: Message, store_since: float = 0.0) -> Message
         reject(self.name, e)
     try:
         return commit_steps(s)
+    except BrokerFull as e:  # the room's next spell could not be claimed for the whole wait
+        self.left_to_sweep_full(f"spell {s.key}", s, e)
     except Exception as e:
         if not is_store_outage(e):
             raise
@@ -136,6 +138,7 @@ def record(s: Spell) -> Outcome:
     outcome but 'stale' and 'foreign' ends the spell: its one log line."""
     started = time.perf_counter()
     outcome = steps.run_commit(s)
+    written()
     metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
     if outcome.status == "stale" and s.reroutes >= STALE_REROUTES_MAX:
         s.parked = f"open rows kept changing under the router ({s.reroutes} re-routes)"

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from memory_worker import models
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import DB_MAX_RETRIES, SWEEP_WINDOW_S
-from memory_worker.core.errors import MalformedMessage, UnknownRoom
+from memory_worker.core.errors import BrokerFull, MalformedMessage, UnknownRoom
 from memory_worker.core.messages import room_id as checked_room_id
 from memory_worker.core.messages import user_id as checked_user_id
 from memory_worker.ops import broker, inflight
@@ -68,6 +68,8 @@ def on_room_quiet(self: StoreStep, room_id: str, store_since: float = 0.0) -> li
         reject("memory_worker.on_room_quiet", e)
     try:
         return start_spells(room_id)
+    except BrokerFull as e:  # no claim could be taken for the whole wait
+        self.left_to_sweep_full(f"on_room_quiet({room_id!r})", None, e)
     except Exception as e:
         if not is_store_outage(e):
             raise

@@ -87,21 +87,31 @@ def queue_depths() -> dict[str, int]:
     return {q: int(client.llen(q)) for q in QUEUES}
 
 
-def health() -> dict[str, str]:
-    """The checks behind /healthz: the broker answers PING, the store answers SELECT 1."""
+def broker_full() -> bool:
     from memory_worker.ops import broker
+
+    return broker.fullness(broker.client(broker.url())) is not None
+
+
+def health() -> dict[str, str]:
+    """The checks behind /healthz: the broker answers PING and has memory left (else "full"),
+    the store answers SELECT 1 and took this process's last write (else "full": a full disk
+    or a server out of memory refuses writes while reads go on)."""
+    from memory_worker.ops import broker, metrics
     from memory_worker.storage import store
 
     out = {}
     try:
-        broker.client(broker.url()).ping()
-        out["broker"] = "ok"
+        client = broker.client(broker.url())
+        client.ping()
+        out["broker"] = broker.fullness(client) or "ok"
     except Exception as e:
         out["broker"] = f"down ({type(e).__name__})"
     try:
         with store.engine().connect() as conn:
             conn.execute(text("SELECT 1"))
-        out["store"] = "ok"
+        full = metrics.store_full()
+        out["store"] = "full (writes refused for space: free disk or memory)" if full else "ok"
     except Exception as e:
         out["store"] = f"down ({type(e).__name__})"
     return out
@@ -121,6 +131,7 @@ def serve_metrics() -> None:
     from memory_worker.ops import metrics
 
     REGISTRY.register(metrics.QueueDepth(queue_depths))
+    REGISTRY.register(metrics.BrokerFull(broker_full))
     metrics.serve(port, health)
     _served = True
     log.info("metrics and /healthz on 127.0.0.1:%d", port)

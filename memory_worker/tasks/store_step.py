@@ -27,10 +27,10 @@ from celery.exceptions import Ignore
 
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.constants import INFLIGHT_RENEW_AFTER, STORE_RETRY_MAX_S
-from memory_worker.core.errors import MalformedMessage, StoreAway
+from memory_worker.core.errors import BrokerFull, MalformedMessage, StoreAway
 from memory_worker.core.rows import Spell
 from memory_worker.ops import broker, inflight, metrics
-from memory_worker.storage.outage import outage_name
+from memory_worker.storage.outage import outage_kind, outage_name
 from memory_worker.tasks.boundary import QuietTask
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,22 @@ def left_to_sweep(what: str, error: BaseException, to: str = "the sweep") -> Non
     """What does not wait for the store (the app's calls, a sweep, a toast's redelivery): one
     WARNING, and the sweep finds the work once the store is back — the cursors and the outbox
     are in the store, so nothing is lost by not waiting."""
-    log.warning("%s: the store is away (%s); left to %s", what, outage_name(error), to)
+    kind = met(error)
+    log.warning("%s: the store is %s (%s); left to %s", what, kind, outage_name(error), to)
+
+
+def met(error: BaseException) -> str:
+    """The outage `error` says ("full" or "away"), kept for /healthz and the metrics: a full
+    store stays full until a write goes through (`written`)."""
+    kind = outage_kind(error) or "away"
+    if kind == "full":
+        metrics.store_full(True)
+    return kind
+
+
+def written() -> None:
+    """A write went through: whatever filled the store, it has room again."""
+    metrics.store_full(False)
 
 
 def store_backoff(waited_s: float) -> float:
@@ -82,13 +97,14 @@ class StoreStep(QuietTask):
         now = time.time()
         waited = now - since if since else 0.0
         limit = settings_mod.current().store_outage_wait_s
-        why = outage_name(error)
+        why, kind = outage_name(error), met(error)
         if waited >= limit:
             if spell is not None:
                 release_claim(self.app, spell)
             log.error(
-                "%s: the store was away for %.0fs (%s); handed to the sweep%s",
+                "%s: the store was %s for %.0fs (%s); handed to the sweep%s",
                 what,
+                kind,
                 waited,
                 why,
                 ", its claim released" if spell is not None else "",
@@ -96,15 +112,21 @@ class StoreStep(QuietTask):
             raise Ignore() from None
         if since:
             log.info(
-                "%s: the store is still away after %.0fs (%s); %s tries again",
+                "%s: the store is still %s after %.0fs (%s); %s tries again",
                 what,
+                kind,
                 waited,
                 why,
                 self.name,
             )
         else:
             log.warning(
-                "%s: the store is away (%s); %s waits for it up to %gs", what, why, self.name, limit
+                "%s: the store is %s (%s); %s waits for it up to %gs",
+                what,
+                kind,
+                why,
+                self.name,
+                limit,
             )
         if spell is not None:
             renew_claim(self.app, spell, now)  # a retry carries the spell as it arrived
@@ -117,6 +139,14 @@ class StoreStep(QuietTask):
             exc=StoreAway(why),
             max_retries=None,
         ) from None
+
+    def left_to_sweep_full(self, what: str, spell: Spell | None, error: BrokerFull) -> NoReturn:
+        """The broker stayed full past MW_BROKER_FULL_WAIT_S (a claim or a quota slot refused
+        all along): one WARNING, the spell's claim freed, the work left to the sweep."""
+        if spell is not None:
+            release_claim(self.app, spell)
+        log.warning("%s: %s; left to the sweep", what, error)
+        raise Ignore() from None
 
     def on_failure(
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, exc, text
 
-from memory_worker.storage.outage import is_store_outage, outage_name
+from memory_worker.storage.outage import is_store_outage, outage_kind, outage_name
 from memory_worker.testing.private_postgres import free_port
 
 
@@ -65,3 +65,35 @@ def test_a_server_going_down_starting_up_or_a_deadlock_is_the_store_away(state: 
 def test_another_server_error_is_not_the_store_away() -> None:
     said = psycopg.errors.lookup("42P01")("relation does not exist")
     assert not is_store_outage(exc.OperationalError("SELECT 1", {}, said))
+
+
+def full_sqlite_error(path: Path) -> BaseException:
+    """SQLite's own "database or disk is full": the file held to its size (max_page_count)."""
+    eng = create_engine(f"sqlite:///{path}")
+    try:
+        with eng.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (said BLOB)")
+            conn.exec_driver_sql("PRAGMA max_page_count = 2")
+            conn.exec_driver_sql("INSERT INTO t VALUES (zeroblob(100000))")
+    except exc.SQLAlchemyError as e:
+        return e
+    finally:
+        eng.dispose()
+    raise AssertionError("no error")
+
+
+def test_a_full_sqlite_store_is_an_outage_said_as_full_not_away(tmp_path: Path) -> None:
+    e = full_sqlite_error(tmp_path / "full.db")
+    assert is_store_outage(e) and outage_kind(e) == "full"
+    assert "database or disk is full" in outage_name(e)
+
+
+@pytest.mark.parametrize("state", ["53100", "53200"])
+def test_a_postgresql_disk_full_or_out_of_memory_is_the_store_full(state: str) -> None:
+    said = psycopg.errors.lookup(state)("could not extend file")
+    assert outage_kind(exc.OperationalError("INSERT", {}, said)) == "full"
+
+
+def test_a_restart_or_a_lock_is_the_store_away_not_full() -> None:
+    said = psycopg.errors.lookup("57P01")("terminating connection")
+    assert outage_kind(exc.OperationalError("SELECT 1", {}, said)) == "away"
