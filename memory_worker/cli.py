@@ -49,17 +49,17 @@ def _run(a: argparse.Namespace) -> int:
     listed = runner.parse_procfile(a.procfile)
     for name in a.only:
         cli_args.require_known("process", name, [p.name for p in listed])
+    s = settings_mod.current()
+    if s.broker_url != EMBEDDED:  # the embedded broker sets its own (ops/embedded.py)
+        _broker_memory_at_start(s.broker_url)  # a setting that drops tasks: refused first
     if any(p.is_worker for p in listed if not a.only or p.name in a.only):
-        url = settings_mod.current().database_url
+        url = s.database_url
         path = _sqlite_file(url)
         if path is not None and not path.exists():  # SQLite would make an empty file
             raise StoreNotReady(f"no store at {path}: run `memory-worker init-db` first")
         check.require_ready(url)
     # Refused as a whole: beat without its workers (or workers without beat) is no deployment.
-    s = settings_mod.current()
     check.require_scope(s)
-    if s.broker_url != EMBEDDED:  # the embedded broker sets its own (ops/embedded.py)
-        _broker_memory_at_start(s.broker_url)
     return runner.run(a.procfile, only=a.only, stop_after=a.stop_timeout)
 
 
