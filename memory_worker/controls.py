@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection
 
-from memory_worker.core import block, toasts
+from memory_worker.core import block, names, toasts
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHARS, SUBJECT_WORLD
@@ -37,7 +37,6 @@ from memory_worker.core.errors import (
     NotFound,
     UnknownUser,
 )
-from memory_worker.core.names import sentence_key
 from memory_worker.core.numbers import whole_number
 from memory_worker.core.provenance import witnesses
 from memory_worker.core.rows import Line, Row, concerned, human_id, human_ref
@@ -149,7 +148,7 @@ def _delete_rows(conn: Connection, user_id: int, ids: list[int]) -> None:
 
 
 def _same_sentence(row: Row, closer: Row | None) -> bool:
-    return closer is not None and sentence_key(row.text) == sentence_key(closer.text)
+    return closer is not None and names.sentence_key(row.text) == names.sentence_key(closer.text)
 
 
 def _places(conn: Connection, rows: list[Row]) -> set[tuple[str, str]]:

@@ -39,11 +39,11 @@ from sqlalchemy import (
     update,
 )
 
+from memory_worker.core import names
 from memory_worker.core import rows as core_rows
 from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.constants import SUBJECT_SELF, SUBJECT_WORLD
-from memory_worker.core.names import search_key, sentence_key
 from memory_worker.core.rows import Candidate, Row, human_ref, id_json, id_list
 from memory_worker.storage import read_packs, read_path
 from memory_worker.storage.prepared import PREPARED_IN_MAX, Prepared, in_parts
@@ -348,8 +348,8 @@ def insert_row(
             "embedding": embedding,  # bytes: what LargeBinary would have bound
             "named": id_json(named) if named else None,
             "private_to": id_json(private_to),
-            "sentence_key": sentence_key(c.text),
-            "search_text": search_key(c.text),
+            "sentence_key": names.sentence_key(c.text),
+            "search_text": names.search_key(c.text),
         },
     )
     return int(new.scalar_one())
@@ -509,7 +509,7 @@ def page_of(
     if before_id is not None:
         shared = and_(shared, pm.id < before_id)
     if text:
-        shared = and_(shared, pm.search_text.contains(search_key(text), autoescape=True))
+        shared = and_(shared, pm.search_text.contains(names.search_key(text), autoescape=True))
     ways = (
         pm.subject == ref,
         and_(pm.subject == SUBJECT_SELF, pm.counterpart == ref),
