@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -43,7 +43,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.storage import store, users
+from memory_worker.storage import stamps, store, users
 from memory_worker.write import steps
 
 EMBEDDER = HashingEmbedder()
@@ -582,13 +582,20 @@ def _public_if_any(a: Any, b: Any) -> Any:
     return None if a is None or b is None else a & b
 
 
+_stamps_between = stamps.between
+
+
+def _unstamped(conn: Any, persona: str, room_id: str, after: int, last: int) -> dict[int, Any]:
+    """The stamps without what they were stamped for: every line readable, heard by all."""
+    got = _stamps_between(conn, persona, room_id, after, last)
+    return {i: replace(s, readable=True, label=s.heard) for i, s in got.items()}
+
+
 GUARDS: dict[str, Callable[[], Any]] = {
     "the call label": lambda: mock.patch(
-        "memory_worker.write.window.spell_label", lambda conn, spell: None
+        "memory_worker.write.window.stamped_spell", lambda conn, spell: replace(spell, label=None)
     ),
-    "the line-time switches": lambda: mock.patch(
-        "memory_worker.core.labels.state_at", lambda flips, line_id, current: current
-    ),
+    "the line stamp": lambda: mock.patch("memory_worker.storage.stamps.between", _unstamped),
     "the public-input rule": lambda: mock.patch("memory_worker.core.labels.meet", _public_if_any),
     "the scoped neighbours": lambda: mock.patch(
         "memory_worker.write.window.spell_scope", _unscoped

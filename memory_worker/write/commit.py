@@ -50,6 +50,9 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
         return done
     if not _lines_are_here(conn, spell):
         return Outcome("foreign", [], [])
+    # Who heard the spell's lines and their label, as the store stamped them: nothing the
+    # message carries decides either (docs/design.md §12).
+    spell = window.stamped_spell(conn, spell)
     read_through = spells.cursor(conn, spell.persona, spell.room_id)
     without_rows = _without_rows(conn, spell, read_through, now)
     if without_rows is not None:
@@ -116,10 +119,10 @@ def _plan(conn: Connection, spell: Spell, read_through: int, today: str) -> _Pla
     if shown is None:
         return None
     # Who the new rows may reach: at most the label of the calls that wrote them — the
-    # humans who heard every line they read, with their switches then (`core.labels`) — read
-    # again here from the store, and of those the ones who still let the persona remember
-    # them. Never from what the model wrote or cited.
-    label = window.spell_label(conn, spell)
+    # humans who heard every line they read, with their switches then, as the store stamped
+    # the lines (`window.stamped_spell`) — and of those the ones who still let the persona
+    # remember them. Never from what the model wrote or cited.
+    label = labels.from_json(spell.label)
     allowing = set(users.eligible_humans(conn, spell.persona, spell.present))
     already = extract.rows_today(conn, spell.persona, today, spell.present)
     writing = [candidates[d.candidate] for d in decisions if d.event in ("ADD", "UPDATE")]

@@ -47,7 +47,7 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
             spell.skipped = "the room or its people no longer allow memory"
             return spell
         room, persona_name = ctx.room, ctx.persona_name
-        lines = window.load_slice(conn, spell, window.line_time(conn, spell.persona, ctx))
+        lines = window.load_slice(conn, spell)
         if not lines:
             spell.skipped = "no line said while anyone let this persona remember"
             return spell

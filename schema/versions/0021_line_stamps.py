@@ -1,0 +1,207 @@
+"""A line's label is stamped with the line: `line_stamps`, written by a trigger on `lines`.
+
+A line's label was rebuilt at spell time from a history of the switches keyed by line ids
+(`switch_log`, 0017). Ids lied: SQLite gave a deleted line's id again (the newest line deleted,
+or a whole chat), PostgreSQL hands ids out in another order than commits, and the history held
+only the changes its triggers saw (an `INSERT OR REPLACE INTO users`, an `UPDATE` of a mute's
+key columns). Now the transaction that stores a line stamps it, for each persona member of the
+room, with what decides its label then (docs/design.md §12):
+
+- `readable`: the line may reach that persona's model — no kit mounted, a human speaker a
+  member who lets the persona remember them (memory on, not muting it), and for a persona's
+  line, every line its model had in view (the room's previous `echo_reach.lines` lines)
+  readable for this persona too: a persona's line carries what its persona heard;
+- `heard`: the room's human members then (JSON ids), whatever their switches;
+- `label`: of them, those who let the persona remember them (JSON ids; NULL: public, a
+  dispatch), for a persona's line met with the labels of the lines it had in view.
+
+A trigger reads the committed state its transaction sees; a switch, a join or a leave later
+never changes a stored stamp. Lines' ids are never given again on SQLite (AUTOINCREMENT: the
+table is rebuilt). `switch_log` and its triggers are retired: nothing reads them.
+
+Lines stored before are stamped here with the switches as they are now (members who had joined
+before each line, `since_line`), the same reading 0017 made for a store without history.
+
+Revision ID: 0021
+Revises: 0020
+Create Date: 2026-12-07
+"""
+
+import importlib.util
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0021"
+down_revision = "0020"
+branch_labels = None
+depends_on = None
+
+ECHO_REACH_LINES = 20  # the default of MW_ECHO_REACH_LINES; `store.init_db` writes the setting
+
+
+def _uid(member: str) -> str:
+    return f"CAST(substr({member}, 3) AS INTEGER)"
+
+
+def _allows(user: str, persona: str) -> str:
+    """SQL: the human `user` (an id expression) lets `persona` remember them now."""
+    return (
+        f"EXISTS (SELECT 1 FROM users u WHERE u.id = {user} AND u.memory_on = 1) "
+        f"AND NOT EXISTS (SELECT 1 FROM persona_memory_mute x "
+        f"WHERE x.user_id = {user} AND x.persona = {persona})"
+    )
+
+
+def _ids(sqlite: bool, query: str) -> str:
+    """SQL: a JSON list (text) of the ids `query` selects as `uid`, ascending."""
+    if sqlite:
+        return f"(SELECT json_group_array(uid) FROM ({query} ORDER BY uid))"
+    return f"(SELECT coalesce(json_agg(uid ORDER BY uid), '[]'::json)::text FROM ({query}) q)"
+
+
+def _in_json(sqlite: bool, value: str, column: str) -> str:
+    if sqlite:
+        return f"{value} IN (SELECT value FROM json_each({column}))"
+    return f"{value} IN (SELECT json_array_elements_text({column}::json)::int)"
+
+
+def stamp_select(sqlite: bool, new: str = "NEW", since: bool = False) -> str:
+    """The stamps of one line (`new`: its columns) for each persona member of its room.
+
+    `since`: the backfill of the lines stored before this migration (`new` is `l`, a line of
+    `lines l`, bound by `:line`): only the members who had joined before it count. A trigger's
+    line is newer than every member.
+    """
+    room, persona = f"{new}.room_id", "p.member"
+    joined = f" AND h.since_line < {new}.id" if since else ""
+    humans = (
+        f"SELECT {_uid('h.member')} AS uid FROM room_members h "
+        f"WHERE h.room_id = {room} AND h.member LIKE 'u:%'{joined}"
+    )
+    allowing = f"{humans} AND {_allows(_uid('h.member'), persona)}"
+    by_persona = f"{new}.speaker NOT LIKE 'u:%' AND {new}.speaker NOT LIKE 'dispatch:%'"
+    in_view = (
+        f"SELECT v.id FROM lines v WHERE v.room_id = {room} AND v.id {'<' if since else '<>'} {new}.id "
+        f"ORDER BY v.id DESC LIMIT (SELECT lines FROM echo_reach WHERE id = 1)"
+    )
+    seen = (
+        f"FROM ({in_view}) w LEFT JOIN line_stamps s ON s.persona = {persona} "
+        f"AND s.room_id = {room} AND s.line_id = w.id"
+    )
+    speaker_allows = (
+        f"EXISTS (SELECT 1 FROM room_members h WHERE h.room_id = {room} "
+        f"AND h.member = {new}.speaker{joined}) AND {_allows(_uid(f'{new}.speaker'), persona)}"
+    )
+    readable = (
+        f"CASE WHEN (SELECT kit_mounted FROM rooms WHERE id = {room}) <> 0 THEN 0 "
+        f"WHEN {new}.speaker LIKE 'u:%' AND NOT ({speaker_allows}) THEN 0 "
+        f"WHEN {by_persona} AND EXISTS (SELECT 1 {seen} WHERE coalesce(s.readable, 0) = 0) THEN 0 "
+        "ELSE 1 END"
+    )
+    echoed = (
+        f"NOT ({by_persona}) OR NOT EXISTS (SELECT 1 {seen} WHERE s.label IS NOT NULL "
+        f"AND NOT ({_in_json(sqlite, 'a.uid', 's.label')}))"
+    )
+    label = (
+        f"CASE WHEN {new}.speaker LIKE 'dispatch:%' THEN NULL ELSE "
+        f"{_ids(sqlite, f'SELECT a.uid FROM ({allowing}) a WHERE {echoed}')} END"
+    )
+    source = f"room_members p WHERE p.room_id = {room}"
+    if since:
+        source = (
+            f"lines {new} JOIN room_members p ON p.room_id = {room} "
+            f"WHERE {new}.id = :line AND p.since_line < {new}.id"
+        )
+    return (
+        f"SELECT {persona}, {room}, {new}.id, {readable}, {_ids(sqlite, humans)}, {label} "
+        f"FROM {source} AND p.member NOT LIKE 'u:%'"
+    )
+
+
+INSERT = "INSERT INTO line_stamps (persona, room_id, line_id, readable, heard, label) "
+
+
+def _trigger(sqlite: bool) -> None:
+    body = INSERT + stamp_select(sqlite) + ";"
+    if sqlite:
+        op.execute(f"CREATE TRIGGER line_stamp AFTER INSERT ON lines FOR EACH ROW BEGIN {body} END")
+        return
+    op.execute(
+        "CREATE OR REPLACE FUNCTION line_stamp() RETURNS trigger AS $$ "
+        f"BEGIN {body} RETURN NULL; END $$ LANGUAGE plpgsql"
+    )
+    op.execute(
+        "CREATE TRIGGER line_stamp AFTER INSERT ON lines FOR EACH ROW EXECUTE FUNCTION line_stamp()"
+    )
+
+
+def _backfill(sqlite: bool) -> None:
+    """Stamp the lines stored before, oldest first (a persona's line reads the stamps of the
+    lines before it)."""
+    bind = op.get_bind()
+    ids = bind.execute(sa.text("SELECT id FROM lines ORDER BY id")).scalars().all()
+    one = sa.text(INSERT + stamp_select(sqlite, "l", since=True))
+    for line_id in ids:
+        bind.execute(one, {"line": int(line_id)})
+
+
+def _switch_log() -> object:
+    """Migration 0017, for the downgrade."""
+    path = Path(__file__).with_name("0017_switch_log.py")
+    spec = importlib.util.spec_from_file_location("switch_log_0017", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def upgrade() -> None:
+    sqlite = op.get_bind().dialect.name == "sqlite"
+    for name, table, *_ in _switch_log().TRIGGERS:  # type: ignore[attr-defined]
+        if sqlite:
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
+        else:
+            op.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+            op.execute(f"DROP FUNCTION IF EXISTS {name}()")
+    op.drop_table("switch_log")
+    if sqlite:  # ids never given again: rebuilt with AUTOINCREMENT, the sequence at the max id
+        with op.batch_alter_table(
+            "lines", recreate="always", table_kwargs={"sqlite_autoincrement": True}
+        ):
+            pass
+    op.create_table(
+        "echo_reach",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("lines", sa.Integer, nullable=False),
+    )
+    op.execute(f"INSERT INTO echo_reach (id, lines) VALUES (1, {ECHO_REACH_LINES})")
+    op.create_table(
+        "line_stamps",
+        sa.Column("persona", sa.Text, nullable=False),
+        sa.Column("room_id", sa.Text, nullable=False),
+        sa.Column(
+            "line_id", sa.Integer, sa.ForeignKey("lines.id", ondelete="CASCADE"), nullable=False
+        ),
+        sa.Column("readable", sa.Integer, nullable=False),
+        sa.Column("heard", sa.Text, nullable=False),
+        sa.Column("label", sa.Text, nullable=True),
+        sa.PrimaryKeyConstraint("persona", "room_id", "line_id"),
+    )
+    op.create_index("ix_line_stamps_line_id", "line_stamps", ["line_id"])
+    _backfill(sqlite)
+    _trigger(sqlite)
+
+
+def downgrade() -> None:
+    sqlite = op.get_bind().dialect.name == "sqlite"
+    if sqlite:
+        op.execute("DROP TRIGGER IF EXISTS line_stamp")
+    else:
+        op.execute("DROP TRIGGER IF EXISTS line_stamp ON lines")
+        op.execute("DROP FUNCTION IF EXISTS line_stamp()")
+    op.drop_index("ix_line_stamps_line_id", table_name="line_stamps")
+    op.drop_table("line_stamps")
+    op.drop_table("echo_reach")
+    _switch_log().upgrade()  # type: ignore[attr-defined]
