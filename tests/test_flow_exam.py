@@ -29,8 +29,13 @@ def test_a_hostile_model_moves_no_marker_to_anyone_who_did_not_hear_it(tmp_path:
 @pytest.mark.parametrize("guard", sorted(flow.GUARDS))
 def test_the_exam_sees_a_flow_when_a_guard_is_removed(tmp_path: Path, guard: str) -> None:
     template = flow.migrated_template(tmp_path)
+    # A line's stamp already keeps out what a human who did not allow the persona said, so the
+    # consent check is first needed in world 25 (the self-test's 20 worlds from seed 16 see it).
+    first = 16 if guard == "the consent check" else 1
     with flow.GUARDS[guard]():
-        seen = any(flow.run_world(seed, 40, template, tmp_path).flows for seed in range(1, 11))
+        seen = any(
+            flow.run_world(seed, 40, template, tmp_path).flows for seed in range(first, first + 10)
+        )
     assert seen, f"{guard}: removed, and the exam saw nothing in 10 worlds"
 
 

@@ -647,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spells", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--self-test", action="store_true", help="remove each guard in turn")
-    parser.add_argument("--self-test-worlds", type=int, default=20)
+    parser.add_argument("--self-test-worlds", type=int, default=30)
     parser.add_argument(
         "--group-scope",
         action="store_true",
