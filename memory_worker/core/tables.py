@@ -365,6 +365,21 @@ spells = Table(
     ),
 )
 
+spell_views = Table(
+    "spell_views",
+    metadata,
+    # The rows each model call of a spell was shown (the extraction's view, the router's
+    # neighbours), noted by the steps before the call (0021): the commit meets its label with
+    # their audiences as they are then, so a row deleted or narrowed while the spell ran
+    # narrows what it writes. Keyed by the spell's persona, room and the line it reads after;
+    # `row_id` 0 notes that the extraction's view was recorded. Dropped once the cursor passes.
+    Column("persona", Text, nullable=False),
+    Column("room_id", Text, nullable=False),
+    Column("after_line", Integer, nullable=False),
+    Column("row_id", Integer, nullable=False),
+    PrimaryKeyConstraint("persona", "room_id", "after_line", "row_id"),
+)
+
 # --- the human's page (memory-worker serve) ---------------------------------------------
 
 web_sessions = Table(

@@ -19,6 +19,10 @@ A trigger reads the committed state its transaction sees; a switch, a join or a 
 never changes a stored stamp. Lines' ids are never given again on SQLite (AUTOINCREMENT: the
 table is rebuilt). `switch_log` and its triggers are retired: nothing reads them.
 
+`spell_views`: the rows each model call of a spell was shown, noted before the call, so the
+commit meets its label with their audiences as they are at the commit (a row deleted or
+narrowed while the spell ran narrows what it writes).
+
 Lines stored before are stamped here with the switches as they are now (members who had joined
 before each line, `since_line`), the same reading 0017 made for a store without history.
 
@@ -190,6 +194,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("persona", "room_id", "line_id"),
     )
     op.create_index("ix_line_stamps_line_id", "line_stamps", ["line_id"])
+    op.create_table(
+        "spell_views",
+        sa.Column("persona", sa.Text, nullable=False),
+        sa.Column("room_id", sa.Text, nullable=False),
+        sa.Column("after_line", sa.Integer, nullable=False),
+        sa.Column("row_id", sa.Integer, nullable=False),
+        sa.PrimaryKeyConstraint("persona", "room_id", "after_line", "row_id"),
+    )
     _backfill(sqlite)
     _trigger(sqlite)
 
@@ -201,6 +213,7 @@ def downgrade() -> None:
     else:
         op.execute("DROP TRIGGER IF EXISTS line_stamp ON lines")
         op.execute("DROP FUNCTION IF EXISTS line_stamp()")
+    op.drop_table("spell_views")
     op.drop_index("ix_line_stamps_line_id", table_name="line_stamps")
     op.drop_table("line_stamps")
     op.drop_table("echo_reach")

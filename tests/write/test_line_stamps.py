@@ -271,3 +271,49 @@ def test_a_persona_s_echo_is_labelled_with_who_heard_what_it_repeats(world: Engi
         pass
     (row,) = rows(world)
     assert json.loads(row["private_to"]) == [DAN]
+
+
+# --- 4. a delete between a call and its commit ------------------------------------------------
+
+
+PASSWORD = "The shared-drive password is swordfish-42."
+
+
+def _copies_what_it_knows(prompt: str) -> dict[str, Any]:
+    """The attacker copies the row it was shown into a new world fact, citing the new line."""
+    lines = shown_lines(prompt)
+    if "swordfish" in prompt and not any("swordfish" in s for _, _, s in lines):
+        copy = candidate("world", "event", "Drive: swordfish-42.", 7, [lines[-1][0]])
+        return {"candidates": [copy]}
+    return {"candidates": [candidate("world", "event", s, 6, [i]) for i, _, s in lines]}
+
+
+@pytest.mark.parametrize("deleted_by", ["Cara", "both"])
+def test_a_row_deleted_between_a_call_and_its_commit_narrows_what_the_call_writes(
+    world: Engine, deleted_by: str
+) -> None:
+    from memory_worker import controls
+    from tests.write.test_labels import seen_by
+
+    say(world, "g-dc", (DAN, PASSWORD))
+    chat = ScriptedChat({"extract": _copies_what_it_knows, "route": sensible_route})
+    (shared,) = run_spell("warren", "g-dc", chat).row_ids
+    assert json.loads(rows(world)[0]["private_to"]) == [CARA, DAN]
+    say(world, "g-dc", (DAN, "The printer on floor two is fixed."))
+    spell = steps.begin("warren", "g-dc")
+    assert spell is not None
+    spell = steps.run_embed(steps.run_extract(spell, chat), HashingEmbedder())
+    spell = steps.run_route(spell, chat)
+    assert any("swordfish" in p for purpose, _, p in chat.calls[-2:] if purpose == "extract")
+    controls.delete_row(CARA, shared)  # from her page, while the spell runs
+    if deleted_by == "both":
+        controls.delete_row(DAN, shared)
+    outcome = steps.run_commit(spell)
+    if outcome.status == "stale":  # the router's view moved: the chain routes again
+        outcome = steps.run_commit(steps.run_route(spell, chat))
+    assert outcome.status == "committed"
+    copied = [r for r in rows(world) if "swordfish" in r["text"]]
+    assert all(CARA not in json.loads(r["private_to"] or "[]") for r in copied), copied
+    if deleted_by == "both":
+        assert copied == []
+    assert "swordfish" not in seen_by(CARA, "dm-cara")
