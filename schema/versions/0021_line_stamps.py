@@ -59,68 +59,94 @@ def _allows(user: str, persona: str) -> str:
 
 
 def _ids(sqlite: bool, query: str) -> str:
-    """SQL: a JSON list (text) of the ids `query` selects as `uid`, ascending."""
+    """SQL: a JSON list (text) of the ids `query` selects as `uid`, ascending, without spaces
+    ("[17,42]")."""
     if sqlite:
         return f"(SELECT json_group_array(uid) FROM ({query} ORDER BY uid))"
-    return f"(SELECT coalesce(json_agg(uid ORDER BY uid), '[]'::json)::text FROM ({query}) q)"
+    return (
+        "(SELECT '[' || coalesce(string_agg(uid::text, ',' ORDER BY uid), '') || ']' "
+        f"FROM ({query}) q)"
+    )
 
 
-def _in_json(sqlite: bool, value: str, column: str) -> str:
-    if sqlite:
-        return f"{value} IN (SELECT value FROM json_each({column}))"
-    return f"{value} IN (SELECT json_array_elements_text({column}::json)::int)"
+def _in_view(sqlite: bool, line: str, room: str, since: bool) -> tuple[str, str]:
+    """SQL: the lines a persona's line had in view (the room's previous `echo_reach.lines`
+    lines), and per persona what the echo rule reads of their stamps: how many are readable
+    for it, how many have a label (not public) and those labels run together (",17,42,|,42,"),
+    so a human in every one of them is found by counting, once per line rather than once per
+    human."""
+    before = "<" if since or sqlite else "<>"  # PostgreSQL: a later id may commit first
+    lines = (
+        f"SELECT v.id FROM lines v WHERE v.room_id = {room} AND v.id {before} {line} "
+        "ORDER BY v.id DESC LIMIT (SELECT lines FROM echo_reach WHERE id = 1)"
+    )
+    segment = "',' || substr(s.label, 2, length(s.label) - 2) || ','"
+    joined = f"group_concat({segment}, '|')" if sqlite else f"string_agg({segment}, '|')"
+    per_persona = (
+        f"SELECT s.persona, sum(s.readable) AS readable_n, count(s.label) AS labelled_n, "
+        f"{joined} AS labels "
+        f"FROM ({lines}) w JOIN line_stamps s ON s.room_id = {room} AND s.line_id = w.id "
+        "GROUP BY s.persona"
+    )
+    return lines, per_persona
 
 
-def stamp_select(sqlite: bool, new: str = "NEW", since: bool = False) -> str:
-    """The stamps of one line (`new`: its columns) for each persona member of its room.
+def stamp_select(sqlite: bool, *, echo: bool, since: bool = False) -> str:
+    """The stamps of one line for each persona member of its room: a trigger's `NEW` line,
+    or with `since` one of the lines stored before this migration (bound as `:line`, `:room`,
+    `:speaker`), for which only the members who had joined before it count (a trigger's line
+    is newer than every member).
 
-    `since`: the backfill of the lines stored before this migration (`new` is `l`, a line of
-    `lines l`, bound by `:line`): only the members who had joined before it count. A trigger's
-    line is newer than every member.
+    `echo`: for a persona's line (the echo rule: the stamps of the lines in view count too);
+    else for a human's line or a dispatch.
     """
-    room, persona = f"{new}.room_id", "p.member"
-    joined = f" AND h.since_line < {new}.id" if since else ""
+    line, room, speaker = ("NEW.id", "NEW.room_id", "NEW.speaker")
+    if since:
+        line, room, speaker = (":line", ":room", ":speaker")
+    persona = "p.member"
+    joined = f" AND h.since_line < {line}" if since else ""
     humans = (
         f"SELECT {_uid('h.member')} AS uid FROM room_members h "
         f"WHERE h.room_id = {room} AND h.member LIKE 'u:%'{joined}"
     )
     allowing = f"{humans} AND {_allows(_uid('h.member'), persona)}"
-    by_persona = f"{new}.speaker NOT LIKE 'u:%' AND {new}.speaker NOT LIKE 'dispatch:%'"
-    in_view = (
-        f"SELECT v.id FROM lines v WHERE v.room_id = {room} AND v.id {'<' if since else '<>'} {new}.id "
-        f"ORDER BY v.id DESC LIMIT (SELECT lines FROM echo_reach WHERE id = 1)"
-    )
-    seen = (
-        f"FROM ({in_view}) w LEFT JOIN line_stamps s ON s.persona = {persona} "
-        f"AND s.room_id = {room} AND s.line_id = w.id"
-    )
-    speaker_allows = (
-        f"EXISTS (SELECT 1 FROM room_members h WHERE h.room_id = {room} "
-        f"AND h.member = {new}.speaker{joined}) AND {_allows(_uid(f'{new}.speaker'), persona)}"
-    )
-    readable = (
-        f"CASE WHEN (SELECT kit_mounted FROM rooms WHERE id = {room}) <> 0 THEN 0 "
-        f"WHEN {new}.speaker LIKE 'u:%' AND NOT ({speaker_allows}) THEN 0 "
-        f"WHEN {by_persona} AND EXISTS (SELECT 1 {seen} WHERE coalesce(s.readable, 0) = 0) THEN 0 "
-        "ELSE 1 END"
-    )
-    echoed = (
-        f"NOT ({by_persona}) OR NOT EXISTS (SELECT 1 {seen} WHERE s.label IS NOT NULL "
-        f"AND NOT ({_in_json(sqlite, 'a.uid', 's.label')}))"
-    )
-    label = (
-        f"CASE WHEN {new}.speaker LIKE 'dispatch:%' THEN NULL ELSE "
-        f"{_ids(sqlite, f'SELECT a.uid FROM ({allowing}) a WHERE {echoed}')} END"
-    )
-    source = f"room_members p WHERE p.room_id = {room}"
-    if since:
-        source = (
-            f"lines {new} JOIN room_members p ON p.room_id = {room} "
-            f"WHERE {new}.id = :line AND p.since_line < {new}.id"
+    by_persona = f"{speaker} NOT LIKE 'u:%' AND {speaker} NOT LIKE 'dispatch:%'"
+    kit = f"(SELECT kit_mounted FROM rooms WHERE id = {room}) <> 0"
+    source = "room_members p"
+    if echo:  # every line in view readable for the persona (one without its stamp is not)
+        lines, per_persona = _in_view(sqlite, line, room, since)
+        source += f" LEFT JOIN ({per_persona}) e ON e.persona = p.member"
+        readable = (
+            f"CASE WHEN {kit} THEN 0 WHEN coalesce(e.readable_n, 0) < "
+            f"(SELECT count(*) FROM ({lines}) n) THEN 0 ELSE 1 END"
         )
+        needle = f"',' || CAST(a.uid AS TEXT) || ','"
+        found = f"(length(e.labels) - length(replace(e.labels, {needle}, ''))) / length({needle})"
+        label = _ids(
+            sqlite,
+            f"SELECT a.uid FROM ({allowing}) a "
+            f"WHERE coalesce(e.labelled_n, 0) = 0 OR {found} = e.labelled_n",
+        )
+        which = by_persona
+    else:
+        speaker_allows = (
+            f"EXISTS (SELECT 1 FROM room_members h WHERE h.room_id = {room} "
+            f"AND h.member = {speaker}{joined}) AND {_allows(_uid(speaker), persona)}"
+        )
+        readable = (
+            f"CASE WHEN {kit} THEN 0 "
+            f"WHEN {speaker} LIKE 'u:%' AND NOT ({speaker_allows}) THEN 0 ELSE 1 END"
+        )
+        label = (
+            f"CASE WHEN {speaker} LIKE 'dispatch:%' THEN NULL "
+            f"ELSE {_ids(sqlite, allowing)} END"
+        )
+        which = f"NOT ({by_persona})"
+    persona_joined = f" AND p.since_line < {line}" if since else ""
     return (
-        f"SELECT {persona}, {room}, {new}.id, {readable}, {_ids(sqlite, humans)}, {label} "
-        f"FROM {source} AND p.member NOT LIKE 'u:%'"
+        f"SELECT {persona}, {room}, {line}, {readable}, {_ids(sqlite, humans)}, {label} "
+        f"FROM {source} WHERE p.room_id = {room} AND p.member NOT LIKE 'u:%'"
+        f"{persona_joined} AND {which}"
     )
 
 
@@ -128,7 +154,7 @@ INSERT = "INSERT INTO line_stamps (persona, room_id, line_id, readable, heard, l
 
 
 def _trigger(sqlite: bool) -> None:
-    body = INSERT + stamp_select(sqlite) + ";"
+    body = "".join(INSERT + stamp_select(sqlite, echo=echo) + "; " for echo in (False, True))
     if sqlite:
         op.execute(f"CREATE TRIGGER line_stamp AFTER INSERT ON lines FOR EACH ROW BEGIN {body} END")
         return
@@ -145,10 +171,11 @@ def _backfill(sqlite: bool) -> None:
     """Stamp the lines stored before, oldest first (a persona's line reads the stamps of the
     lines before it)."""
     bind = op.get_bind()
-    ids = bind.execute(sa.text("SELECT id FROM lines ORDER BY id")).scalars().all()
-    one = sa.text(INSERT + stamp_select(sqlite, "l", since=True))
-    for line_id in ids:
-        bind.execute(one, {"line": int(line_id)})
+    found = bind.execute(sa.text("SELECT id, room_id, speaker FROM lines ORDER BY id")).all()
+    each = [sa.text(INSERT + stamp_select(sqlite, echo=e, since=True)) for e in (False, True)]
+    for line_id, room_id, speaker in found:
+        for one in each:
+            bind.execute(one, {"line": int(line_id), "room": room_id, "speaker": speaker})
 
 
 def _switch_log() -> object:
