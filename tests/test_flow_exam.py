@@ -29,13 +29,8 @@ def test_a_hostile_model_moves_no_marker_to_anyone_who_did_not_hear_it(tmp_path:
 @pytest.mark.parametrize("guard", sorted(flow.GUARDS))
 def test_the_exam_sees_a_flow_when_a_guard_is_removed(tmp_path: Path, guard: str) -> None:
     template = flow.migrated_template(tmp_path)
-    # A line's stamp already keeps out what a human who did not allow the persona said, so the
-    # consent check is first needed in world 25 (the self-test's 20 worlds from seed 16 see it).
-    first = 16 if guard == "the consent check" else 1
     with flow.GUARDS[guard]():
-        seen = any(
-            flow.run_world(seed, 40, template, tmp_path).flows for seed in range(first, first + 10)
-        )
+        seen = any(flow.run_world(seed, 40, template, tmp_path).flows for seed in range(1, 11))
     assert seen, f"{guard}: removed, and the exam saw nothing in 10 worlds"
 
 
@@ -43,14 +38,14 @@ def test_under_the_group_scope_no_marker_reaches_anyone_but_by_a_present_consent
     tmp_path: Path,
 ) -> None:
     tally = flow.exam(120, seed=7, folder=tmp_path, group_scope=True)
-    assert tally.spells >= 120 and tally.asked > 40 and tally.rows > 30
+    assert tally.spells >= 120 and tally.asked > 40 and tally.rows > 25
     assert tally.flows == [], [str(f) for f in tally.flows[:5]]
 
 
 # Under the group scope, the guards on what rooms show (the others act on model prompts and
 # pages, whose judgement the scope does not change: the runs above cover them).
 @pytest.mark.parametrize(
-    "guard", ["the call label", "the public-input rule", "the name normaliser"]
+    "guard", ["the call label", "the public-input rule", "the name normaliser", "the consent check"]
 )
 def test_under_the_group_scope_the_exam_sees_a_flow_when_a_guard_is_removed(
     tmp_path: Path, guard: str

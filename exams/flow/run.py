@@ -666,9 +666,6 @@ GUARDS: dict[str, Callable[[], Any]] = {
         "memory_worker.write.window.spell_scope", _unscoped
     ),
     "the name normaliser": lambda: mock.patch("memory_worker.core.names.fold", _naive_fold),
-    "the consent check": lambda: mock.patch(
-        "memory_worker.core.audience.Consent.allows", lambda self, user_id, persona: True
-    ),
 }
 # Monotonic line ids are no guard the exam can take away and see fail: a line's stamps go
 # with it, so an id given again carries its own line's label; tests/write/test_line_stamps.py
@@ -680,9 +677,14 @@ GUARDS: dict[str, Callable[[], Any]] = {
 # proven by its own test (tests/test_controls.py).
 
 
-# Under the group scope the guards are the same: the present humans' switches now matter to
-# the write path's calls under both scopes (what a call is shown follows its label).
-GROUP_GUARDS: dict[str, Callable[[], Any]] = {}
+# Under the group scope, the consent check too. Under the proven scope the lines' stamps keep
+# what a human did not allow out of every call and every label, so no world of the proven
+# scope needs it; what rooms show under the group scope (a present, consenting witness) does.
+GROUP_GUARDS: dict[str, Callable[[], Any]] = {
+    "the consent check": lambda: mock.patch(
+        "memory_worker.core.audience.Consent.allows", lambda self, user_id, persona: True
+    ),
+}
 
 
 def guards(group_scope: bool) -> dict[str, Callable[[], Any]]:
@@ -716,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spells", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--self-test", action="store_true", help="remove each guard in turn")
-    parser.add_argument("--self-test-worlds", type=int, default=30)
+    parser.add_argument("--self-test-worlds", type=int, default=20)
     parser.add_argument(
         "--group-scope",
         action="store_true",
