@@ -372,7 +372,8 @@ spell_views = Table(
     # neighbours), noted by the steps before the call (0021): the commit meets its label with
     # their audiences as they are then, so a row deleted or narrowed while the spell ran
     # narrows what it writes. Keyed by the spell's persona, room and the line it reads after;
-    # `row_id` 0 notes that the extraction's view was recorded. Dropped once the cursor passes.
+    # `row_id` 0 notes that the extraction's view was recorded. A commit drops the views of the
+    # room's spells that began before its own.
     Column("persona", Text, nullable=False),
     Column("room_id", Text, nullable=False),
     Column("after_line", Integer, nullable=False),
