@@ -1,6 +1,6 @@
 """How far back does a persona echo, and what does the echo rule hold back? (MW_ECHO_REACH_LINES)
 
-    .venv/bin/python -m benchmarks.echo_reach [--conversations 6]
+    .venv/bin/python benchmarks/echo_reach.py [--conversations 6] [--data PATH]
 
 A persona's line is stamped with the meet of its own witnesses and the stamps of the room's
 previous MW_ECHO_REACH_LINES lines (docs/design.md §12). The reach should cover what a persona
@@ -42,12 +42,12 @@ RARE = 3  # a word in at most this many lines of a conversation is distinctive
 Turns = list[tuple[bool, str, int]]  # (said by the persona, text, session)
 
 
-def conversations(n: int) -> dict[str, Turns]:
+def conversations(n: int, data: Path = DATA) -> dict[str, Turns]:
     """The demo's script and the first `n` LoCoMo conversations, as (persona?, text) turns."""
     out: dict[str, Turns] = {
         "demo": [(isinstance(w, str), s, 1) for w, s in FIRST_SPELL + SECOND_SPELL]
     }
-    for conv in json.loads(DATA.read_text())[:n]:
+    for conv in json.loads(data.read_text())[:n]:
         c = conv["conversation"]
         keys = sorted(
             (k for k in c if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1])
@@ -117,13 +117,16 @@ def held_back(turns: Turns, reach: int) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=6)
+    parser.add_argument("--data", type=Path, default=DATA, help="locomo10.json")
     a = parser.parse_args(argv)
+    if not a.data.exists():
+        raise SystemExit(f"LoCoMo is not at {a.data} (../shared/data/locomo/locomo10.json)")
     reach = settings_mod.current().echo_reach_lines
     print(
         f"{'conversation':>12} {'lines':>6} {'echoes':>7} {'p50':>4} {'p90':>4} {'p99':>4} "
         f"{'max':>4} {'within reach':>13} {'held back':>10}"
     )
-    for name, turns in conversations(a.conversations).items():
+    for name, turns in conversations(a.conversations, a.data).items():
         d = sorted(echo_distances(turns))
         pct = [d[min(len(d) - 1, int(q * len(d)))] if d else 0 for q in (0.5, 0.9, 0.99)]
         within = sum(1 for x in d if x <= reach)

@@ -1,7 +1,7 @@
 """What stamping a line costs: a line's insert with and without the stamp trigger, by room size.
 
-    .venv/bin/python -m benchmarks.line_insert                 # SQLite, a temporary file
-    .venv/bin/python -m benchmarks.line_insert --url postgresql+psycopg://postgres@127.0.0.1:5432/bench
+    .venv/bin/python benchmarks/line_insert.py                 # SQLite, a temporary file
+    .venv/bin/python benchmarks/line_insert.py --url postgresql+psycopg://postgres@127.0.0.1:5432/bench
 
 For each room size (2, 10 and 50 members: a tenth of them personas, at least one), a fresh
 store, a room of that many members and `--lines` lines, each inserted in its own transaction
