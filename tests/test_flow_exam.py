@@ -38,14 +38,14 @@ def test_under_the_group_scope_no_marker_reaches_anyone_but_by_a_present_consent
     tmp_path: Path,
 ) -> None:
     tally = flow.exam(120, seed=7, folder=tmp_path, group_scope=True)
-    assert tally.spells >= 120 and tally.asked > 40 and tally.rows > 30
+    assert tally.spells >= 120 and tally.asked > 40 and tally.rows > 25
     assert tally.flows == [], [str(f) for f in tally.flows[:5]]
 
 
 # Under the group scope, the guards on what rooms show (the others act on model prompts and
 # pages, whose judgement the scope does not change: the runs above cover them).
 @pytest.mark.parametrize(
-    "guard", ["the call label", "the public-input rule", "the name normaliser"]
+    "guard", ["the call label", "the public-input rule", "the name normaliser", "the consent check"]
 )
 def test_under_the_group_scope_the_exam_sees_a_flow_when_a_guard_is_removed(
     tmp_path: Path, guard: str

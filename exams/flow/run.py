@@ -28,12 +28,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy import text as sql
 
 from exams.flow.hostile import Hostile
 from exams.flow.world import NAMES, PERSONAS, Human, Room, World, markers, oracle_fold
@@ -43,7 +44,7 @@ from memory_worker.core import tables as t
 from memory_worker.core.audience import Scope
 from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
-from memory_worker.storage import store, users
+from memory_worker.storage import stamps, store, users
 from memory_worker.write import steps
 
 EMBEDDER = HashingEmbedder()
@@ -128,7 +129,7 @@ def say(world: World, room: Room) -> None:
                 speaker = rng.choice(room.personas)
             else:
                 speaker = rng.choice(sorted(room.humans))
-            text = world.line_text(speaker)
+            text = world.line_text(speaker, room)
             line_id = app_side.say(conn, room.id, speaker, text)
             world.heard(line_id, room, speaker, text)
 
@@ -245,6 +246,64 @@ def switch(world: World) -> None:
                 users.add_mute(conn, h.id, persona)
 
 
+# A self-test switch (`GUARDS`): the store's echo reach, 0 with the echo rule removed.
+ECHO_REACH: int | None = None
+
+
+def delete_lines(world: World) -> None:
+    """The app deletes the store's newest line, or every line of a private chat, and a switch
+    flips right after: a line said next must not borrow a deleted one's id or its time."""
+    rng = world.rng
+    with store.transaction() as conn:
+        if rng.random() < 0.5:
+            newest = conn.execute(select(func.max(t.lines.c.id))).scalar()
+            if newest is None:
+                return
+            room_id = conn.execute(
+                select(t.lines.c.room_id).where(t.lines.c.id == newest)
+            ).scalar_one()
+            gone = [(str(room_id), int(newest))]
+        else:
+            chats = sorted(r.id for r in world.rooms.values() if r.kind == "private")
+            room_id = rng.choice(chats)
+            ids = conn.execute(select(t.lines.c.id).where(t.lines.c.room_id == room_id))
+            gone = [(room_id, int(i)) for i in ids.scalars()]
+        conn.execute(t.lines.delete().where(t.lines.c.id.in_([i for _, i in gone])))
+    for room_id, line_id in gone:
+        world.forget_line(room_id, line_id)
+    switch(world) if rng.random() < 0.5 else raw_switch(world)
+
+
+def raw_switch(world: World) -> None:
+    """The app changes a switch with its own SQL, none of which an UPDATE trigger would see:
+    INSERT OR REPLACE, DELETE then INSERT, or a mute moved to the other persona."""
+    rng = world.rng
+    h = world.humans[rng.choice(sorted(world.humans))]
+    how = rng.choice(["replace", "delete-insert", "move-mute"])
+    with store.transaction() as conn:
+        if how == "move-mute" and len(h.mutes) == 1:
+            (old,) = h.mutes
+            new = next(p for p in PERSONAS if p != old)
+            conn.execute(
+                sql("UPDATE persona_memory_mute SET persona = :new WHERE user_id = :u"),
+                {"new": new, "u": h.id},
+            )
+            h.mutes = {new}
+            return
+        h.memory_on = not h.memory_on
+        values = {"u": h.id, "name": h.name, "on": int(h.memory_on)}
+        if how == "replace":
+            conn.execute(
+                sql("INSERT OR REPLACE INTO users (id, name, memory_on) VALUES (:u, :name, :on)"),
+                values,
+            )
+        else:
+            conn.execute(sql("DELETE FROM users WHERE id = :u"), values)
+            conn.execute(
+                sql("INSERT INTO users (id, name, memory_on) VALUES (:u, :name, :on)"), values
+            )
+
+
 def delete(world: World) -> None:
     """A human deletes a row from their page, or undoes a toast."""
     rng = world.rng
@@ -300,11 +359,10 @@ def label_flows(
     )
     label: frozenset[int] | None = None
     for i in heard:
-        said = world.said.get(i)
-        if said is None or not said.readable(persona):
+        if not world.readable(i, persona):
             flows.append(Flow(f"{where} line {i} shown against its time {LABEL}", 0, "a line"))
             continue
-        line_label = said.label(persona)
+        line_label = world.label(i, persona)
         if line_label is not None:
             label = line_label if label is None else label & line_label
     if not row_ids:
@@ -451,7 +509,7 @@ def run_world(
     rng = random.Random(seed)
     tally.seeds.append(seed)
     with fresh_store(template, folder / f"w{seed}"):
-        world = World(rng)
+        world = World(rng, echo_reach=settings_mod.current().echo_reach_lines)
         build(world)
         hostile = Hostile(world, random.Random(seed * 7919 + 1))
         rooms = list(world.rooms.values())
@@ -474,6 +532,10 @@ def run_world(
                 persona_joins(world)
             elif roll < 0.27:
                 kit(world)
+            elif roll < 0.29:
+                delete_lines(world)
+            elif roll < 0.31:
+                raw_switch(world)
             else:  # talk, and as often as not the room goes quiet right after
                 say(world, room)
                 if rng.random() < 0.3:
@@ -497,6 +559,8 @@ def fresh_store(template: Path, folder: Path) -> Iterator[None]:
     shutil.copyfile(template, path)
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE store_identity SET store_id = ?", (uuid.uuid4().hex,))
+        if ECHO_REACH is not None:  # the guard removed: a persona's line carries nothing
+            conn.execute("UPDATE echo_reach SET lines = ?", (ECHO_REACH,))
     conn.close()
     url = f"sqlite:///{path}"
     before = settings_mod.current()
@@ -582,31 +646,45 @@ def _public_if_any(a: Any, b: Any) -> Any:
     return None if a is None or b is None else a & b
 
 
+_stamps_between = stamps.between
+
+
+def _unstamped(conn: Any, persona: str, room_id: str, after: int, last: int) -> dict[int, Any]:
+    """The stamps without what they were stamped for: every line readable, heard by all."""
+    got = _stamps_between(conn, persona, room_id, after, last)
+    return {i: replace(s, readable=True, label=s.heard) for i, s in got.items()}
+
+
 GUARDS: dict[str, Callable[[], Any]] = {
     "the call label": lambda: mock.patch(
-        "memory_worker.write.window.spell_label", lambda conn, spell: None
+        "memory_worker.write.window.stamped_spell", lambda conn, spell: replace(spell, label=None)
     ),
-    "the line-time switches": lambda: mock.patch(
-        "memory_worker.core.labels.state_at", lambda flips, line_id, current: current
-    ),
+    "the line stamp": lambda: mock.patch("memory_worker.storage.stamps.between", _unstamped),
+    "the echo rule": lambda: mock.patch(f"{__name__}.ECHO_REACH", 0),
     "the public-input rule": lambda: mock.patch("memory_worker.core.labels.meet", _public_if_any),
     "the scoped neighbours": lambda: mock.patch(
         "memory_worker.write.window.spell_scope", _unscoped
     ),
     "the name normaliser": lambda: mock.patch("memory_worker.core.names.fold", _naive_fold),
-    "the consent check": lambda: mock.patch(
-        "memory_worker.core.audience.Consent.allows", lambda self, user_id, persona: True
-    ),
 }
+# Monotonic line ids are no guard the exam can take away and see fail: a line's stamps go
+# with it, so an id given again carries its own line's label; tests/write/test_line_stamps.py
+# proves them. Nor is revocation at the commit: a marker its human deleted from a row is one
+# they still heard, so no marker oracle sees it come back; the same tests prove it.
 # The page's evidence filter (`controls.witnessed_lines`) is no longer a guard the exam can
 # take away and see fail: a row's evidence lines are all lines of its spell, every one heard by
 # everyone in its audience (the label), so no world reaches it. It stays, as a second wall,
 # proven by its own test (tests/test_controls.py).
 
 
-# Under the group scope the guards are the same: the present humans' switches now matter to
-# the write path's calls under both scopes (what a call is shown follows its label).
-GROUP_GUARDS: dict[str, Callable[[], Any]] = {}
+# Under the group scope, the consent check too. Under the proven scope the lines' stamps keep
+# what a human did not allow out of every call and every label, so no world of the proven
+# scope needs it; what rooms show under the group scope (a present, consenting witness) does.
+GROUP_GUARDS: dict[str, Callable[[], Any]] = {
+    "the consent check": lambda: mock.patch(
+        "memory_worker.core.audience.Consent.allows", lambda self, user_id, persona: True
+    ),
+}
 
 
 def guards(group_scope: bool) -> dict[str, Callable[[], Any]]:

@@ -70,6 +70,7 @@ class Said:
     personas: frozenset[str]
     kit: bool
     switches: dict[int, tuple[bool, frozenset[str]]]  # human → (memory on, muted personas)
+    in_view: tuple[int, ...] = ()  # a persona's line: the room's lines its model had in view
 
     def lets(self, human: int, persona: str) -> bool:
         on, mutes = self.switches.get(human, (False, frozenset()))
@@ -105,6 +106,46 @@ class World:
     forms: list[tuple[str, int]] = field(default_factory=list)  # disguised names written
     recent: dict[int, list[str]] = field(default_factory=dict)  # human → markers, newest last
     said: dict[int, Said] = field(default_factory=dict)  # line id → the room as it was then
+    room_lines: dict[str, list[int]] = field(default_factory=dict)  # room → its lines, in order
+    line_markers: dict[int, list[str]] = field(default_factory=dict)
+    echo_reach: int = 20  # how many previous lines a persona's line carries (MW_ECHO_REACH_LINES)
+
+    judged: dict[tuple[int, str], tuple[bool, frozenset[int] | None]] = field(
+        default_factory=dict
+    )  # (line, persona) → readable, label: fixed once said
+
+    def readable(self, line_id: int, persona: str) -> bool:
+        """May a model of `persona` be shown this line? A persona's line only when every line
+        it had in view may be too: it carries what its persona heard."""
+        return self._judge(line_id, persona)[0]
+
+    def label(self, line_id: int, persona: str) -> frozenset[int] | None:
+        """Who may know what this line says, for `persona` (`Said.label`), a persona's line
+        met with the labels of the lines it had in view."""
+        return self._judge(line_id, persona)[1]
+
+    def _judge(self, line_id: int, persona: str) -> tuple[bool, frozenset[int] | None]:
+        key = (line_id, persona)
+        if key not in self.judged:  # the lines in view are older: judged already, or now
+            said = self.said.get(line_id)
+            if said is None:
+                return False, frozenset()
+            ok, out = said.readable(persona), said.label(persona)
+            for i in said.in_view:
+                seen_ok, seen = self._judge(i, persona)
+                ok = ok and seen_ok
+                if seen is not None:
+                    out = seen if out is None else out & seen
+            self.judged[key] = (ok, out)
+        return self.judged[key]
+
+    def forget_line(self, room_id: str, line_id: int) -> None:
+        """The app deleted the line: no later line has it in view (its hearers still know it)."""
+        lines = self.room_lines.get(room_id, [])
+        if line_id in lines:
+            lines.remove(line_id)
+        for persona in PERSONAS:  # an id the store gives again is another line's
+            self.judged.pop((line_id, persona), None)
 
     def fragment(self) -> str:
         marker = f"mk{self.rng.getrandbits(24):06x}"
@@ -112,12 +153,16 @@ class World:
         self.fragments[marker] = text
         return text
 
-    def line_text(self, speaker: int | str) -> str:
+    def line_text(self, speaker: int | str, room: Room | None = None) -> str:
         """What a speaker says: one or two new fragments, and sometimes one a human already
-        knows (repeated to the room: that is how knowledge travels between people)."""
+        knows (repeated to the room: that is how knowledge travels between people); a persona
+        sometimes echoes a fragment of the room's last lines."""
         fresh = self.rng.randint(1, 2) if isinstance(speaker, int) else self.rng.randint(2, 3)
         parts = [self.fragment() for _ in range(fresh)]
         known = self.recent.get(speaker, [])[-6:] if isinstance(speaker, int) else []
+        if isinstance(speaker, str) and room is not None and not speaker.startswith("dispatch:"):
+            last = self.room_lines.get(room.id, [])[-5:]
+            known = [m for i in last for m in self.line_markers.get(i, [])]
         if known and self.rng.random() < 0.5:  # people pass on what they heard lately
             parts.insert(self.rng.randrange(len(parts) + 1), self.fragments[self.rng.choice(known)])
         return " ".join(parts)
@@ -130,6 +175,11 @@ class World:
         witnesses = set(room.humans) | ({speaker} if isinstance(speaker, int) else set())
         self.line_witnesses[line_id] = frozenset(room.humans)
         everyone = set(room.humans) | ({speaker} if isinstance(speaker, int) else set())
+        by_persona = isinstance(speaker, str) and not speaker.startswith("dispatch:")
+        lines = self.room_lines.setdefault(room.id, [])
+        in_view = tuple(lines[-self.echo_reach :]) if by_persona and self.echo_reach else ()
+        lines.append(line_id)
+        self.line_markers[line_id] = sorted(said)
         self.said[line_id] = Said(
             speaker=speaker,
             members=frozenset(room.humans),
@@ -140,7 +190,10 @@ class World:
                 for h in everyone
                 if h in self.humans
             },
+            in_view=in_view,
         )
+        for persona in PERSONAS:  # judged now, as the store stamps it: never rebuilt later
+            self._judge(line_id, persona)
         for h in witnesses:
             self.knows.setdefault(h, set()).update(said)
             if h != speaker:

@@ -9,19 +9,21 @@ dispatch's (the news) is public. A spell's window holds lines of one label only,
 calls are shown only rows whose audience holds that label, and every row it writes gets at
 most that label, whatever the model wrote or cited. Nothing here reads model output.
 
-Switches are judged at the time of each line, from their history (`switch_log`, kept by the
-store's triggers: each change with the last line id of the store when it took effect). A line
-said while its speaker had memory off or had muted the persona, before the persona joined the
-room, or while a kit was mounted never reaches a model.
+Each line is judged at its own time by its stamp (`Stamp`, `line_stamps`), which the store's
+trigger writes in the transaction that stores the line: a line said while its speaker had
+memory off or had muted the persona, before the persona joined the room, or while a kit was
+mounted never reaches a model; nor does a persona's line that had such a line in view (it
+carries what its persona heard).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
-from memory_worker.core.constants import DISPATCH_PREFIX, SUBJECT_WORLD
-from memory_worker.core.rows import concerns, human_id
+from memory_worker.core.constants import SUBJECT_WORLD
+from memory_worker.core.rows import concerns
 
 # A label: the humans who may know (a frozenset of user ids), or PUBLIC: everyone.
 Label = frozenset[int] | None
@@ -69,98 +71,62 @@ def from_json(value: Sequence[int] | None) -> Label:
     return None if value is None else frozenset(int(u) for u in value)
 
 
-# --- switches at the time of a line ---------------------------------------------------------
+# --- a line's stamp ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Flip:
-    """One change of a switch: from `was` to `now`, for the lines after `after_line`."""
+class Stamp:
+    """What the store stamped a line with, for one persona, in the transaction that stored it
+    (`line_stamps`): whether it may reach the persona's model, the room's humans then, and
+    its label. Nothing later — a switch, a join, a leave, a delete — changes it."""
 
-    after_line: int
-    was: bool
-    now: bool
+    readable: bool
+    heard: frozenset[int]
+    label: Label
 
-
-def state_at(flips: Sequence[Flip], line_id: int, current: bool) -> bool:
-    """The switch's value when line `line_id` was said: the latest flip before it, else the
-    value the first flip after it started from, else its value now. `flips` in the order they
-    happened."""
-    before = [f for f in flips if f.after_line < line_id]
-    if before:
-        return before[-1].now
-    return flips[0].was if flips else current
-
-
-@dataclass(frozen=True)
-class LineTime:
-    """What decides a line's label and whether it may reach a model, for one persona in one
-    room: the members and when they joined, the switches now and their history."""
-
-    persona: str
-    joined: Mapping[int, int]  # human member → the room's last line id when they joined
-    persona_since: int  # the room's last line id when the persona joined (0: founding)
-    memory_on: Mapping[int, bool]  # now; a human missing counts as off
-    muted: Collection[int]  # now: who muted this persona
-    kit_mounted: bool  # now
-    memory_flips: Mapping[int, Sequence[Flip]] = field(default_factory=dict)
-    mute_flips: Mapping[int, Sequence[Flip]] = field(default_factory=dict)
-    kit_flips: Sequence[Flip] = ()
-
-    def allows(self, human: int, line_id: int) -> bool:
-        """Did `human` let the persona remember them when line `line_id` was said?"""
-        on = state_at(self.memory_flips.get(human, ()), line_id, self.memory_on.get(human, False))
-        muted = state_at(self.mute_flips.get(human, ()), line_id, human in self.muted)
-        return on and not muted
-
-    def witnesses(self, line_id: int) -> frozenset[int]:
-        """The members who heard line `line_id` and let the persona remember them then."""
-        return frozenset(
-            u for u, since in self.joined.items() if since < line_id and self.allows(u, line_id)
+    @classmethod
+    def parse(cls, readable: int, heard: str, label: str | None) -> Stamp:
+        return cls(
+            bool(readable),
+            frozenset(int(u) for u in json.loads(heard)),
+            None if label is None else frozenset(int(u) for u in json.loads(label)),
         )
 
-    def readable(self, line_id: int, speaker: str) -> bool:
-        """May this line reach the persona's model at all? Not when said before the persona
-        joined, while a kit was mounted, or by a human who was not a member then or did not
-        let the persona remember them then (a persona's own lines and dispatches pass)."""
-        if line_id <= self.persona_since:
-            return False
-        if state_at(self.kit_flips, line_id, self.kit_mounted):
-            return False
-        who = human_id(speaker)
-        if who is None:
-            return True
-        since = self.joined.get(who)
-        return since is not None and since < line_id and self.allows(who, line_id)
 
-    def label(self, line_id: int, speaker: str) -> Label:
-        """A readable line's label: public for a dispatch, else its witnesses then."""
-        if speaker.startswith(DISPATCH_PREFIX):
-            return PUBLIC
-        return self.witnesses(line_id)
+# A line with no stamp for a persona (said before it joined the room) never reaches its model.
+UNSTAMPED = Stamp(False, frozenset(), NOBODY)
 
 
-def window_label(time: LineTime, lines: Iterable[tuple[int, str]]) -> Label:
-    """The meet of the labels of the readable lines of (id, speaker): what a call over them
-    may tell. No readable line: nobody."""
-    labels = [time.label(i, who) for i, who in lines if time.readable(i, who)]
+def window_label(stamps: Iterable[Stamp]) -> Label:
+    """The meet of the labels of the readable lines: what a call over them may tell. No
+    readable line: nobody."""
+    labels = [s.label for s in stamps if s.readable]
     return meet_all(labels) if labels else NOBODY
 
 
-def one_label_end(time: LineTime, lines: Sequence[tuple[int, str]]) -> int | None:
-    """The last line id of the longest run from the start of `lines` (id, speaker; oldest
-    first) whose readable lines all have one label: a window is cut there, so no call mixes
-    what different people heard (the split costs a spell; a meet would cost the rows of
-    whoever is missing from one line). None: no line given."""
+def window_heard(stamps: Sequence[Stamp]) -> frozenset[int]:
+    """Who heard a window's lines: the humans of its first readable line (every readable line
+    of a window has the same, `one_label_end`), else of its first line."""
+    found = [s for s in stamps if s.readable] or list(stamps)
+    return found[0].heard if found else frozenset()
+
+
+def one_label_end(lines: Sequence[tuple[int, Stamp]]) -> int | None:
+    """The last line id of the longest run from the start of `lines` (id, stamp; oldest
+    first) whose readable lines all have one label and were heard by the same humans: a
+    window is cut there, so no call mixes what different people heard (the split costs a
+    spell; a meet would cost the rows of whoever is missing from one line). None: no line
+    given."""
     if not lines:
         return None
-    first: Label | str = "unset"
+    first: tuple[Label, frozenset[int]] | None = None
     end = lines[0][0]
-    for line_id, speaker in lines:
-        if time.readable(line_id, speaker):
-            label = time.label(line_id, speaker)
-            if first == "unset":
-                first = label
-            elif label != first:
+    for line_id, stamp in lines:
+        if stamp.readable:
+            key = (stamp.label, stamp.heard)
+            if first is None:
+                first = key
+            elif key != first:
                 break
         end = line_id
     return end

@@ -225,6 +225,12 @@ class Settings(BaseSettings):
     spell_max_chars: int = Field(
         24_000, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_CHARS", "spell_max_chars")
     )
+    # A persona's line carries what its persona heard: its stamp is met with the stamps of the
+    # room's previous this-many lines, those its chat model had in view when it spoke
+    # (docs/design.md §12). `init-db` writes it into the store, whose trigger reads it.
+    echo_reach_lines: int = Field(
+        20, ge=0, validation_alias=AliasChoices("MW_ECHO_REACH_LINES", "echo_reach_lines")
+    )
     # The frequent sweep (every `sweep_every_s`, beat) re-enqueues rooms whose lines waited
     # longer than `sweep_grace_s` with no spell holding them (one held by a lost chain: when
     # its claim lapses), and delivers toasts left undelivered longer than `sweep_lag_s`.

@@ -89,6 +89,36 @@ lines = Table(
     Column("created", Text, nullable=False),
     Index("ix_lines_room_id_id", "room_id", "id"),
     Index("ix_lines_created", "created"),  # the frequent sweep scans recent lines only
+    # Ids never repeat (0021): nothing that points at a line — a stamp, a row's evidence, a
+    # cursor — can come to point at another.
+    sqlite_autoincrement=True,
+)
+
+line_stamps = Table(
+    "line_stamps",
+    metadata,
+    # A line's label, stamped for each persona member of its room by the store's trigger in the
+    # transaction that stores the line (0021, docs/design.md §12): a switch, a join or a leave
+    # later never changes it. `readable`: it may reach that persona's model; `heard`: the room's
+    # human members then (JSON ids); `label`: of them who let the persona remember them, met for
+    # a persona's line with the labels of the lines it had in view (JSON ids; NULL: public).
+    Column("persona", Text, nullable=False),
+    Column("room_id", Text, nullable=False),
+    Column("line_id", Integer, ForeignKey("lines.id", ondelete="CASCADE"), nullable=False),
+    Column("readable", Integer, nullable=False),
+    Column("heard", Text, nullable=False),
+    Column("label", Text, nullable=True),
+    PrimaryKeyConstraint("persona", "room_id", "line_id"),
+    Index("ix_line_stamps_line_id", "line_id"),
+)
+
+echo_reach = Table(
+    "echo_reach",
+    metadata,
+    # One row (id 1): how many of the room's previous lines a persona's line is stamped with
+    # (MW_ECHO_REACH_LINES, written by `store.init_db`; the stamp trigger reads it).
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("lines", Integer, nullable=False),
 )
 
 notices = Table(
@@ -287,26 +317,6 @@ persona_memory_stays_private = Table(
     PrimaryKeyConstraint("user_id", "persona"),
 )
 
-switch_log = Table(
-    "switch_log",
-    metadata,
-    # Every change of a switch a line is judged by, with when it took effect (0017): the
-    # store's triggers write it, so a line is judged with the switches of its own time
-    # (`core.labels`), whoever changed them. `switch`: 'memory_on' (user_id), 'mute' (user_id,
-    # persona) or 'kit' (room_id). `after_line`: the store's last line id at the change.
-    Column("id", Integer, Identity(), primary_key=True),
-    Column("switch", Text, nullable=False),
-    Column("user_id", Integer, nullable=True),
-    Column("persona", Text, nullable=True),
-    Column("room_id", Text, nullable=True),
-    Column("was", Integer, nullable=False),
-    Column("now", Integer, nullable=False),
-    Column("after_line", Integer, nullable=False),
-    Index("ix_switch_log_user", "user_id"),
-    Index("ix_switch_log_room", "room_id"),
-    sqlite_autoincrement=True,
-)
-
 exam_verdicts = Table(
     "exam_verdicts",
     metadata,
@@ -371,6 +381,22 @@ spells = Table(
     CheckConstraint("typeof(last_line_id) = 'integer'", name="ck_spells_integer").ddl_if(
         dialect="sqlite"
     ),
+)
+
+spell_views = Table(
+    "spell_views",
+    metadata,
+    # The rows each model call of a spell was shown (the extraction's view, the router's
+    # neighbours), noted by the steps before the call (0021): the commit meets its label with
+    # their audiences as they are then, so a row deleted or narrowed while the spell ran
+    # narrows what it writes. Keyed by the spell's persona, room and the line it reads after;
+    # `row_id` 0 notes that the extraction's view was recorded. A commit drops the views of the
+    # room's spells that began before its own.
+    Column("persona", Text, nullable=False),
+    Column("room_id", Text, nullable=False),
+    Column("after_line", Integer, nullable=False),
+    Column("row_id", Integer, nullable=False),
+    PrimaryKeyConstraint("persona", "room_id", "after_line", "row_id"),
 )
 
 # --- the human's page (memory-worker serve) ---------------------------------------------

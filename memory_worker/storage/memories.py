@@ -184,7 +184,7 @@ def highest_id(conn: Connection) -> int:
 
 KNOWN_TEXTS = Prepared(
     lambda refs: (
-        select(pm.text, pm.named, pm.private_to)
+        select(pm.id, pm.text, pm.named, pm.private_to)
         .where(pm.persona == bindparam("persona"), pm.valid_to.is_(None), _audience(refs))
         .order_by(pm.importance.desc(), pm.id.desc())
         .limit(bindparam("limit"))
@@ -194,8 +194,8 @@ KNOWN_TEXTS = Prepared(
 KNOWN_FETCH_FACTOR = 4  # ours: rows read per row wanted, for those the named/private rule drops
 
 
-def known_texts(conn: Connection, scope: Scope, limit: int) -> list[str]:
-    """The texts of the persona's open rows `scope` admits (the block's audience rule: whom
+def known(conn: Connection, scope: Scope, limit: int) -> list[tuple[int, str]]:
+    """(id, text) of the persona's open rows `scope` admits (the block's audience rule: whom
     they concern in SQL, then the humans they name and whom a world row stays with), most
     important first. An incognito scope knows nothing."""
     if not scope.world or limit <= 0:
@@ -203,11 +203,16 @@ def known_texts(conn: Connection, scope: Scope, limit: int) -> list[str]:
     params = {"persona": scope.persona, "limit": limit * KNOWN_FETCH_FACTOR}
     found: Any = KNOWN_TEXTS.execute(conn, params, refs=list(scope.human_refs)).all()
     out = [
-        str(text)
-        for text, named, private in found
+        (int(i), str(text))
+        for i, text, named, private in found
         if scope.admits_named(id_list(named) or ()) and scope.admits_private_to(id_list(private))
     ]
     return out[:limit]
+
+
+def known_texts(conn: Connection, scope: Scope, limit: int) -> list[str]:
+    """The texts of `known`."""
+    return [text for _, text in known(conn, scope, limit)]
 
 
 def _written_since(subjects: Sequence[Any], refs: Sequence[Any]) -> Any:

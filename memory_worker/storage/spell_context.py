@@ -25,8 +25,7 @@ from sqlalchemy import (
 )
 
 from memory_worker.core import tables as t
-from memory_worker.core.provenance import witnesses
-from memory_worker.core.rows import Room, human_id
+from memory_worker.core.rows import Room
 from memory_worker.storage.prepared import Prepared, tagged
 from memory_worker.storage.read_path import room_branches, room_or_member
 
@@ -43,18 +42,6 @@ class SpellContext:
     muted: frozenset[int]  # of the same, those who told this persona to forget them
     persona_name: str  # the persona's display name (its slug if the app never named it)
     cursor: int  # the last line this persona has read in the room (0: none yet)
-    joined: dict[int, int]  # human members → the room's last line id when they joined
-    persona_since: int = 0  # the room's last line id when the persona joined (0: founding)
-
-    def witnesses(self, line_id: int) -> list[int]:
-        """The human members who had joined before line `line_id` was said, sorted."""
-        return sorted(witnesses(line_id, {u: self.joined.get(u, 0) for u in self.humans}))
-
-    def next_join(self, line_id: int) -> int | None:
-        """The line after which the next member joined, counting from line `line_id` on (a
-        spell's window ends there: its lines all have the same witnesses), or None."""
-        later = [since for since in self.joined.values() if since >= line_id]
-        return min(later) if later else None
 
     def eligible(self, humans: Sequence[int]) -> list[int]:
         """Of these humans, those the persona may write about: memory on, this persona not
@@ -63,7 +50,7 @@ class SpellContext:
 
 
 def _statement(humans: list[BindParameter[Any]]) -> CompoundSelect[Any]:
-    u, c, m = t.users.c, t.cursors.c, t.room_members.c
+    u, c = t.users.c, t.cursors.c
     mute, p = t.persona_memory_mute.c, t.personas.c
     room: BindParameter[str] = bindparam("room")
     persona: BindParameter[str] = bindparam("persona")
@@ -76,9 +63,6 @@ def _statement(humans: list[BindParameter[Any]]) -> CompoundSelect[Any]:
         select(*tagged("name", p.slug, a=p.name)).where(p.slug == persona),
         select(*tagged("cursor", c.persona, n1=c.last_line_id)).where(
             c.persona == persona, c.room_id == room
-        ),
-        select(*tagged("joined", m.member, n1=m.since_line)).where(
-            m.room_id == room, m.since_line > 0
         ),
     )
 
@@ -122,8 +106,6 @@ def spell_context(
     memory_on: dict[int, bool] = {}
     muted: set[int] = set()
     persona_name, cursor = persona, 0
-    joined: dict[int, int] = {}
-    persona_since = 0
     row: Any
     for row in found:
         tag, k, a, b, n1, n2, n3, _ = row
@@ -136,12 +118,6 @@ def spell_context(
             muted.add(int(n1))
         elif tag == "name":
             persona_name = a or persona
-        elif tag == "joined":
-            uid = human_id(k)
-            if uid is not None:
-                joined[uid] = int(n1)
-            elif k == persona:
-                persona_since = int(n1)
         else:
             cursor = int(n1)
     if room is None:
@@ -155,6 +131,4 @@ def spell_context(
         muted=frozenset(muted),
         persona_name=persona_name,
         cursor=cursor,
-        joined=joined,
-        persona_since=persona_since,
     )

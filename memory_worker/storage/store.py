@@ -223,8 +223,12 @@ def init_db(url: str | None = None) -> None:
     """Apply every migration under schema/ (what `memory-worker init-db` runs)."""
     from alembic import command
 
+    from memory_worker.storage import stamps
+
     url = url or settings_mod.current().database_url
     cfg = alembic_config(url)
     with engine(url).begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+        # The store's trigger stamps lines with this reach (docs/design.md §12).
+        stamps.set_echo_reach(conn, settings_mod.current().echo_reach_lines)

@@ -29,7 +29,7 @@ from memory_worker.core.rows import (
 )
 from memory_worker.core.vectors import from_b64
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import memories, notices, rooms, spells, users
+from memory_worker.storage import memories, notices, rooms, spell_views, spells, users
 from memory_worker.write import copies, extract, guards, route, view, window
 
 # Outcomes a re-run must not touch. 'covered': a newer spell had already read every line.
@@ -50,6 +50,9 @@ def commit_spell(conn: Connection, spell: Spell, *, now: str, today: str) -> Out
         return done
     if not _lines_are_here(conn, spell):
         return Outcome("foreign", [], [])
+    # Who heard the spell's lines and their label, as the store stamped them: nothing the
+    # message carries decides either (docs/design.md §12).
+    spell = window.stamped_spell(conn, spell)
     read_through = spells.cursor(conn, spell.persona, spell.room_id)
     without_rows = _without_rows(conn, spell, read_through, now)
     if without_rows is not None:
@@ -116,10 +119,10 @@ def _plan(conn: Connection, spell: Spell, read_through: int, today: str) -> _Pla
     if shown is None:
         return None
     # Who the new rows may reach: at most the label of the calls that wrote them — the
-    # humans who heard every line they read, with their switches then (`core.labels`) — read
-    # again here from the store, and of those the ones who still let the persona remember
-    # them. Never from what the model wrote or cited.
-    label = window.spell_label(conn, spell)
+    # humans who heard every line they read, with their switches then, as the store stamped
+    # the lines (`window.stamped_spell`) — and of those the ones who still let the persona
+    # remember them. Never from what the model wrote or cited.
+    label = labels.meet(labels.from_json(spell.label), _revoked(conn, spell))
     allowing = set(users.eligible_humans(conn, spell.persona, spell.present))
     already = extract.rows_today(conn, spell.persona, today, spell.present)
     writing = [candidates[d.candidate] for d in decisions if d.event in ("ADD", "UPDATE")]
@@ -225,6 +228,17 @@ def _audience(c: Candidate, reach: Label) -> Label:
     )
 
 
+def _revoked(conn: Connection, spell: Spell) -> Label:
+    """The meet of the audiences, as they are now, of every row the spell's calls were shown
+    (`spell_views`, noted by the steps before each call; read under the writer lock): a row
+    deleted since gives nobody (no one may learn from this spell what it saw), one narrowed
+    its narrower audience. Nothing noted: nobody."""
+    audiences = spell_views.audiences(conn, spell)
+    if audiences is None:
+        return labels.NOBODY
+    return labels.meet_all(labels.row_audience(*a) for a in audiences)
+
+
 def _writer(conn: Connection) -> str | None:
     """The name of the embedder that made the store's vectors (whose neighbour floor holds)."""
     have = store_embedder.identity(conn)
@@ -316,6 +330,7 @@ def _advance_cursor(conn: Connection, spell: Spell, now: str) -> None:
     """Move the cursor past the spell's lines; parked spells over them need no operator now."""
     spells.advance_cursor(conn, spell.persona, spell.room_id, spell.last_line_id, now)
     spells.resolve_parked(conn, spell.persona, spell.room_id, spell.last_line_id)
+    spell_views.forget(conn, spell.persona, spell.room_id, spell.after_line_id)
 
 
 def _insert_row(

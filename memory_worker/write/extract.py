@@ -126,11 +126,11 @@ def prompt_line(text: str) -> str:
     return one
 
 
-def known_rows(conn: Connection, scope: Scope) -> list[str]:
+def known_rows(conn: Connection, scope: Scope) -> list[tuple[int, str]]:
     """What the persona knows that a block for this room and its present humans could hold
-    (docs/design.md §11.2): the block's own `scope_for`, so the extraction can never launder
-    into a new row what the room may not see."""
-    return memories.known_texts(conn, scope, KNOWN_MAX_ROWS)
+    (docs/design.md §11.2), (id, text): the block's own `scope_for`, so the extraction can
+    never launder into a new row what the room may not see."""
+    return memories.known(conn, scope, KNOWN_MAX_ROWS)
 
 
 def rows_today(

@@ -17,7 +17,7 @@ from memory_worker.core.errors import EmbedderMismatch, PromptTooLarge
 from memory_worker.core.model_interfaces import ChatModel, Embedder
 from memory_worker.core.rows import Candidate, Spell
 from memory_worker.storage import embedder as store_embedder
-from memory_worker.storage import notices, rooms, store, users
+from memory_worker.storage import notices, rooms, spell_views, store, users
 from memory_worker.storage.spell_context import spell_context
 from memory_worker.write import commit, embed, extract, route, view, window
 from memory_worker.write.ask import ask_json
@@ -47,14 +47,17 @@ def run_extract(spell: Spell, model: ChatModel) -> Spell:
             spell.skipped = "the room or its people no longer allow memory"
             return spell
         room, persona_name = ctx.room, ctx.persona_name
-        lines = window.load_slice(conn, spell, window.line_time(conn, spell.persona, ctx))
+        lines = window.load_slice(conn, spell)
         if not lines:
             spell.skipped = "no line said while anyone let this persona remember"
             return spell
         names = {u: ctx.names[u] for u in spell.present if u in ctx.names}
         room_people = {u: ctx.names[u] for u in spell.witnessed if u in ctx.names}
-        known = extract.known_rows(conn, window.spell_scope(spell, room))
+        known_rows = extract.known_rows(conn, window.spell_scope(spell, room))
         already = extract.rows_today(conn, spell.persona, clock.today(), spell.present)
+    with store.transaction() as conn:  # what the call is shown, before it is (`spell_views`)
+        spell_views.note(conn, spell, [i for i, _ in known_rows], first=True)
+    known = [text for _, text in known_rows]
     while True:
         system, prompt = extract.build_prompt(
             persona_name, room, lines, names, known, clock.today()
@@ -119,6 +122,8 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
         vectors_of = store_embedder.identity(conn)  # the writer embedded the candidates
     floor = route.neighbour_floor(vectors_of.writer[0] if vectors_of else None)
     per_candidate = route.neighbours(cands, rows, floor)
+    with store.transaction() as conn:  # what the call is shown, before it is (`spell_views`)
+        spell_views.note(conn, spell, [i for ids in per_candidate for i in ids])
     numbers = route.number(per_candidate)
     system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)
     result = ask_json(model, system, prompt, route.RouteAnswer, "route")

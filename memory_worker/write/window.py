@@ -13,6 +13,7 @@ never stuck.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from sqlalchemy import Connection
 
@@ -20,10 +21,10 @@ from memory_worker.core import labels
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Consent, Members, RoomAudience, Scope
 from memory_worker.core.constants import LINE_MAX_CHARS
-from memory_worker.core.labels import Label, LineTime
+from memory_worker.core.labels import Label, Stamp
 from memory_worker.core.rows import Line, Room, Spell
-from memory_worker.storage import rooms, switches
-from memory_worker.storage.spell_context import SpellContext, spell_context
+from memory_worker.storage import rooms, stamps
+from memory_worker.storage.spell_context import spell_context
 
 
 def line_chars(line_id: int, speaker: str, text_chars: int) -> int:
@@ -43,45 +44,34 @@ def window_end(sizes: Sequence[tuple[int, int]], max_lines: int, max_chars: int)
     return end
 
 
-def line_time(conn: Connection, persona: str, ctx: SpellContext) -> LineTime:
-    """How the lines after the cursor are judged: the room's members, when they and the
-    persona joined, and the switches of the humans `ctx` read, with their history since."""
-    humans = sorted(ctx.memory_on)
-    found = switches.flips(conn, persona, ctx.room.id, humans, ctx.cursor)
-    return LineTime(
-        persona=persona,
-        joined={u: ctx.joined.get(u, 0) for u in ctx.humans},
-        persona_since=ctx.persona_since,
-        memory_on=ctx.memory_on,
-        muted=ctx.muted,
-        kit_mounted=ctx.room.kit_mounted,
-        memory_flips=found.memory_on,
-        mute_flips=found.muted,
-        kit_flips=found.kit,
-    )
+def _stamped(
+    conn: Connection, persona: str, room_id: str, found: Sequence[tuple[int, str, int]]
+) -> list[Stamp]:
+    """The persona's stamps of these lines (id, ...; oldest first), as the store stamped them."""
+    if not found:
+        return []
+    got = stamps.between(conn, persona, room_id, found[0][0] - 1, found[-1][0])
+    return [got.get(line[0], labels.UNSTAMPED) for line in found]
 
 
 def next_window(
-    conn: Connection, room_id: str, after: int, ctx: SpellContext, time: LineTime
-) -> tuple[int, int, Label]:
+    conn: Connection, persona: str, room_id: str, after: int
+) -> tuple[int, int, Label, frozenset[int]]:
     """(first, last) line ids of the next spell's window after line `after` ((0, 0): no new
-    lines) and its label. It ends before the next member joined (`SpellContext.next_join`)
-    and before the first line whose label differs (`labels.one_label_end`): every line of a
-    spell is witnessed by the same humans, and every call sees lines of one label."""
+    lines), its label and who heard it. It ends before the first line whose stamp has another
+    label or other humans (`labels.one_label_end`): every line of a spell is witnessed by the
+    same humans, and every call sees lines of one label."""
     s = settings_mod.current()
     found = rooms.line_sizes(conn, room_id, after, s.spell_max_lines)
     if not found:
-        return 0, 0, labels.NOBODY
-    first = found[0][0]
-    join = ctx.next_join(first)
-    if join is not None:
-        found = [x for x in found if x[0] <= join]
-    end = labels.one_label_end(time, [(i, who) for i, who, _ in found])
-    found = [x for x in found if end is None or x[0] <= end]
-    sizes = [(i, line_chars(i, who, n)) for i, who, n in found]
+        return 0, 0, labels.NOBODY, frozenset()
+    stamped = _stamped(conn, persona, room_id, found)
+    end = labels.one_label_end([(x[0], st) for x, st in zip(found, stamped, strict=True)])
+    kept = [x for x in found if end is None or x[0] <= end]
+    sizes = [(i, line_chars(i, who, n)) for i, who, n in kept]
     last = window_end(sizes, s.spell_max_lines, s.spell_max_chars)
-    label = labels.window_label(time, [(i, who) for i, who, _ in found if i <= last])
-    return first, last, label
+    window = [st for x, st in zip(found, stamped, strict=True) if x[0] <= last]
+    return found[0][0], last, labels.window_label(window), labels.window_heard(window)
 
 
 def begin_spell(
@@ -90,9 +80,9 @@ def begin_spell(
     """The spell for `persona` in `room_id` now, or None when there are no new lines (or no
     such room).
 
-    The window's lines all have the same witnesses (`SpellContext.next_join`): the spell's
-    `witnessed` are the members who had joined before its first line, and `present` those of
-    them who let the persona remember them — the humans its rows may ever reach.
+    The window's readable lines all have the same stamp (`labels.one_label_end`): the spell's
+    `witnessed` are the room's humans when they were said, and `present` those of its label
+    who let the persona remember them now — the humans its rows may ever reach.
 
     `members`: the room's humans as the caller last saw them (the fan-out has just read them).
     Their switches come with the room in one read; when the room's members turn out to be
@@ -108,11 +98,10 @@ def begin_spell(
         return None
     if ctx.humans != sorted(set(members)):  # every member's switches, now we know them
         ctx = spell_context(conn, persona, room_id, ctx.humans) or ctx
-    time = line_time(conn, persona, ctx)
-    first, last, label = next_window(conn, room_id, ctx.cursor, ctx, time)
+    _, last, label, heard = next_window(conn, persona, room_id, ctx.cursor)
     if last <= ctx.cursor:
         return None
-    humans = ctx.witnesses(first)  # the window's witnesses: members who had joined by then
+    humans = sorted(heard)  # the window's witnesses: the room's humans when it was said
     present = ctx.eligible(humans if label is None else sorted(label))
     spell = Spell(
         persona,
@@ -134,32 +123,33 @@ def begin_spell(
     return spell
 
 
-def load_slice(conn: Connection, spell: Spell, time: LineTime) -> list[Line]:
+def load_slice(conn: Connection, spell: Spell) -> list[Line]:
     """The transcript lines of the spell that may reach its model, oldest first, with their
-    ids (for evidence): none said before the persona joined, while a kit was mounted, or by
-    a human who did not let the persona remember them then (`LineTime.readable`)."""
+    ids (for evidence): those its persona's stamp says are readable — none said before the
+    persona joined, while a kit was mounted, by a human who did not let the persona remember
+    them then, or by a persona with such a line in view."""
     found = rooms.lines_between(conn, spell.room_id, spell.after_line_id, spell.last_line_id)
-    return [line for line in found if time.readable(line.id, line.speaker)]
+    got = stamps.between(
+        conn, spell.persona, spell.room_id, spell.after_line_id, spell.last_line_id
+    )
+    return [line for line in found if got.get(line.id, labels.UNSTAMPED).readable]
 
 
 def slice_of(conn: Connection, spell: Spell) -> list[Line]:
-    """`load_slice` with the room read afresh: what the spell's model would be shown now."""
-    ctx = spell_context(conn, spell.persona, spell.room_id, spell.witnessed)
-    return [] if ctx is None else load_slice(conn, spell, line_time(conn, spell.persona, ctx))
+    """What the spell's model is shown (`load_slice`): a name the benchmarks and tests use."""
+    return load_slice(conn, spell)
 
 
-def spell_label(conn: Connection, spell: Spell) -> Label:
-    """The label of the spell's lines read again from the store — the commit's own reading,
-    so nothing the chain carried can widen it — met with the label it carried."""
-    ctx = spell_context(conn, spell.persona, spell.room_id, spell.witnessed)
-    if ctx is None:
-        return labels.NOBODY
-    time = line_time(conn, spell.persona, ctx)
-    found = rooms.line_sizes(
-        conn, spell.room_id, spell.after_line_id, spell.last_line_id - spell.after_line_id
+def stamped_spell(conn: Connection, spell: Spell) -> Spell:
+    """The spell with its label and witnesses as the store stamped its lines — the commit's
+    own reading, so nothing the chain carried decides either: who heard its lines, and the
+    meet of the labels of those its model may have read."""
+    got = stamps.between(
+        conn, spell.persona, spell.room_id, spell.after_line_id, spell.last_line_id
     )
-    lines = [(i, who) for i, who, _ in found if i <= spell.last_line_id]
-    return labels.meet(labels.window_label(time, lines), labels.from_json(spell.label))
+    found = [got[i] for i in sorted(got)]
+    label = labels.window_label(found)
+    return replace(spell, witnessed=sorted(labels.window_heard(found)), label=labels.to_json(label))
 
 
 def spell_scope(spell: Spell, room: Room) -> Scope:

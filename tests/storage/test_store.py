@@ -269,3 +269,37 @@ def test_threads_racing_for_a_stores_first_engine_all_get_the_same_one(tmp_path:
     finally:
         sys.setswitchinterval(switch)
     assert extra == 0, f"{extra} engines too many"
+
+
+def test_migrating_stamps_the_lines_stored_before_and_never_gives_their_ids_again(
+    db: Engine,
+) -> None:
+    """Lines stored before 0021 are stamped with the switches as they are then; a persona's
+    line after a muted human's is not readable for the persona muted; ids go on past the
+    largest, even once the newest line is deleted."""
+    from alembic import command
+
+    from memory_worker import app_side
+
+    cfg = store.alembic_config(str(db.url))
+    with db.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0020")
+        app_side.add_user(conn, 42, "Dan")
+        app_side.add_user(conn, 17, "Cara")
+        app_side.add_persona(conn, "warren", "Warren")
+        app_side.add_room(conn, "g", "group", ["u:42", "u:17", "warren"])
+        conn.execute(text("INSERT INTO persona_memory_mute VALUES (42, 'warren')"))
+        dan = app_side.say(conn, "g", 42, "a secret")
+        echo = app_side.say(conn, "g", "warren", "so, a secret")
+    store.init_db(str(db.url))
+    with db.begin() as conn:
+        stamped = dict(
+            conn.execute(
+                text("SELECT line_id, readable FROM line_stamps WHERE persona = 'warren'")
+            ).all()
+        )
+        assert stamped == {dan: 0, echo: 0}
+        conn.execute(text(f"DELETE FROM lines WHERE id = {echo}"))
+        again = app_side.say(conn, "g", 17, "hello")
+    assert again > echo
