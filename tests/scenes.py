@@ -69,6 +69,6 @@ def row_as_stored_before(
         valid_to="2026-12-06" if closed else None,
     )
     # A table of just these columns: `t.persona_memory` would add the columns it fills by
-    # default (`search_text`, 0024), which an older schema has not got.
+    # default (`search_text`, 0023), which an older schema has not got.
     older = table("persona_memory", column("id"), *(column(name) for name in values))
     return int(conn.execute(insert(older).values(values).returning(older.c.id)).scalar_one())

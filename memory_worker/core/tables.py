@@ -181,12 +181,12 @@ persona_memory = Table(
     # Its text as `names.sentence_key` normalises it, written with the text (0020): the
     # commit's exactly-once check reads the open rows of a candidate's sentence, not every row.
     Column("sentence_key", Text, nullable=True),
-    # Its text as `names.search_key` folds it, written with the text (0024): the page's search
+    # Its text as `names.search_key` folds it, written with the text (0023): the page's search
     # is case-blind in every script on every database, whatever SQL's lower() knows. A plain
     # insert gets it from the text too (`_search_text`).
     Column("search_text", Text, nullable=True, default=lambda ctx: _search_text(ctx)),
     # When `valid_to` last changed (a close or a reopen), in microseconds since the epoch
-    # (0024): a page walk begun before it says the list changed (`controls.page_lines`).
+    # (0023): a page walk begun before it says the list changed (`controls.page_lines`).
     Column("toggled", BigInteger, nullable=True),
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
     Index("ix_persona_memory_toggled", "toggled"),

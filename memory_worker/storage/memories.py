@@ -333,7 +333,7 @@ def insert_row(
 
     The only write of a row's text: its `sentence_key` (`names.sentence_key`) is written with
     it, here and nowhere else (schema/versions/0020 filled the rows stored before), and so is
-    its `search_text` (`names.search_key`, 0024)."""
+    its `search_text` (`names.search_key`, 0023)."""
     named = sorted(set(named))
     c = candidate
     new = INSERT_ROW.execute(

@@ -11,7 +11,7 @@ the text, not the link (`controls._same_sentence`), so a row closed by a differe
 reopened, never deleted, when its closer goes.
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 Create Date: 2026-12-07
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from alembic import op
 
 revision = "0022"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 

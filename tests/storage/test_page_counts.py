@@ -195,7 +195,7 @@ def test_the_migration_counts_the_rows_stored_before_it(stored: dict[str, int], 
     with db.begin() as conn:
         scenes.row_as_stored_before(conn, f"u:{DAN}", "u:42 was written with no counter.")
     with db.begin() as conn:
-        # A close as 0018 wrote it (`memories.close` also stamps `toggled`, 0024).
+        # A close as 0018 wrote it (`memories.close` also stamps `toggled`, 0023).
         pm = t.persona_memory.c
         conn.execute(
             update(t.persona_memory).where(pm.id == stored["cara"]).values(valid_to=NOW[:10])

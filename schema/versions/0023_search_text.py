@@ -14,7 +14,7 @@ and the page says the list changed instead of showing a line twice or never.
 The rows stored before are folded here in batches by id, PostgreSQL's triggers off meanwhile,
 as 0020 keys them (a folded text is nothing the caches or counters hold).
 
-Revision ID: 0024
+Revision ID: 0023
 Revises: 0022
 Create Date: 2026-12-07
 """
@@ -22,7 +22,7 @@ Create Date: 2026-12-07
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0024"
+revision = "0023"
 down_revision = "0022"
 branch_labels = None
 depends_on = None
