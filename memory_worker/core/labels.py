@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memory_worker.core.constants import DISPATCH_PREFIX, SUBJECT_WORLD
-from memory_worker.core.rows import concerns, human_id
+from memory_worker.core.constants import DISPATCH_PREFIX
+from memory_worker.core.rows import human_id
 
 # A label: the humans who may know (a frozenset of user ids), or PUBLIC: everyone.
 Label = frozenset[int] | None
@@ -50,15 +50,6 @@ def within(audience: Label, label: Label) -> bool:
     if label is None:
         return True
     return audience is not None and audience <= label
-
-
-def row_audience(subject: str, counterpart: str | None, private_to: Sequence[int] | None) -> Label:
-    """Who a row may reach, read from the store's columns: a world row its `private_to`
-    (None: public); a row about a human, or a promise to one, that human."""
-    if subject == SUBJECT_WORLD:
-        return None if private_to is None else frozenset(private_to)
-    who = concerns(subject, counterpart)
-    return NOBODY if who is None else frozenset({who})
 
 
 def to_json(label: Label) -> list[int] | None:

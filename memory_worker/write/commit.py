@@ -28,7 +28,6 @@ from memory_worker.core.rows import (
     concerns,
 )
 from memory_worker.core.vectors import from_b64
-from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, spells, users
 from memory_worker.write import copies, extract, guards, route, view, window
 
@@ -223,12 +222,6 @@ def _audience(c: Candidate, reach: Label) -> Label:
         if who is not None and labels.within(frozenset({who}), reach)
         else labels.NOBODY
     )
-
-
-def _writer(conn: Connection) -> str | None:
-    """The name of the embedder that made the store's vectors (whose neighbour floor holds)."""
-    have = store_embedder.identity(conn)
-    return have.writer[0] if have else None
 
 
 def _named(conn: Connection, spell: Spell, writing: list[Candidate]) -> dict[int, list[int]]:
