@@ -6,6 +6,8 @@ A second malformed answer propagates as `MalformedAnswer`; the task shell parks 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+from string import Template
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -15,11 +17,19 @@ from memory_worker.core.constants import MALFORMED_REASKS
 from memory_worker.core.errors import MalformedAnswer
 from memory_worker.core.model_interfaces import ChatModel, ChatResult, T
 
+HERE = Path(__file__).resolve().parent
 ALL_ITEMS_INVALID = "all_items_invalid"  # pydantic error type: its message names counts only
 REASK_NOTE = (
     "\n\nYour previous answer could not be used ({error}). "
     "Answer again with JSON that matches the schema exactly."
 )
+
+
+def templates(call: str) -> tuple[Template, Template]:
+    """(system, prompt) of model call `call`: `<call>_system.txt` and `<call>_prompt.txt` beside
+    this module (`core.verdict` hashes the same files: a verdict holds for these words only)."""
+    system, prompt = ((HERE / f"{call}_{part}.txt").read_text() for part in ("system", "prompt"))
+    return Template(system), Template(prompt)
 
 
 def ask_json(

@@ -14,8 +14,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
-from string import Template
 from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
@@ -34,12 +32,10 @@ from memory_worker.core.constants import (
 from memory_worker.core.rows import Candidate, Line, Room, human_id, human_ref
 from memory_worker.storage import memories
 from memory_worker.write import guards
-from memory_worker.write.ask import keep_valid_items
+from memory_worker.write.ask import keep_valid_items, templates
 from memory_worker.write.guards import is_one_sentence
 
-HERE = Path(__file__).resolve().parent
-SYSTEM = Template((HERE / "extract_system.txt").read_text())
-PROMPT = Template((HERE / "extract_prompt.txt").read_text())
+SYSTEM, PROMPT = templates("extract")
 KNOWN_MAX_ROWS = 40  # how much of the persona's current memory the prompt repeats back
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
-from string import Template
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, PrivateAttr, model_validator
@@ -30,11 +28,9 @@ from memory_worker.core.constants import (
 from memory_worker.core.rows import Candidate, Decision
 from memory_worker.core.vectors import from_b64, top_k
 from memory_worker.storage.memories import OpenRow
-from memory_worker.write.ask import keep_valid_items
+from memory_worker.write.ask import keep_valid_items, templates
 
-HERE = Path(__file__).resolve().parent
-SYSTEM = Template((HERE / "route_system.txt").read_text())
-PROMPT = Template((HERE / "route_prompt.txt").read_text())
+SYSTEM, PROMPT = templates("route")
 
 
 def _upper(value: object) -> object:
