@@ -40,7 +40,7 @@ from memory_worker.reader.cache_loader import (
     patched_entry,
     vector_loader,
 )
-from memory_worker.reader.threads import OPENS, Worker
+from memory_worker.reader.threads import OPENS, QueueWorker
 from memory_worker.storage import read_packs, read_path, store
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,10 @@ Winners = Mapping[str, tuple[Version, Mapping[int, Row]]]
 
 
 Fill = Callable[[str, list[str], list[bytes], Winners], object]
+Taken = tuple[str, list[str], list[bytes], Winners]  # what one fill is handed: Fill's arguments
 
 
-class Filler(Worker):
+class Filler(QueueWorker[Taken]):
     """Runs `fill(url, personas, topics, winners)` on a daemon thread for what was requested."""
 
     name = "memory-read-fill"
@@ -95,34 +96,32 @@ class Filler(Worker):
         """Wait until everything requested so far is filled (or given up). True if idle."""
         return self._idle(lambda: self._pending, timeout)
 
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._pending:
-                    self._cv.wait()
-                url = next(iter(self._pending))[0]
-                mine = {k: v for k, v in self._pending.items() if k[0] == url}
-                for k in mine:
-                    del self._pending[k]
-                winners = {k[1]: self._winners.pop(k) for k in mine if k in self._winners}
-                self._busy = True
-            try:
-                topics = sorted({t for v in mine.values() for t in v})
-                self._fill(url, sorted(p for _, p in mine), topics, winners)
-            except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
-                self.failures += 1
-                first = type(exc) not in self._logged  # its traceback once, then its count
-                self._logged.add(type(exc))
-                log.warning(
-                    "read cache fill failed (%s, %d so far); the next open reads",
-                    type(exc).__name__,
-                    self.failures,
-                    exc_info=first,
-                )
-            finally:
-                with self._cv:
-                    self._busy = False
-                    self._cv.notify_all()
+    def _waiting(self) -> bool:
+        return bool(self._pending)
+
+    def _take(self) -> Taken:
+        """One database's requests: (url, personas, topics, winners)."""
+        url = next(iter(self._pending))[0]
+        mine = {k: v for k, v in self._pending.items() if k[0] == url}
+        for k in mine:
+            del self._pending[k]
+        winners = {k[1]: self._winners.pop(k) for k in mine if k in self._winners}
+        topics = sorted({t for v in mine.values() for t in v})
+        return url, sorted(p for _, p in mine), topics, winners
+
+    def _work(self, batch: Taken) -> None:
+        try:
+            self._fill(*batch)
+        except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
+            self.failures += 1
+            first = type(exc) not in self._logged  # its traceback once, then its count
+            self._logged.add(type(exc))
+            log.warning(
+                "read cache fill failed (%s, %d so far); the next open reads",
+                type(exc).__name__,
+                self.failures,
+                exc_info=first,
+            )
 
 
 PACK_BEHIND_MAX = 256  # ours: versions a kept pack may lag before it is written again...
