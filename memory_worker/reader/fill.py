@@ -32,7 +32,6 @@ from memory_worker.core.read_columns import (
 )
 from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
-from memory_worker.reader.cache import vectors_of
 from memory_worker.reader.cache_loader import (
     catch_up_store,
     columns_of,
@@ -41,6 +40,7 @@ from memory_worker.reader.cache_loader import (
     vector_loader,
 )
 from memory_worker.reader.threads import OPENS, QueueWorker
+from memory_worker.reader.vectors import vectors_of
 from memory_worker.storage import read_packs, read_path, store
 
 log = logging.getLogger(__name__)
