@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.read_columns import Key, PersonaRows, Version, View
+from memory_worker.core.read_columns import Key, PersonaRows, Version, Versions, View
 from memory_worker.core.rows import Row
 from memory_worker.reader import vectors as slots
 from memory_worker.reader.forward import (
@@ -65,6 +65,15 @@ __all__ = ["LoadVectors", "ReadCache", "Vectors", "vectors_of"]
 Blob = bytes  # a topic's vector (`ReadCache.bytes` is the bytes held, in its class's scope)
 
 
+@dataclass(frozen=True)
+class Held:
+    """What an open's plan starts from (`ReadCache.at`): each persona's entry at its version
+    and whatever entry is held for it (None, None: nothing), and the cache's bound."""
+
+    entries: dict[str, tuple[PersonaRows | None, PersonaRows | None]]
+    max_bytes: int
+
+
 class ReadCache:
     """The read cache's entries by `Key`, safe to share between the app's threads."""
 
@@ -72,9 +81,7 @@ class ReadCache:
         self._max = max_bytes  # None: the setting, read at first use (importing reads nothing)
         # this process's last touches of each key: (before, after, their rows) (`_note`)
         self._touches: dict[Key, deque[Move]] = {}
-        self._entries: ByteLRU[Key, PersonaRows] = ByteLRU(
-            lambda: self.max_bytes, lambda key: self._touches.pop(key, None)
-        )
+        self._lru: ByteLRU[Key, PersonaRows] | None = None  # made at first use, with the bound
         self._stores: dict[str, str] = {}  # url → the id of the store its entries were read from
         self._lock = threading.Lock()
 
@@ -87,6 +94,17 @@ class ReadCache:
     @property
     def bytes(self) -> int:
         return self._entries.bytes
+
+    @property
+    def _entries(self) -> ByteLRU[Key, PersonaRows]:
+        if self._lru is None:
+            self._lru = ByteLRU(self.max_bytes)
+        return self._lru
+
+    def _forget(self, gone: list[Key]) -> None:
+        """The touches kept beside entries the LRU let go of go with them."""
+        for key in gone:
+            self._touches.pop(key, None)
 
     # --- entries ---------------------------------------------------------------------------
 
@@ -139,17 +157,66 @@ class ReadCache:
         file replaced — and everything held for `url` is let go of: it described another
         store. Only entries of the store last entered are kept (`put`)."""
         with self._lock:
-            if self._stores.get(url) == store:
-                return
-            self._stores[url] = store
-            for key in [k for k in self._entries if k[0] == url]:
-                self._entries.pop(key)
+            self._enter(url, store)
+
+    def _enter(self, url: str, store: str) -> None:
+        if self._stores.get(url) == store:
+            return
+        self._stores[url] = store
+        for key in [k for k in self._entries if k[0] == url]:
+            self._entries.pop(key)
+            self._touches.pop(key, None)
+
+    def at(
+        self, url: str, versions: Versions, personas: Sequence[str], *, enter: bool
+    ) -> Held | None:
+        """What an open's plan starts from, in one call: each persona's entry if it is at its
+        version in `versions` (as `get`), and whatever entry is held for it (as `previous`).
+        `enter`: the store is `versions.store` from now on (`enter`); else None when the
+        entries held for `url` are another store's."""
+        with self._lock:
+            if enter:
+                self._enter(url, versions.store)
+            elif self._stores.get(url) != versions.store:
+                return None
+            out = {}
+            for p in personas:
+                key = (url, versions.store, p)
+                fresh = self._at(key, versions[p])
+                if fresh is not None:
+                    self._entries.use(key)
+                out[p] = (fresh, fresh or self._entries.peek(key))
+            return Held(out, self.max_bytes)
+
+    def keep(
+        self,
+        url: str,
+        store: str,
+        *,
+        put: Mapping[str, PersonaRows],
+        views: Sequence[tuple[str, PersonaRows, Any, View]],
+        grown: Mapping[str, PersonaRows],
+        remember: Mapping[str, tuple[Version, Mapping[int, Row]]],
+    ) -> None:
+        """What an open's plan leaves the cache, in one call: entries to keep (`put`), views
+        to keep (`keep_view`), entries whose vectors grew (their bytes counted again), and
+        winners' rows to keep (`remember`), by persona."""
+        with self._lock:
+            for p, rows in put.items():
+                self._put((url, store, p), rows, recent=True)
+            for p, rows, scope, view in views:
+                self._keep_view((url, store, p), rows, scope, view)
+            for p, rows in grown.items():
+                self._recount((url, store, p), rows)
+            for p, (version, found) in remember.items():
+                self._remember((url, store, p), version, found)
 
     def drop(self, key: Key, rows: PersonaRows) -> None:
         """Let go of the entry of `key` if it is still `rows` (a newer one stays)."""
         with self._lock:
             if self._entries.peek(key) is rows:
                 self._entries.pop(key)
+                self._touches.pop(key, None)
 
     def put(self, key: Key, rows: PersonaRows, *, recent: bool = True) -> None:
         """Keep `rows`. Never behind what is held: a read that began before this process's own
@@ -160,59 +227,68 @@ class ReadCache:
         keeps a held entry's place in the LRU and keeps nothing that is no longer held:
         catching up is not a use. An entry bigger than the whole bound is ranked, not kept."""
         with self._lock:
-            held = self._entries.peek(key)
-            if held is None and not recent:
-                return  # let go of while it was being caught up
-            if self._stores.get(key[0]) != key[1]:
-                return  # read from a store the url no longer is
-            if held is not None and held.version.counter > rows.version.counter:
-                ahead = forward(rows, self._touches.get(key, ()), held.version)
-                if ahead is None:
-                    return  # one store's counter only grows: what is held is newer
-                rows = ahead
-            if held is not None and held.version == rows.version:
-                rows = kept_with(rows, held)
-            self._entries.set(key, rows, rows.nbytes, recent=recent)
+            self._put(key, rows, recent=recent)
+
+    def _put(self, key: Key, rows: PersonaRows, *, recent: bool) -> None:
+        held = self._entries.peek(key)
+        if held is None and not recent:
+            return  # let go of while it was being caught up
+        if self._stores.get(key[0]) != key[1]:
+            return  # read from a store the url no longer is
+        if held is not None and held.version.counter > rows.version.counter:
+            ahead = forward(rows, self._touches.get(key, ()), held.version)
+            if ahead is None:
+                return  # one store's counter only grows: what is held is newer
+            rows = ahead
+        if held is not None and held.version == rows.version:
+            rows = kept_with(rows, held)
+        self._forget(self._entries.set(key, rows, rows.nbytes, recent=recent))
 
     def remember(self, key: Key, version: Version, found: Mapping[int, Row]) -> None:
         """Keep the full rows of these winners, read at `version`, with the entry if it is at
         that version, or beyond it only by this process's own touches (then the rows take
         them too); else they are not kept."""
         with self._lock:
-            rows = self._entries.peek(key)
-            if rows is None:
-                return
-            if rows.version != version:
-                touches = self._touches.get(key, ())
-                found = forward_rows(found, version, touches, rows.version) or {}
-            fresh = with_winners(rows, found)
-            self._entries.replace(key, fresh)
-            self._entries.resize(key, fresh.nbytes)
+            self._remember(key, version, found)
+
+    def _remember(self, key: Key, version: Version, found: Mapping[int, Row]) -> None:
+        rows = self._entries.peek(key)
+        if rows is None:
+            return
+        if rows.version != version:
+            touches = self._touches.get(key, ())
+            found = forward_rows(found, version, touches, rows.version) or {}
+        fresh = with_winners(rows, found)
+        self._entries.replace(key, fresh)
+        self._forget(self._entries.resize(key, fresh.nbytes))
 
     def keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
         """Keep this audience's view with the entry, if it still holds these rows (the same
         views: a touch or the winners kept made another generation of the same rows); the
         latest VIEWS_KEPT audiences stay."""
         with self._lock:
-            held = self._entries.peek(key)
-            if held is None or held.views is not rows.views:
-                return
-            held.views.pop(scope, None)
-            held.views[scope] = view
-            while len(held.views) > VIEWS_KEPT:
-                del held.views[next(iter(held.views))]
-            if held.nbytes > self.max_bytes:
-                del held.views[scope]  # past the whole bound: made again each time
-            self._entries.resize(key, held.nbytes)
+            self._keep_view(key, rows, scope, view)
+
+    def _keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
+        held = self._entries.peek(key)
+        if held is None or held.views is not rows.views:
+            return
+        held.views.pop(scope, None)
+        held.views[scope] = view
+        while len(held.views) > VIEWS_KEPT:
+            del held.views[next(iter(held.views))]
+        if held.nbytes > self.max_bytes:
+            del held.views[scope]  # past the whole bound: made again each time
+        self._forget(self._entries.resize(key, held.nbytes))
 
     def _recount(self, key: Key, rows: PersonaRows) -> None:
         """`rows`' vectors grew in place (a topic's cosines): count its bytes again."""
-        with self._lock:
-            held = self._entries.peek(key)
-            if held is None:
-                return
-            if held is rows or (rows.vectors is not None and held.vectors is rows.vectors):
-                self._entries.resize(key, held.nbytes)  # rows, or what `put` brought forward
+        held = self._entries.peek(key)
+        if held is None:
+            return
+        if held is rows or (rows.vectors is not None and held.vectors is rows.vectors):
+            # rows, or what `put` brought forward from it
+            self._forget(self._entries.resize(key, held.nbytes))
 
     # --- this process's own touches ----------------------------------------------------------
 
@@ -297,7 +373,8 @@ class ReadCache:
     ) -> tuple[np.ndarray, np.ndarray]:
         got = slots.held_cosines(rows, topic, at, keep, self.max_bytes)
         if keep:
-            self._recount(key, rows)
+            with self._lock:
+                self._recount(key, rows)
         return got
 
     def fill(

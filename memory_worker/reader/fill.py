@@ -2,7 +2,7 @@
 
 A room open for a persona this process does not hold (its first open, after the LRU let it
 go, or too far behind the change log) answers from the persona's pack, or from the rows its
-audience can see (cache_loader.load_candidates). The persona's shared entry — every open row, for
+audience can see (cache_loader.read_plan). The persona's shared entry — every open row, for
 every audience, and the vectors of a room's topic — is then read here, on one daemon thread
 per process, so the next open of any of its rooms is warm. Importing starts nothing; the
 thread starts at the first request, and a forked child starts its own.

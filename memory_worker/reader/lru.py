@@ -9,7 +9,7 @@ cosines, the winners kept) and lets the sweep catch an entry up without it count
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -18,13 +18,13 @@ V = TypeVar("V")
 
 class ByteLRU(Generic[K, V]):
     """Values by key, each with its size in bytes, the least recently used let go of first
-    once their sum passes `max_bytes()`; `gone(key)` hears of each one let go of."""
+    once their sum passes `max_bytes`. What grows the store returns the keys it let go of,
+    for the owner to forget what it kept beside them."""
 
-    def __init__(self, max_bytes: Callable[[], int], gone: Callable[[K], object]) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self._values: OrderedDict[K, V] = OrderedDict()
         self._sizes: dict[K, int] = {}
-        self._max = max_bytes
-        self._gone = gone
+        self.max_bytes = max_bytes
         self.bytes = 0
 
     def __contains__(self, key: object) -> bool:
@@ -54,12 +54,11 @@ class ByteLRU(Generic[K, V]):
         """Another value of the same size for a held key, in the same place."""
         self._values[key] = value
 
-    def set(self, key: K, value: V, size: int, *, recent: bool = True) -> bool:
-        """Hold `value` of `size` bytes (a held key keeps its place unless `recent`); False,
-        and nothing held for `key`, when it alone is bigger than the bound."""
-        if size > self._max():
-            self.pop(key)
-            return False
+    def set(self, key: K, value: V, size: int, *, recent: bool = True) -> list[K]:
+        """Hold `value` of `size` bytes (a held key keeps its place unless `recent`): the keys
+        let go of, `key` itself when it alone is bigger than the bound."""
+        if size > self.max_bytes:
+            return [key] if self.pop(key) is not None else []
         if key in self._values:
             self.bytes -= self._sizes[key]
         self._values[key] = value
@@ -67,21 +66,20 @@ class ByteLRU(Generic[K, V]):
             self._values.move_to_end(key)
         self._sizes[key] = size
         self.bytes += size
-        self._trim()
-        return True
+        return self._trim()
 
-    def resize(self, key: K, size: int) -> None:
-        """The held value of `key` now takes `size` bytes (it grew or shrank in place)."""
+    def resize(self, key: K, size: int) -> list[K]:
+        """The held value of `key` now takes `size` bytes (it grew or shrank in place): the
+        keys let go of."""
         self.bytes += size - self._sizes[key]
         self._sizes[key] = size
-        self._trim()
+        return self._trim()
 
     def pop(self, key: K) -> V | None:
         """Let go of `key` (if held), returning its value."""
         value = self._values.pop(key, None)
         if key in self._sizes:
             self.bytes -= self._sizes.pop(key)
-            self._gone(key)
         return value
 
     def clear(self) -> None:
@@ -89,6 +87,9 @@ class ByteLRU(Generic[K, V]):
         self._sizes.clear()
         self.bytes = 0
 
-    def _trim(self) -> None:
-        while self.bytes > self._max() and self._values:
-            self.pop(next(iter(self._values)))
+    def _trim(self) -> list[K]:
+        gone = []
+        while self.bytes > self.max_bytes and self._values:
+            gone.append(key := next(iter(self._values)))
+            self.pop(key)
+        return gone

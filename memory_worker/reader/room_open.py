@@ -13,19 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import Connection
 
+from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import RoomAudience, Scope
 from memory_worker.core.block import Block, Human, Section, render
 from memory_worker.core.errors import UnknownRoom
 from memory_worker.core.ranking import WORLD_GROUP, RankColumns, scores, take
+from memory_worker.core.read_columns import Version
 from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
-from memory_worker.reader.cache_loader import Fills
 from memory_worker.reader.fill import FILLS
 from memory_worker.reader.sweep import SWEEP
 from memory_worker.reader.threads import OPENS
@@ -33,6 +34,21 @@ from memory_worker.reader.touch import promise_touch
 from memory_worker.storage import read_path, store, verdicts
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Fills:
+    """What a room open asks of the fill thread, requested as it returns (`opening`): these
+    personas' entries (with a topic's cosines), and the winners' rows it read of personas
+    it did not hold, to keep with their entries."""
+
+    asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
+    winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
+
+    def of(self, plan: cache_loader.Plan) -> None:
+        """Ask for the fills a loader's plan names."""
+        self.asked.extend(plan.asked)
+        self.winners.update(plan.fill_winners)
 
 
 @contextmanager
@@ -140,12 +156,12 @@ def _open(
     url: str,
     touch: bool,
     proven_scope: bool,
-    fills: cache_loader.Fills,
+    fills: Fills,
 ) -> dict[str, Block]:
     """The context, read once; then a warm open from the read cache alone, or, if anything is
     missing there (a persona not held at its version, a winner's row not kept), a cold one in
     one transaction, where every read sees one snapshot."""
-    when = cache_loader.as_datetime(now)
+    when = clock.as_datetime(now)
     present = frozenset(int(u) for u in present)
     eng = store.engine(url)
     raw = eng.raw_connection()
@@ -227,12 +243,12 @@ def _room(
 def _warm(ctx: read_path.Context, room: _Room, when: datetime, url: str) -> dict[str, Block] | None:
     """Every block from the read cache alone, reading nothing: None when something would
     have to be read."""
-    candidates = cache_loader.held_candidates(room.scopes, when, room.topic, url, ctx.versions)
-    if candidates is None:
+    plan = cache_loader.held_plan(room.scopes, when, room.topic, url, ctx.versions)
+    if plan is None:
         return None
-    picks = _ranked(candidates)
-    rows, missing = cache_loader.kept_winners(url, ctx.versions, _won(picks))
-    return None if missing else _rendered(ctx, room, picks, rows)
+    picks = _ranked(plan.candidates)
+    rows = cache_loader.finish(plan, _won(picks))
+    return None if rows is None else _rendered(ctx, room, picks, rows)
 
 
 def _cold(
@@ -241,14 +257,15 @@ def _cold(
     room: _Room,
     when: datetime,
     url: str,
-    fills: cache_loader.Fills,
+    fills: Fills,
 ) -> dict[str, Block]:
-    """Every block, reading what the read cache lacks on `conn` (and asking for its fills)."""
-    candidates = cache_loader.load_candidates(
-        conn, room.scopes, when, room.topic, url, versions=ctx.versions, fills=fills
-    )
-    picks = _ranked(candidates)
-    rows = cache_loader.winner_rows(conn, url, ctx.versions, _won(picks), fills)
+    """Every block, reading what the read cache lacks on `conn`: the loader's plan, the rank,
+    then the winners' rows and the plan carried out (its fills asked for in `fills`)."""
+    plan = cache_loader.read_plan(conn, room.scopes, when, room.topic, url, versions=ctx.versions)
+    picks = _ranked(plan.candidates)
+    rows = cache_loader.finish(plan, _won(picks), conn)
+    assert rows is not None  # with a connection, every winner is read
+    fills.of(plan)
     return _rendered(ctx, room, picks, rows)
 
 
