@@ -83,7 +83,7 @@ class ReadCache:
         self._touches: dict[Key, deque[Move]] = {}
         self._lru: ByteLRU[Key, PersonaRows] | None = None  # made at first use, with the bound
         self._stores: dict[str, str] = {}  # url → the id of the store its entries were read from
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # `at` and `keep` call the others
 
     @property
     def max_bytes(self) -> int:
@@ -157,15 +157,12 @@ class ReadCache:
         file replaced — and everything held for `url` is let go of: it described another
         store. Only entries of the store last entered are kept (`put`)."""
         with self._lock:
-            self._enter(url, store)
-
-    def _enter(self, url: str, store: str) -> None:
-        if self._stores.get(url) == store:
-            return
-        self._stores[url] = store
-        for key in [k for k in self._entries if k[0] == url]:
-            self._entries.pop(key)
-            self._touches.pop(key, None)
+            if self._stores.get(url) == store:
+                return
+            self._stores[url] = store
+            for key in [k for k in self._entries if k[0] == url]:
+                self._entries.pop(key)
+                self._touches.pop(key, None)
 
     def at(
         self, url: str, versions: Versions, personas: Sequence[str], *, enter: bool
@@ -176,7 +173,7 @@ class ReadCache:
         entries held for `url` are another store's."""
         with self._lock:
             if enter:
-                self._enter(url, versions.store)
+                self.enter(url, versions.store)
             elif self._stores.get(url) != versions.store:
                 return None
             out = {}
@@ -199,17 +196,17 @@ class ReadCache:
         remember: Mapping[str, tuple[Version, Mapping[int, Row]]],
     ) -> None:
         """What an open's plan leaves the cache, in one call: entries to keep (`put`), views
-        to keep (`keep_view`), entries whose vectors grew (their bytes counted again), and
-        winners' rows to keep (`remember`), by persona."""
+        to keep, entries whose vectors grew (their bytes counted again), and winners' rows to
+        keep (`remember`), by persona."""
         with self._lock:
             for p, rows in put.items():
-                self._put((url, store, p), rows, recent=True)
+                self.put((url, store, p), rows, recent=True)
             for p, rows, scope, view in views:
                 self._keep_view((url, store, p), rows, scope, view)
             for p, rows in grown.items():
                 self._recount((url, store, p), rows)
             for p, (version, found) in remember.items():
-                self._remember((url, store, p), version, found)
+                self.remember((url, store, p), version, found)
 
     def drop(self, key: Key, rows: PersonaRows) -> None:
         """Let go of the entry of `key` if it is still `rows` (a newer one stays)."""
@@ -227,49 +224,39 @@ class ReadCache:
         keeps a held entry's place in the LRU and keeps nothing that is no longer held:
         catching up is not a use. An entry bigger than the whole bound is ranked, not kept."""
         with self._lock:
-            self._put(key, rows, recent=recent)
-
-    def _put(self, key: Key, rows: PersonaRows, *, recent: bool) -> None:
-        held = self._entries.peek(key)
-        if held is None and not recent:
-            return  # let go of while it was being caught up
-        if self._stores.get(key[0]) != key[1]:
-            return  # read from a store the url no longer is
-        if held is not None and held.version.counter > rows.version.counter:
-            ahead = forward(rows, self._touches.get(key, ()), held.version)
-            if ahead is None:
-                return  # one store's counter only grows: what is held is newer
-            rows = ahead
-        if held is not None and held.version == rows.version:
-            rows = kept_with(rows, held)
-        self._forget(self._entries.set(key, rows, rows.nbytes, recent=recent))
+            held = self._entries.peek(key)
+            if held is None and not recent:
+                return  # let go of while it was being caught up
+            if self._stores.get(key[0]) != key[1]:
+                return  # read from a store the url no longer is
+            if held is not None and held.version.counter > rows.version.counter:
+                ahead = forward(rows, self._touches.get(key, ()), held.version)
+                if ahead is None:
+                    return  # one store's counter only grows: what is held is newer
+                rows = ahead
+            if held is not None and held.version == rows.version:
+                rows = kept_with(rows, held)
+            self._forget(self._entries.set(key, rows, rows.nbytes, recent=recent))
 
     def remember(self, key: Key, version: Version, found: Mapping[int, Row]) -> None:
         """Keep the full rows of these winners, read at `version`, with the entry if it is at
         that version, or beyond it only by this process's own touches (then the rows take
         them too); else they are not kept."""
         with self._lock:
-            self._remember(key, version, found)
-
-    def _remember(self, key: Key, version: Version, found: Mapping[int, Row]) -> None:
-        rows = self._entries.peek(key)
-        if rows is None:
-            return
-        if rows.version != version:
-            touches = self._touches.get(key, ())
-            found = forward_rows(found, version, touches, rows.version) or {}
-        fresh = with_winners(rows, found)
-        self._entries.replace(key, fresh)
-        self._forget(self._entries.resize(key, fresh.nbytes))
-
-    def keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
-        """Keep this audience's view with the entry, if it still holds these rows (the same
-        views: a touch or the winners kept made another generation of the same rows); the
-        latest VIEWS_KEPT audiences stay."""
-        with self._lock:
-            self._keep_view(key, rows, scope, view)
+            rows = self._entries.peek(key)
+            if rows is None:
+                return
+            if rows.version != version:
+                touches = self._touches.get(key, ())
+                found = forward_rows(found, version, touches, rows.version) or {}
+            fresh = with_winners(rows, found)
+            self._entries.replace(key, fresh)
+            self._forget(self._entries.resize(key, fresh.nbytes))
 
     def _keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
+        """Keep this audience's view with the entry, if it still holds these rows (the same
+        views: a touch or the winners kept made another generation of the same rows); the
+        latest VIEWS_KEPT audiences stay, and none past the whole bound."""
         held = self._entries.peek(key)
         if held is None or held.views is not rows.views:
             return
@@ -323,14 +310,6 @@ class ReadCache:
 
     # --- vectors under the bound (vectors.py) ----------------------------------------------
 
-    def fits_whole(self, rows: int, dims: int) -> bool:
-        """`vectors.fits_whole` under this cache's bound."""
-        return slots.fits_whole(rows, dims, self.max_bytes)
-
-    def slots_allowed(self, rows: PersonaRows, dims: int) -> int:
-        """`vectors.slots_allowed` under this cache's bound."""
-        return slots.slots_allowed(rows, dims, self.max_bytes)
-
     def pending(self, rows: PersonaRows) -> bool:
         """`vectors.pending` under this cache's bound."""
         return slots.pending(rows, self.max_bytes)
@@ -349,33 +328,16 @@ class ReadCache:
         bound left out); the cosines are kept for the next open unless `keep` is False. A row
         still waiting for its vector (`pending`) is measured on its vector read by id."""
         if rows.vectors is None or rows.slots is None or rows.vectors.dims != len(topic):
-            fit = min(len(rows), self.slots_allowed(rows, len(topic)))
+            fit = min(len(rows), slots.slots_allowed(rows, len(topic), self.max_bytes))
             empty = Vectors(len(topic), fit)
             rows = self.fill(key, replace(rows, slots=None, vectors=empty), load)
-        out, waiting = self._held_cosines(key, rows, topic, at, keep)
-        if waiting.any():
-            out[waiting] = slots.cosines_read(rows.ids[at[waiting]], load, topic)
-        return out
-
-    def held_relevance(
-        self, key: Key, rows: PersonaRows, topic: Blob, at: np.ndarray, *, keep: bool = True
-    ) -> np.ndarray | None:
-        """`relevance` from the vectors held alone (a warm open reading nothing but its
-        context): None when a row at `at` would need its vector read first."""
-        vectors = vectors_of(rows)
-        if vectors is None or rows.slots is None or vectors.dims != len(topic):
-            return None
-        out, waiting = self._held_cosines(key, rows, topic, at, keep)
-        return None if waiting.any() else out
-
-    def _held_cosines(
-        self, key: Key, rows: PersonaRows, topic: Blob, at: np.ndarray, keep: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
-        got = slots.held_cosines(rows, topic, at, keep, self.max_bytes)
+        out, waiting = slots.held_cosines(rows, topic, at, keep, self.max_bytes)
         if keep:
             with self._lock:
                 self._recount(key, rows)
-        return got
+        if waiting.any():
+            out[waiting] = slots.cosines_read(rows.ids[at[waiting]], load, topic)
+        return out
 
     def fill(
         self,

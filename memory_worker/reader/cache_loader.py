@@ -101,7 +101,7 @@ def _leave_out_kept_private(mask: np.ndarray, rows: PersonaRows, keepers: frozen
 def visible_view(rows: PersonaRows, scope: Scope) -> tuple[View, bool]:
     """`visible_index` in (group, kind) order with its runs, and whether it is new and worth
     keeping with the entry for the next open of the same audience (the latest VIEWS_KEPT
-    audiences: the open's plan keeps it, `ReadCache.keep_view`)."""
+    audiences: the open's plan keeps it, `ReadCache.keep`)."""
     if len(rows) <= VIEWS_FROM_ROWS:  # a take sorts these at once: nothing to keep
         return View(visible_index(rows, scope), _NO_ORDER, _NO_RUNS), False
     try:
