@@ -166,9 +166,6 @@ class Plan:
     asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
     fill_winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
 
-    def key(self, persona: str) -> Key:
-        return (self.url, self.versions.store, persona)
-
 
 def held_plan(
     scopes: Mapping[str, Scope],
