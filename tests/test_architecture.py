@@ -189,6 +189,15 @@ def test_nothing_outside_the_tests_imports_the_tests(folder: str) -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
+def test_the_package_imports_no_other_package_of_this_repository() -> None:
+    """The exams, the benchmarks and the tests use the package, never the other way: what the
+    package runs of them (`memory-worker exam`) plugs in through an entry point."""
+    ours = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()} - {PACKAGE.name}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        bad = {m for m in imports_of(path) if m.split(".")[0] in ours}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
 @pytest.mark.parametrize("folder", ["exams", "memory_worker"])
 def test_no_module_of_the_product_imports_the_testing_package(folder: str) -> None:
     """memory_worker.testing holds stand-ins (a local Gemini API, a reference ranking) for the

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from memory_worker.core.settings import Settings
+from memory_worker.core.settings import Settings, variables
 from memory_worker.web.app import create_app
 from tests.scenes import DAN
 from tests.web import test_web_security
@@ -49,11 +49,7 @@ def settings_table() -> list[str]:
 
 def variables_of_settings() -> dict[str, list[str]]:
     """Each field of Settings → the environment variables it is read from, in order."""
-    out = {}
-    for name, field in Settings.model_fields.items():
-        choices = getattr(field.validation_alias, "choices", [])
-        out[name] = [c for c in choices if isinstance(c, str) and c.isupper()]
-    return out
+    return {name: variables(name) for name in Settings.model_fields}
 
 
 def test_every_setting_s_variable_is_a_row_of_the_settings_table() -> None:

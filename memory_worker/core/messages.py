@@ -9,7 +9,7 @@ that does not fit is `MalformedMessage`, whose text names the fields and what is
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -84,16 +84,6 @@ class SpellMessage(_Strict):
         if any(d.candidate >= len(self.candidates) for d in self.decisions):
             raise ValueError("a decision names a candidate the spell does not carry")
         return self
-
-
-class CommitResult(_Strict):
-    """What the commit hands the toast step."""
-
-    spell: SpellMessage
-    row_ids: list[Annotated[StrictInt, Field(ge=1)]]
-    # Every status the commit task returns ("stale" never leaves it: it re-routes or parks);
-    # "covered" is a late spell whose lines a newer one already read.
-    status: Literal["committed", "skipped", "covered", "parked"]
 
 
 class RoomMessage(_Strict):

@@ -5,7 +5,6 @@ nothing here reads what the model wrote. What is left is the store's own facts:
 
 - a line's witnesses are the room's members who had joined before it was said (their
   switches at that time are `core.labels`' part);
-- a dispatch is a line no human or persona said: the world's news;
 - the router may change (UPDATE, CLOSE) a world row only when its audience is exactly the
   new row's: nobody loses, and nobody learns of, a row through a spell they did not witness.
 """
@@ -14,13 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from memory_worker.core.constants import DISPATCH_PREFIX
 from memory_worker.core.labels import Label
-
-
-def is_dispatch(speaker: str) -> bool:
-    """A line no human or persona said: the world's news posted into the room."""
-    return speaker.startswith(DISPATCH_PREFIX)
 
 
 def witnesses(line_id: int, joined: Mapping[int, int]) -> frozenset[int]:

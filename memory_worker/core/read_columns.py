@@ -117,7 +117,7 @@ class PersonaRows:
     winners: Mapping[int, Row] = field(default_factory=dict)
     # The latest audiences' visible rows (`View`), by scope, for a persona of more rows than a
     # take sorts at once: shared by every generation with the same rows (a touch, the winners
-    # kept), made again after a patch; kept through `ReadCache.keep_view`, which counts them.
+    # kept), made again after a patch; kept through `ReadCache.keep`, which counts them.
     views: dict[Any, View] = field(default_factory=dict)
 
     def __len__(self) -> int:

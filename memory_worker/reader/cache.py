@@ -26,6 +26,10 @@ vectors of its newest rows that fit; older rows then rank on recency and importa
 (relevance 0), the same on every open, cold or warm. A persona whose columns alone pass the
 bound is ranked and not kept.
 
+Three plain parts under one lock: the byte-bounded LRU (`lru.ByteLRU`), bringing an entry to
+a newer version by this process's own touches (`forward`, pure functions), and the vector
+slots (`vectors`). `ReadCache` holds them together: which store each url is, and the touches.
+
 A stale entry could only mis-rank, never leak: the reader loads the winners' full rows afresh
 and passes each through `visible_memories` again.
 """
@@ -33,170 +37,53 @@ and passes each through `visible_memories` again.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.read_columns import (
-    ENTRY_OVERHEAD_BYTES,
-    NO_SLOT,
-    TOPICS_PER_PERSONA,
-    Batches,
-    Key,
-    PersonaRows,
-    Version,
-    View,
-)
+from memory_worker.core.read_columns import Key, PersonaRows, Version, Versions, View
 from memory_worker.core.rows import Row
-from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
+from memory_worker.reader import vectors as slots
+from memory_worker.reader.forward import (
+    OWN_TOUCHES_KEPT,
+    VIEWS_KEPT,
+    Move,
+    forward,
+    forward_rows,
+    kept_with,
+    with_winners,
+)
+from memory_worker.reader.lru import ByteLRU
+from memory_worker.reader.vectors import LoadVectors, Vectors, vectors_of
 
-GROWTH = 1.0625  # ours: spare slots a vector store takes as it grows, so an append rarely copies
-SPARE_MIN = 16  # ours: and at least this many (the growth copies on the fill thread, not an open)
-OWN_TOUCHES_KEPT = 8  # ours: a persona's touches kept to bring a read begun before them forward
-WINNERS_KEPT = 256  # ours: full rows of recent winners an entry keeps, at most (then afresh)
-VIEWS_KEPT = 3  # ours: audiences an entry keeps its visible rows for (`View`), the latest ones
+__all__ = ["LoadVectors", "ReadCache", "Vectors", "vectors_of"]
 
-# Reads the embeddings of these row ids: id → int8 blob (missing ids: no embedding).
-LoadVectors = Callable[[Sequence[int]], Mapping[int, bytes | None]]
-
-
-class Vectors:
-    """One persona's int8 embeddings, a slot each, and their cosines to up to four topics.
-
-    Append-only: a slot once written never changes (a row whose embedding may have changed
-    takes a new one), so every generation of a persona's columns shares one store, and a
-    thread ranking on an older generation reads what it read before. It grows with spare room
-    (`GROWTH`); the cache moves the live slots into a new store (`compacted`) when dead ones
-    would pass the byte bound.
-    """
-
-    def __init__(self, dims: int, capacity: int):
-        self.dims = dims
-        self.matrix = np.zeros((capacity, dims), dtype=np.int8)
-        self.norms = np.zeros(capacity, dtype=np.float32)
-        self.cosines: OrderedDict[bytes, np.ndarray] = OrderedDict()  # topic → float64 a slot
-        self.used = 0
-        self._lock = threading.Lock()
-
-    @property
-    def capacity(self) -> int:
-        return int(self.matrix.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        cosines = sum(c.nbytes for c in self.cosines.values())
-        return self.matrix.nbytes + self.norms.nbytes + cosines
-
-    def append(self, blobs: Sequence[bytes | None], room: int) -> np.ndarray:
-        """Write these embeddings (None: a zero vector) into new slots, growing the store up to
-        `room` slots if it must; returns their slot numbers."""
-        block = stack_int8(blobs, self.dims)
-        norms = int8_norms(block)
-        with self._lock:
-            start, end = self.used, self.used + len(blobs)
-            if end > self.capacity:
-                self._grow(max(end, min(room, int(self.capacity * GROWTH) + SPARE_MIN)))
-            self.matrix[start:end] = block
-            self.norms[start:end] = norms
-            for topic, cos in self.cosines.items():
-                cos[start:end] = int8_cosines(block, topic, norms)
-            self.used = end
-        return np.arange(start, end, dtype=np.int64)
-
-    def _grow(self, capacity: int) -> None:
-        """Copy into larger arrays; a reader holding the old ones still finds its slots."""
-        n = self.used
-        matrix = np.zeros((capacity, self.dims), dtype=np.int8)
-        matrix[:n] = self.matrix[:n]
-        norms = np.zeros(capacity, dtype=np.float32)
-        norms[:n] = self.norms[:n]
-        for topic, cos in list(self.cosines.items()):
-            grown = np.zeros(capacity)
-            grown[:n] = cos[:n]
-            self.cosines[topic] = grown
-        self.matrix, self.norms = matrix, norms
-
-    def cosines_to(self, topic: bytes, *, keep: bool) -> np.ndarray:
-        """Each slot's cosine to `topic`, kept for the next open (the last four topics) unless
-        `keep` is False."""
-        with self._lock:
-            got = self.cosines.get(topic)
-            if got is not None:
-                return got
-            cos = np.zeros(self.capacity)
-            n = self.used
-            cos[:n] = int8_cosines(self.matrix[:n], topic, self.norms[:n])
-            if keep:
-                self.cosines[topic] = cos
-                while len(self.cosines) > TOPICS_PER_PERSONA:
-                    self.cosines.popitem(last=False)
-            return cos
-
-    def forget(self, slots: np.ndarray) -> None:
-        """Zero these slots (rows deleted, closed or written again): a deleted row's embedding
-        does not stay in the process's memory until the next compaction."""
-        with self._lock:
-            self.matrix[slots] = 0
-            self.norms[slots] = 0
-            for cos in self.cosines.values():
-                cos[slots] = 0
-
-    def compacted(self, slots: np.ndarray, capacity: int) -> tuple[Vectors, np.ndarray]:
-        """A new store holding only the slots `slots` uses (NO_SLOT entries stay), in order,
-        with room for `capacity`; and `slots` renumbered into it."""
-        with self._lock:
-            held = slots >= 0
-            live = slots[held]
-            out = Vectors(self.dims, max(capacity, live.size))
-            out.matrix[: live.size] = self.matrix[live]
-            out.norms[: live.size] = self.norms[live]
-            for topic, cos in self.cosines.items():
-                moved = np.zeros(out.capacity)
-                moved[: live.size] = cos[live]
-                out.cosines[topic] = moved
-            out.used = int(live.size)
-        renumbered = np.full(slots.shape[0], NO_SLOT, dtype=np.int32)
-        renumbered[held] = np.arange(live.size, dtype=np.int32)
-        return out, renumbered
+Blob = bytes  # a topic's vector (`ReadCache.bytes` is the bytes held, in its class's scope)
 
 
-def vectors_of(rows: PersonaRows) -> Vectors | None:
-    """The vectors held beside `rows`: the columns know them only as `HeldVectors`, and
-    every store of them is one of these."""
-    vectors = rows.vectors
-    assert vectors is None or isinstance(vectors, Vectors)
-    return vectors
+@dataclass(frozen=True)
+class Held:
+    """What an open's plan starts from (`ReadCache.at`): each persona's entry at its version
+    and whatever entry is held for it (None, None: nothing), and the cache's bound."""
 
-
-def _kept_with(rows: PersonaRows, held: PersonaRows) -> PersonaRows:
-    """`rows` taking what the entry held at the same version kept meanwhile (winners' rows
-    remembered and views made while `rows` was being read: a fill's, say), so a put never
-    throws away what an open kept since."""
-    winners = {**rows.winners, **held.winners}
-    for _ in range(len(winners) - WINNERS_KEPT):
-        del winners[next(iter(winners))]
-    views = {**held.views, **rows.views}
-    while len(views) > VIEWS_KEPT:
-        del views[next(iter(views))]
-    return replace(rows, winners=winners, views=views)
+    entries: dict[str, tuple[PersonaRows | None, PersonaRows | None]]
+    max_bytes: int
 
 
 class ReadCache:
-    """An LRU of `PersonaRows` bounded in bytes, safe to share between the app's threads."""
+    """The read cache's entries by `Key`, safe to share between the app's threads."""
 
     def __init__(self, max_bytes: int | None = None):
-        self._entries: OrderedDict[Key, PersonaRows] = OrderedDict()
-        self._sizes: dict[Key, int] = {}  # each entry's bytes as last counted in `bytes`
-        self._stores: dict[str, str] = {}  # url → the id of the store its entries were read from
-        # this process's last touches of each key: (before, after, their rows) (`put`)
-        self._touches: dict[Key, deque[tuple[Version, Version, Batches]]] = {}
         self._max = max_bytes  # None: the setting, read at first use (importing reads nothing)
-        self._lock = threading.Lock()
-        self.bytes = 0
+        # this process's last touches of each key: (before, after, their rows) (`_note`)
+        self._touches: dict[Key, deque[Move]] = {}
+        self._lru: ByteLRU[Key, PersonaRows] | None = None  # made at first use, with the bound
+        self._stores: dict[str, str] = {}  # url → the id of the store its entries were read from
+        self._lock = threading.RLock()  # `at` and `keep` call the others
 
     @property
     def max_bytes(self) -> int:
@@ -204,13 +91,30 @@ class ReadCache:
             self._max = settings_mod.current().read_cache_bytes
         return self._max
 
+    @property
+    def bytes(self) -> int:
+        return self._entries.bytes
+
+    @property
+    def _entries(self) -> ByteLRU[Key, PersonaRows]:
+        if self._lru is None:
+            self._lru = ByteLRU(self.max_bytes)
+        return self._lru
+
+    def _forget(self, gone: list[Key]) -> None:
+        """The touches kept beside entries the LRU let go of go with them."""
+        for key in gone:
+            self._touches.pop(key, None)
+
+    # --- entries ---------------------------------------------------------------------------
+
     def get(self, key: Key, version: Version) -> PersonaRows | None:
         """The entry if it is as fresh as `version`, else None. An entry behind only by this
         process's own touches (committed, or about to be: `expect`) is brought forward."""
         with self._lock:
             got = self._at(key, version)
             if got is not None:
-                self._entries.move_to_end(key)
+                self._entries.use(key)
             return got
 
     def forwarded(self, key: Key, version: Version) -> bool:
@@ -220,17 +124,17 @@ class ReadCache:
             return self._at(key, version) is not None
 
     def _at(self, key: Key, version: Version) -> PersonaRows | None:
-        got = self._entries.get(key)
+        got = self._entries.peek(key)
         if got is not None and got.version != version:
-            got = self._forward(key, got, version)
+            got = forward(got, self._touches.get(key, ()), version)
             if got is not None:
-                self._entries[key] = got  # same size
+                self._entries.replace(key, got)  # same size
         return got
 
     def previous(self, key: Key) -> PersonaRows | None:
         """Whatever entry is held, fresh or not (a refetch starts from it)."""
         with self._lock:
-            return self._entries.get(key)
+            return self._entries.peek(key)
 
     def urls(self) -> list[str]:
         """The databases something is held for."""
@@ -257,17 +161,59 @@ class ReadCache:
                 return
             self._stores[url] = store
             for key in [k for k in self._entries if k[0] == url]:
-                del self._entries[key]
+                self._entries.pop(key)
                 self._touches.pop(key, None)
-                self.bytes -= self._sizes.pop(key)
+
+    def at(
+        self, url: str, versions: Versions, personas: Sequence[str], *, enter: bool
+    ) -> Held | None:
+        """What an open's plan starts from, in one call: each persona's entry if it is at its
+        version in `versions` (as `get`), and whatever entry is held for it (as `previous`).
+        `enter`: the store is `versions.store` from now on (`enter`); else None when the
+        entries held for `url` are another store's."""
+        with self._lock:
+            if enter:
+                self.enter(url, versions.store)
+            elif self._stores.get(url) != versions.store:
+                return None
+            out = {}
+            for p in personas:
+                key = (url, versions.store, p)
+                fresh = self._at(key, versions[p])
+                if fresh is not None:
+                    self._entries.use(key)
+                out[p] = (fresh, fresh or self._entries.peek(key))
+            return Held(out, self.max_bytes)
+
+    def keep(
+        self,
+        url: str,
+        store: str,
+        *,
+        put: Mapping[str, PersonaRows],
+        views: Sequence[tuple[str, PersonaRows, Any, View]],
+        grown: Mapping[str, PersonaRows],
+        remember: Mapping[str, tuple[Version, Mapping[int, Row]]],
+    ) -> None:
+        """What an open's plan leaves the cache, in one call: entries to keep (`put`), views
+        to keep, entries whose vectors grew (their bytes counted again), and winners' rows to
+        keep (`remember`), by persona."""
+        with self._lock:
+            for p, rows in put.items():
+                self.put((url, store, p), rows, recent=True)
+            for p, rows, scope, view in views:
+                self._keep_view((url, store, p), rows, scope, view)
+            for p, rows in grown.items():
+                self._recount((url, store, p), rows)
+            for p, (version, found) in remember.items():
+                self.remember((url, store, p), version, found)
 
     def drop(self, key: Key, rows: PersonaRows) -> None:
         """Let go of the entry of `key` if it is still `rows` (a newer one stays)."""
         with self._lock:
-            if self._entries.get(key) is rows:
-                del self._entries[key]
+            if self._entries.peek(key) is rows:
+                self._entries.pop(key)
                 self._touches.pop(key, None)
-                self.bytes -= self._sizes.pop(key)
 
     def put(self, key: Key, rows: PersonaRows, *, recent: bool = True) -> None:
         """Keep `rows`. Never behind what is held: a read that began before this process's own
@@ -276,142 +222,103 @@ class ReadCache:
         and patch from the change log: 5x a warm open at 100k rows, and the vectors lost).
         Nothing is kept for a store the url no longer is (`enter`). `recent=False` (the sweep)
         keeps a held entry's place in the LRU and keeps nothing that is no longer held:
-        catching up is not a use."""
+        catching up is not a use. An entry bigger than the whole bound is ranked, not kept."""
         with self._lock:
-            self._store(key, rows, recent)
-
-    def _store(self, key: Key, rows: PersonaRows, recent: bool = True) -> None:
-        held = key in self._entries
-        if not (held or recent):
-            return  # let go of while it was being caught up
-        if self._stores.get(key[0]) != key[1]:
-            return  # read from a store the url no longer is
-        if held and self._entries[key].version.counter > rows.version.counter:
-            forward = self._forward(key, rows, self._entries[key].version)
-            if forward is None:
-                return  # one store's counter only grows: what is held is newer
-            rows = forward
-        if held and self._entries[key].version == rows.version:
-            rows = _kept_with(rows, self._entries[key])
-        if held:
-            self.bytes -= self._sizes.pop(key)
-        size = rows.nbytes
-        if size > self.max_bytes:
-            self._entries.pop(key, None)
-            self._touches.pop(key, None)
-            return  # bigger than the whole bound: ranked, not kept
-        self._entries[key] = rows  # a key already held keeps its place...
-        if recent:
-            self._entries.move_to_end(key)  # ...unless this is a use
-        self._sizes[key] = size
-        self.bytes += size
-        self._trim()
-
-    def _forward_rows(
-        self, key: Key, version: Version, found: Mapping[int, Row], to: Version
-    ) -> dict[int, Row] | None:
-        """Full rows read at `version`, with this process's own touches since applied, if
-        they lead exactly to `to`; None when some other write lies between."""
-        out = dict(found)
-        for before, after, batches in self._touches.get(key, ()):
-            if version == to:
-                break
-            if version == before:
-                for ids, _day, stamp, times in batches:
-                    for i in ids.tolist():
-                        if (row := out.get(i)) is not None:
-                            out[i] = replace(
-                                row, last_recalled=stamp, recall_count=row.recall_count + times
-                            )
-                version = after
-        return out if version == to else None
-
-    def _forward(self, key: Key, rows: PersonaRows, to: Version) -> PersonaRows | None:
-        """`rows` with this process's own touches since its version applied, if they lead
-        exactly to `to`; None when some other write lies between."""
-        for before, after, batches in self._touches.get(key, ()):
-            if rows.version == to:
-                break
-            if rows.version == before:
-                rows = rows.touched(batches, after)
-        return rows if rows.version == to else None
-
-    def _trim(self) -> None:
-        while self.bytes > self.max_bytes and self._entries:
-            out, _ = self._entries.popitem(last=False)
-            self._touches.pop(out, None)
-            self.bytes -= self._sizes.pop(out)
-
-    def _recount(self, key: Key, rows: PersonaRows) -> None:
-        """`rows`' vectors grew in place (a topic's cosines): count its bytes again."""
-        with self._lock:
-            held = self._entries.get(key)
-            if held is None:
-                return
-            if held is rows or (rows.vectors is not None and held.vectors is rows.vectors):
-                size = held.nbytes  # rows, or what `put` brought forward from it
-                self.bytes += size - self._sizes[key]
-                self._sizes[key] = size
-                self._trim()
+            held = self._entries.peek(key)
+            if held is None and not recent:
+                return  # let go of while it was being caught up
+            if self._stores.get(key[0]) != key[1]:
+                return  # read from a store the url no longer is
+            if held is not None and held.version.counter > rows.version.counter:
+                ahead = forward(rows, self._touches.get(key, ()), held.version)
+                if ahead is None:
+                    return  # one store's counter only grows: what is held is newer
+                rows = ahead
+            if held is not None and held.version == rows.version:
+                rows = kept_with(rows, held)
+            self._forget(self._entries.set(key, rows, rows.nbytes, recent=recent))
 
     def remember(self, key: Key, version: Version, found: Mapping[int, Row]) -> None:
         """Keep the full rows of these winners, read at `version`, with the entry if it is at
         that version, or beyond it only by this process's own touches (then the rows take
         them too); else they are not kept."""
         with self._lock:
-            rows = self._entries.get(key)
+            rows = self._entries.peek(key)
             if rows is None:
                 return
             if rows.version != version:
-                found = self._forward_rows(key, version, found, rows.version) or {}
-            kept = {**rows.winners, **found}
-            for _ in range(len(kept) - WINNERS_KEPT):  # the oldest kept go first
-                del kept[next(iter(kept))]
-            self._entries[key] = fresh = replace(rows, winners=kept)
-            size = fresh.nbytes
-            self.bytes += size - self._sizes[key]
-            self._sizes[key] = size
-            self._trim()
+                touches = self._touches.get(key, ())
+                found = forward_rows(found, version, touches, rows.version) or {}
+            fresh = with_winners(rows, found)
+            self._entries.replace(key, fresh)
+            self._forget(self._entries.resize(key, fresh.nbytes))
 
-    def keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
+    def _keep_view(self, key: Key, rows: PersonaRows, scope: Any, view: View) -> None:
         """Keep this audience's view with the entry, if it still holds these rows (the same
         views: a touch or the winners kept made another generation of the same rows); the
-        latest VIEWS_KEPT audiences stay."""
+        latest VIEWS_KEPT audiences stay, and none past the whole bound."""
+        held = self._entries.peek(key)
+        if held is None or held.views is not rows.views:
+            return
+        held.views.pop(scope, None)
+        held.views[scope] = view
+        while len(held.views) > VIEWS_KEPT:
+            del held.views[next(iter(held.views))]
+        if held.nbytes > self.max_bytes:
+            del held.views[scope]  # past the whole bound: made again each time
+        self._forget(self._entries.resize(key, held.nbytes))
+
+    def _recount(self, key: Key, rows: PersonaRows) -> None:
+        """`rows`' vectors grew in place (a topic's cosines): count its bytes again."""
+        held = self._entries.peek(key)
+        if held is None:
+            return
+        if held is rows or (rows.vectors is not None and held.vectors is rows.vectors):
+            # rows, or what `put` brought forward from it
+            self._forget(self._entries.resize(key, held.nbytes))
+
+    # --- this process's own touches ----------------------------------------------------------
+
+    def touched(self, url: str, store: str, moves: Mapping[str, Move]) -> None:
+        """Apply this process's own touches: `moves[persona]` is its version before and after
+        them and its rows they touched. An entry that was not at `before` (counter and stamp)
+        missed someone else's write: it stays as it is, stale, and the next open brings it up
+        to date from the change log."""
         with self._lock:
-            held = self._entries.get(key)
-            if held is None or held.views is not rows.views:
-                return
-            held.views.pop(scope, None)
-            held.views[scope] = view
-            while len(held.views) > VIEWS_KEPT:
-                del held.views[next(iter(held.views))]
-            size = held.nbytes
-            if size > self.max_bytes:
-                del held.views[scope]  # past the whole bound: made again each time
-                size = held.nbytes
-            self.bytes += size - self._sizes[key]
-            self._sizes[key] = size
-            self._trim()
+            self._note(url, store, moves)
+            for persona, (before, after, batches) in moves.items():
+                key = (url, store, persona)
+                rows = self._entries.peek(key)
+                if rows is not None and rows.version == before:
+                    self._entries.replace(key, rows.touched(batches, after))  # same size
 
-    def fits_whole(self, rows: int, dims: int) -> bool:
-        """Whether a persona of `rows` open rows keeps every row's vector of `dims` bytes
-        under the bound, with room to spare: then its relevance is the same whether its
-        entry is held or not (a cold open may rank a few rows without reading them all)."""
-        per_row = 8 * 8 + dims + 4 + 8 * TOPICS_PER_PERSONA  # columns, slot, vector, cosines
-        return 2 * (ENTRY_OVERHEAD_BYTES + rows * per_row) <= self.max_bytes
+    def expect(self, url: str, store: str, moves: Mapping[str, Move]) -> None:
+        """This process's own touches, written and about to commit: an open that reads the
+        store after the commit and before `touched` brings the entry forward by them (`get`)
+        instead of reading the touched rows again. Kept only as a way forward: if the commit
+        fails, no version ever matches `after` (its stamp is the write's own)."""
+        with self._lock:
+            self._note(url, store, moves)
 
-    def slots_allowed(self, rows: PersonaRows, dims: int) -> int:
-        """How many vector slots (of `dims` bytes, with a norm and every topic's cosine beside
-        each) an entry of `rows` may hold under the bound; its newest rows up to that many get
-        vectors."""
-        per_slot = dims + 4 + 8 * TOPICS_PER_PERSONA
-        return max(0, (self.max_bytes - rows.base_bytes) // per_slot)
+    def _note(self, url: str, store: str, moves: Mapping[str, Move]) -> None:
+        for persona, move in moves.items():
+            key = (url, store, persona)
+            if key in self._entries:
+                kept = self._touches.setdefault(key, deque(maxlen=OWN_TOUCHES_KEPT))
+                if not kept or kept[-1][1] != move[1]:  # the same touch, noted once
+                    kept.append(move)
+
+    # --- vectors under the bound (vectors.py) ----------------------------------------------
+
+    def pending(self, rows: PersonaRows) -> bool:
+        """`vectors.pending` under this cache's bound."""
+        return slots.pending(rows, self.max_bytes)
 
     def relevance(
         self,
         key: Key,
         rows: PersonaRows,
-        topic: bytes,
+        topic: Blob,
         load: LoadVectors,
         at: np.ndarray,
         *,
@@ -421,58 +328,16 @@ class ReadCache:
         bound left out); the cosines are kept for the next open unless `keep` is False. A row
         still waiting for its vector (`pending`) is measured on its vector read by id."""
         if rows.vectors is None or rows.slots is None or rows.vectors.dims != len(topic):
-            fit = min(len(rows), self.slots_allowed(rows, len(topic)))
+            fit = min(len(rows), slots.slots_allowed(rows, len(topic), self.max_bytes))
             empty = Vectors(len(topic), fit)
             rows = self.fill(key, replace(rows, slots=None, vectors=empty), load)
-        out, waiting = self._held_cosines(key, rows, topic, at, keep)
-        if waiting.any():
-            dims = len(topic)
-            ids = rows.ids[at[waiting]]
-            found = load(ids.tolist())
-            out[waiting] = int8_cosines(stack_int8([found.get(int(i)) for i in ids], dims), topic)
-        return out
-
-    def held_relevance(
-        self, key: Key, rows: PersonaRows, topic: bytes, at: np.ndarray, *, keep: bool = True
-    ) -> np.ndarray | None:
-        """`relevance` from the vectors held alone (a warm open reading nothing but its
-        context): None when a row at `at` would need its vector read first."""
-        vectors = vectors_of(rows)
-        if vectors is None or rows.slots is None or vectors.dims != len(topic):
-            return None
-        out, waiting = self._held_cosines(key, rows, topic, at, keep)
-        return None if waiting.any() else out
-
-    def _held_cosines(
-        self, key: Key, rows: PersonaRows, topic: bytes, at: np.ndarray, keep: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The cosines of the rows at `at` from the vectors held (0 where none is), and which
-        of them still wait for their vector (`pending`)."""
-        vectors, slots = vectors_of(rows), rows.slots
-        assert vectors is not None and slots is not None
-        wanted = slots[at]
-        held = wanted >= 0
-        out = np.zeros(wanted.shape[0])
+        out, waiting = slots.held_cosines(rows, topic, at, keep, self.max_bytes)
         if keep:
-            cos = vectors.cosines_to(topic, keep=True)
-            self._recount(key, rows)
-            out[held] = cos[wanted[held]]
-        else:  # a vector seen once (a message): only the rows asked about
-            some = wanted[held]
-            out[held] = int8_cosines(vectors.matrix[some], topic, vectors.norms[some])
-        return out, ~held & (at >= self._first_slotted(rows, vectors.dims))
-
-    def _first_slotted(self, rows: PersonaRows, dims: int) -> int:
-        """The position of the oldest row the bound lets hold a vector (rows sort by id)."""
-        return len(rows) - min(len(rows), self.slots_allowed(rows, dims))
-
-    def pending(self, rows: PersonaRows) -> bool:
-        """Whether some row the bound lets hold a vector has none yet: a fill on the caller's
-        path left it for the fill thread (`fill(..., spare_only=True)`)."""
-        if rows.vectors is None or rows.slots is None:
-            return False
-        start = self._first_slotted(rows, rows.vectors.dims)
-        return bool(np.any(rows.slots[start:] < 0))
+            with self._lock:
+                self._recount(key, rows)
+        if waiting.any():
+            out[waiting] = slots.cosines_read(rows.ids[at[waiting]], load, topic)
+        return out
 
     def fill(
         self,
@@ -483,82 +348,16 @@ class ReadCache:
         recent: bool = True,
         spare_only: bool = False,
     ) -> PersonaRows:
-        """`rows` with a vector for each of its newest rows that fit the bound — the slots it
-        has kept, the rest loaded into its store (or a compacted copy) — kept in the cache
-        (`put`'s `recent`). Rows that never needed vectors are kept as they are.
-
-        `spare_only` (a room open's own catch-up): vectors go only into the store's spare
-        slots; if they do not fit there, or the store is due for compaction, they are left
-        for the fill thread (`pending`) — growing or compacting copies every vector the
-        persona holds, which is no work for an open to wait on."""
-        vectors = vectors_of(rows)
-        if vectors is None:
-            self.put(key, rows, recent=recent)
-            return rows
-        allowed = self.slots_allowed(rows, vectors.dims)
-        start = len(rows) - min(len(rows), allowed)
-        if rows.slots is not None:
-            slots = rows.slots.copy()
-        else:
-            slots = np.full(len(rows), NO_SLOT, dtype=np.int32)
-        slots[:start] = NO_SLOT  # older than the newest that fit: relevance 0, cold or warm
-        need = start + np.flatnonzero(slots[start:] == NO_SLOT)
-        live = int(np.count_nonzero(slots >= 0))
-        dead = vectors.used - live
-        compact = vectors.used + need.size > allowed or dead > (live + need.size) // 4 + 64
-        if spare_only and (compact or vectors.used + need.size > vectors.capacity):
-            need = need[:0]  # left pending for the fill thread
-        elif compact:  # past the bound, or a quarter dead (rows written elsewhere took new slots)
-            wanted = live + need.size
-            room = min(allowed, int(wanted * GROWTH) + SPARE_MIN)
-            vectors, slots = vectors.compacted(slots, room)
-        if need.size:
-            found = load(rows.ids[need].tolist())
-            blobs = [found.get(int(i)) for i in rows.ids[need]]
-            slots[need] = vectors.append(blobs, room=allowed)
-        out = replace(rows, slots=slots, vectors=vectors)
-        self.put(key, out, recent=recent)
-        return out
-
-    def touched(
-        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
-    ) -> None:
-        """Apply this process's own touches: `moves[persona]` is its version before and after
-        them and its rows they touched. An entry that was not at `before` (counter and stamp)
-        missed someone else's write: it stays as it is, stale, and the next open brings it up
-        to date from the change log."""
-        with self._lock:
-            self._note(url, store, moves)
-            for persona, (before, after, batches) in moves.items():
-                key = (url, store, persona)
-                rows = self._entries.get(key)
-                if rows is not None and rows.version == before:
-                    self._entries[key] = rows.touched(batches, after)  # same size
-
-    def expect(
-        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
-    ) -> None:
-        """This process's own touches, written and about to commit: an open that reads the
-        store after the commit and before `touched` brings the entry forward by them (`get`)
-        instead of reading the touched rows again. Kept only as a way forward: if the commit
-        fails, no version ever matches `after` (its stamp is the write's own)."""
-        with self._lock:
-            self._note(url, store, moves)
-
-    def _note(
-        self, url: str, store: str, moves: Mapping[str, tuple[Version, Version, Batches]]
-    ) -> None:
-        for persona, move in moves.items():
-            key = (url, store, persona)
-            if key in self._entries:
-                kept = self._touches.setdefault(key, deque(maxlen=OWN_TOUCHES_KEPT))
-                if not kept or kept[-1][1] != move[1]:  # the same touch, noted once
-                    kept.append(move)
+        """`rows` with a vector for each of its newest rows that fit the bound
+        (`vectors.with_vectors`), kept in the cache (`put`'s `recent`). Rows that never needed
+        vectors are kept as they are."""
+        if rows.vectors is not None:
+            rows = slots.with_vectors(rows, load, self.max_bytes, spare_only=spare_only)
+        self.put(key, rows, recent=recent)
+        return rows
 
     def clear(self) -> None:
         with self._lock:
             self._touches.clear()
             self._entries.clear()
-            self._sizes.clear()
             self._stores.clear()
-            self.bytes = 0

@@ -1,25 +1,27 @@
 """The cache loader: a room open's ranking columns, from the read cache, a pack or the store.
 
 A persona's open rows become columns (`read_columns.PersonaRows`) held in this process's read
-cache; `load_candidates` picks the ones a scope may see (`visible_view`) and measures their
-relevance. A held entry behind the store is brought up to it from the change log; a persona
-not held is ranked on its pack and the rows changed since, or failing that on the rows its
-audience can see, and the fill thread (fill.py) reads the whole entry afterwards. The block
-(room_open.py) and on-demand recall (recall.py) both read through here.
+cache. The loader returns a `Plan`: it reads the cache once (`ReadCache.at`), picks the rows a
+scope may see (`visible_view`) and measures their relevance; a held entry behind the store is
+brought up to it from the change log; a persona not held is ranked on its pack and the rows
+changed since, or failing that on the rows its audience can see, and the fill thread
+(fill.py) reads the whole entry afterwards. What the plan leaves the cache (entries, views,
+winners' rows) is kept as the open ends, in one call (`finish`, `carry_out`). The block
+(room_open.py: `held_plan` warm, `read_plan` cold) and on-demand recall (recall.py) both read
+through here.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection
 
-from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import Scope
 from memory_worker.core.ranking import UNKNOWN_KIND, UNREADABLE_AGE_DAYS, WORLD_GROUP, RankColumns
@@ -38,8 +40,19 @@ from memory_worker.core.read_columns import (
 )
 from memory_worker.core.rows import Row, human_id, human_ref, id_list
 from memory_worker.core.vectors import int8_cosines, int8_norms, stack_int8
-from memory_worker.reader.cache import LoadVectors, ReadCache
+from memory_worker.reader.cache import ReadCache
 from memory_worker.reader.threads import OPENS
+from memory_worker.reader.vectors import (
+    LoadVectors,
+    Vectors,
+    cosines_read,
+    fits_whole,
+    held_cosines,
+    pending,
+    slots_allowed,
+    vectors_of,
+    with_vectors,
+)
 from memory_worker.storage import read_packs, read_path, store
 
 log = logging.getLogger(__name__)
@@ -85,20 +98,19 @@ def _leave_out_kept_private(mask: np.ndarray, rows: PersonaRows, keepers: frozen
             mask[at[alone[at]]] = False
 
 
-def visible_view(rows: PersonaRows, scope: Scope, key: Key | None = None) -> View:
-    """`visible_index` in (group, kind) order with its runs, kept with a big entry for the
-    next open of the same audience (the latest VIEWS_KEPT audiences, `ReadCache.keep_view`)."""
+def visible_view(rows: PersonaRows, scope: Scope) -> tuple[View, bool]:
+    """`visible_index` in (group, kind) order with its runs, and whether it is new and worth
+    keeping with the entry for the next open of the same audience (the latest VIEWS_KEPT
+    audiences: the open's plan keeps it, `ReadCache.keep`)."""
     if len(rows) <= VIEWS_FROM_ROWS:  # a take sorts these at once: nothing to keep
-        return View(visible_index(rows, scope), _NO_ORDER, _NO_RUNS)
+        return View(visible_index(rows, scope), _NO_ORDER, _NO_RUNS), False
     try:
         got = rows.views.get(scope)
     except TypeError:  # a scope that cannot be a key: made every time
-        return _view(rows, scope)
-    if got is None:
-        got = _view(rows, scope)
-        if key is not None:
-            READ_CACHE.keep_view(key, rows, scope, got)
-    return got
+        return _view(rows, scope), False
+    if got is not None:
+        return got, False
+    return _view(rows, scope), True
 
 
 def _view(rows: PersonaRows, scope: Scope) -> View:
@@ -117,20 +129,10 @@ _NO_ORDER, _NO_RUNS = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
 _NO_VIEW = View(_EMPTY, _NO_ORDER, np.zeros(1, dtype=np.int64))
 
 
-@dataclass
-class Fills:
-    """What a room open asks of the fill thread, requested as it returns (`opening`): these
-    personas' entries (with a topic's cosines), and the winners' rows it read of personas
-    it did not hold, to keep with their entries."""
-
-    asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
-    winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
-
-
 @dataclass(frozen=True)
 class Entry:
     """A persona's columns for one open, from the first of its sources that has them (see
-    `load_entries`): the entry held here (`held`), its pack with the rows changed since
+    `_entries`): the entry held here (`held`), its pack with the rows changed since
     (`packed`), or the store's rows — every open row, or only those its audience can see
     (`whole` False: then no byte bound's rule applies to its relevance)."""
 
@@ -140,44 +142,65 @@ class Entry:
     whole: bool = True
 
 
-def load_entries(
-    conn: Connection,
+@dataclass
+class Plan:
+    """An open's reads, done, and what it leaves the read cache: each persona's columns
+    (`entries`) and ranking columns (`candidates`), and the changes the open carries out as
+    it ends, in one call into the cache (`finish`): entries to keep (`put`: an entry brought
+    up from the change log, a pack's, one given its vectors), audiences' views to keep, held
+    entries whose vectors took a topic's cosines (`grown`: their bytes counted again), and the
+    fills to ask for. The loader reads and plans; the cache changes only as the open ends."""
+
+    url: str
+    versions: Versions
+    max_bytes: int  # the cache's bound, read once
+    held: frozenset[str] = frozenset()  # personas the cache held anything for, fresh or not
+    entries: dict[str, Entry] = field(default_factory=dict)
+    candidates: dict[str, RankColumns] = field(default_factory=dict)
+    put: dict[str, PersonaRows] = field(default_factory=dict)
+    views: list[tuple[str, PersonaRows, Scope, View]] = field(default_factory=list)
+    grown: dict[str, PersonaRows] = field(default_factory=dict)
+    remember: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
+    # the fills to ask for as the open ends: (personas, a topic), and the winners' rows read
+    # of personas not held, to keep with their entries (`room_open.Fills`)
+    asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
+    fill_winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
+
+
+def held_plan(
+    scopes: Mapping[str, Scope],
+    when: datetime,
+    vector: bytes | None,
     url: str,
     versions: Versions,
-    scopes: Mapping[str, Scope],
-    vector: bytes | None,
-    topic: bytes | None,
-) -> dict[str, Entry]:
-    """Each persona's columns at `versions`, from the first of three sources that has them,
-    in order: the entry this process holds (brought up from the change log if behind:
-    `held_entry`); the persona's pack and the rows changed since (`read_packs`, one
-    statement for every persona not held; the entry is kept at once); the rows its audience
-    can see, or every open row when a topic's relevance must follow the byte bound
-    (`_audience_rows`). Every persona of `scopes` gets an entry; `topic` is the vector whose
-    kept cosines come with the packs (None: a message's, never kept)."""
-    sid = versions.store
-    out: dict[str, Entry] = {}
-    for p in scopes:
-        got = held_entry(conn, (url, sid, p), versions[p])
-        if got is not None:
-            out[p] = Entry(got, held=True)
-    cold = [p for p in scopes if p not in out]
-    if not cold:
-        return out
-    for p, pack in read_packs.packs(conn, cold, topic).items():
-        caught = patched_entry(conn, p, unpacked(pack.columns, pack.version), versions[p])
-        if caught is not None:  # every open row: the entry, kept now (its vectors later)
-            READ_CACHE.put((url, sid, p), caught[0])
-            out[p] = Entry(caught[0], packed=Packed(pack, caught[1]))
-    rest = [p for p in cold if p not in out]
-    if rest:
-        whole, visible = _audience_rows(conn, rest, scopes, versions, vector)
-        out.update({p: Entry(rows) for p, rows in whole.items()})
-        out.update({p: Entry(rows, whole=False) for p, rows in visible.items()})
-    return out
+) -> Plan | None:
+    """A warm open's plan, from what the read cache holds at the store's `versions`, reading
+    nothing: None as soon as something would have to be read (the open then reads it all in
+    one transaction: `read_plan`)."""
+    seen = [p for p, s in scopes.items() if s.world]
+    held = READ_CACHE.at(url, versions, seen, enter=False)
+    if held is None or any(held.entries[p][0] is None for p in seen):
+        return None
+    at = held.entries
+    plan = Plan(url, versions, held.max_bytes, frozenset(seen))
+    now_day = when.timestamp() / 86400.0
+    for p, scope in scopes.items():
+        rows = at[p][0] if scope.world else None
+        if rows is None:
+            plan.candidates[p] = _candidates(None, _NO_VIEW, now_day, None)
+            continue
+        plan.entries[p] = Entry(rows, held=True)
+        view = _planned_view(plan, p, rows, scope)
+        rel = None
+        if vector is not None and view.idx.size:
+            rel = _held_relevance(plan, p, rows, vector, view.idx)
+            if rel is None:
+                return None
+        plan.candidates[p] = _candidates(rows, view, now_day, rel)
+    return plan
 
 
-def load_candidates(
+def read_plan(
     conn: Connection,
     scopes: Mapping[str, Scope],
     when: datetime,
@@ -186,135 +209,195 @@ def load_candidates(
     *,
     versions: Versions | None = None,
     keep_cosines: bool = True,
-    fills: Fills | None = None,
-) -> dict[str, RankColumns]:
+) -> Plan:
     """Every persona's visible open rows as ranking columns, relevance measured against
-    `vector` (a room's topic; a message, for recall).
+    `vector` (a room's topic; a message, for recall), read on `conn` where the cache lacks
+    them.
 
-    The columns come from `load_entries`: the read cache, a pack, or the rows the audience
-    can see. A persona not held has its whole entry read off the caller's path, asked for in
-    `fills` (see `room_open.opening`; without it, not at all). Relevance comes from the held
-    vectors, else from the pack's cosines to this topic, else from the embeddings of the
-    visible rows, read by id.
+    The columns come from `_entries`: the read cache, a pack, or the rows the audience can
+    see. A persona not held has its whole entry read off the caller's path, asked for in the
+    plan's fills. Relevance comes from the held vectors, else from the pack's cosines to this
+    topic, else from the embeddings of the visible rows, read by id.
 
     `versions` are the store's id and the personas' versions if the caller has read them (a
     room open reads them with its context); `keep_cosines=False` for a vector seen once (a
-    message), whose cosines would only push a room's topic out of the cache. A warm open
-    that reads nothing but its context asks `held_candidates` instead.
+    message), whose cosines would only push a room's topic out of the cache.
     """
     url = url or settings_mod.current().database_url
     now_day = when.timestamp() / 86400.0
     seen = {p: s for p, s in scopes.items() if s.world}
     if versions is None:
         versions = read_path.versions(conn, list(seen))
-    READ_CACHE.enter(url, versions.store)  # another store at this url: nothing held answers
-    sid = versions.store
+    # another store at this url: nothing held answers (`ReadCache.enter`)
+    held = READ_CACHE.at(url, versions, list(seen), enter=True)
+    assert held is not None
+    at = held.entries
+    plan = Plan(url, versions, held.max_bytes, frozenset(p for p in seen if at[p][1]))
     topic = vector if keep_cosines else None
-    entries = load_entries(conn, url, versions, seen, vector, topic)
-    asked: list[tuple[list[str], bytes | None]] = [
-        ([p], None) for p, e in entries.items() if e.held and READ_CACHE.pending(e.rows)
+    entries = plan.entries = _entries(conn, plan, at, seen, vector, topic)
+    plan.asked = [
+        ([p], None) for p, e in entries.items() if e.held and pending(e.rows, plan.max_bytes)
     ]
     cold = [p for p in seen if not entries[p].held]
     if cold:
-        asked.append((cold, topic))
-    if fills is not None:
-        fills.asked.extend(asked)
-    out = {}
+        plan.asked.append((cold, topic))
     for p, scope in scopes.items():
         e = entries.get(p)
         r = e.rows if e is not None else None
-        view = visible_view(r, scope, (url, sid, p)) if r is not None else _NO_VIEW
+        view = _planned_view(plan, p, r, scope) if r is not None else _NO_VIEW
         idx = view.idx
         rel = None
         if e is not None and r is not None and vector is not None and idx.size:
-            key = (url, sid, p)
-            if e.held and r.vectors is not None and r.vectors.dims == len(vector):
+            fits = r.vectors is not None and r.vectors.dims == len(vector)
+            if e.held and (fits or not keep_cosines):  # a message's: the vectors, loaded here
                 load = vector_loader(conn, p, len(r))
-                rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=keep_cosines)
-            elif e.held and not keep_cosines:  # a message: the vectors, loaded once here
-                load = vector_loader(conn, p, len(r))
-                rel = READ_CACHE.relevance(key, r, vector, load, idx, keep=False)
+                rel = _relevance(plan, p, r, vector, load, idx, keep=keep_cosines)
             else:
-                rel = _measured(conn, key, r, idx, vector, e.packed, e.whole)
-                if e.held and fills is not None:
-                    fills.asked.append(([p], vector))  # its vectors, for the next open here
-        out[p] = _candidates(r, view, now_day, rel)
-    return out
+                rel = _measured(conn, plan, p, r, idx, vector, e.packed, e.whole)
+                if e.held:
+                    plan.asked.append(([p], vector))  # its vectors, for the next open here
+        plan.candidates[p] = _candidates(r, view, now_day, rel)
+    return plan
 
 
-def held_candidates(
+def _entries(
+    conn: Connection,
+    plan: Plan,
+    at: Mapping[str, tuple[PersonaRows | None, PersonaRows | None]],
     scopes: Mapping[str, Scope],
-    when: datetime,
     vector: bytes | None,
-    url: str,
-    versions: Versions,
-) -> dict[str, RankColumns] | None:
-    """`load_candidates` from what the read cache holds at the store's `versions`, reading
-    nothing: None as soon as something would have to be read (the open then reads it all in
-    one transaction)."""
-    if READ_CACHE.store_of(url) != versions.store:
-        return None
-    now_day = when.timestamp() / 86400.0
-    out = {}
-    for p, scope in scopes.items():
-        if not scope.world:
-            out[p] = _candidates(None, _NO_VIEW, now_day, None)
+    topic: bytes | None,
+) -> dict[str, Entry]:
+    """Each persona's columns at the plan's versions, from the first of three sources that
+    has them, in order: the entry the cache holds (brought up from the change log if behind,
+    its new rows' vectors only into spare room: `vectors.with_vectors`); the persona's pack
+    and the rows changed since (`read_packs`, one statement for every persona not held; the
+    entry kept as the open ends); the rows its audience can see, or every open row when a
+    topic's relevance must follow the byte bound (`_audience_rows`). Every persona of
+    `scopes` gets an entry; `topic` is the vector whose kept cosines come with the packs
+    (None: a message's, never kept)."""
+    versions = plan.versions
+    out: dict[str, Entry] = {}
+    for p in scopes:
+        fresh, old = at[p]
+        if fresh is not None:
+            out[p] = Entry(fresh, held=True)
             continue
-        key = (url, versions.store, p)
-        rows = READ_CACHE.get(key, versions[p])
-        if rows is None:
-            return None
-        view = visible_view(rows, scope, key)
-        rel = None
-        if vector is not None and view.idx.size:
-            rel = READ_CACHE.held_relevance(key, rows, vector, view.idx)
-            if rel is None:
-                return None
-        out[p] = _candidates(rows, view, now_day, rel)
+        caught = None if old is None else patched_entry(conn, p, old, versions[p])
+        if caught is not None:
+            rows = caught[0]
+            if rows.vectors is not None:
+                load = vector_loader(conn, p, len(rows))
+                rows = with_vectors(rows, load, plan.max_bytes, spare_only=True)
+            plan.put[p] = rows
+            out[p] = Entry(rows, held=True)
+    cold = [p for p in scopes if p not in out]
+    if not cold:
+        return out
+    for p, pack in read_packs.packs(conn, cold, topic).items():
+        caught = patched_entry(conn, p, unpacked(pack.columns, pack.version), versions[p])
+        if caught is not None:  # every open row: the entry, kept (its vectors later)
+            plan.put[p] = caught[0]
+            out[p] = Entry(caught[0], packed=Packed(pack, caught[1]))
+    rest = [p for p in cold if p not in out]
+    if rest:
+        whole, visible = _audience_rows(conn, rest, scopes, versions, vector, plan.max_bytes)
+        out.update({p: Entry(rows) for p, rows in whole.items()})
+        out.update({p: Entry(rows, whole=False) for p, rows in visible.items()})
     return out
 
 
-def kept_winners(
-    url: str, versions: Versions, picks: Mapping[str, Sequence[int]]
-) -> tuple[dict[int, Row], dict[str, list[int]]]:
-    """The full rows of each persona's winners that its entry keeps from earlier opens at
-    the same version, and the ids of those it does not keep, by persona."""
+def _planned_view(plan: Plan, persona: str, rows: PersonaRows, scope: Scope) -> View:
+    view, new = visible_view(rows, scope)
+    if new:
+        plan.views.append((persona, rows, scope, view))
+    return view
+
+
+def _held_relevance(
+    plan: Plan, persona: str, rows: PersonaRows, topic: bytes, at: np.ndarray
+) -> np.ndarray | None:
+    """The relevance from the vectors held alone (a warm open reading nothing but its
+    context): None when a row at `at` would need its vector read first."""
+    held = vectors_of(rows)
+    if held is None or rows.slots is None or held.dims != len(topic):
+        return None
+    out, waiting = held_cosines(rows, topic, at, True, plan.max_bytes)
+    plan.grown[persona] = rows
+    return None if waiting.any() else out
+
+
+def _relevance(
+    plan: Plan,
+    persona: str,
+    rows: PersonaRows,
+    topic: bytes,
+    load: LoadVectors,
+    at: np.ndarray,
+    *,
+    keep: bool,
+) -> np.ndarray:
+    """The cosine to `topic` of the rows at positions `at` of a held entry (0 for rows whose
+    vectors the bound left out), its vectors loaded first if it has none for this width; the
+    cosines are kept for the next open unless `keep` is False. A row still waiting for its
+    vector (`pending`) is measured on its vector read by id."""
+    if rows.vectors is None or rows.slots is None or rows.vectors.dims != len(topic):
+        fit = min(len(rows), slots_allowed(rows, len(topic), plan.max_bytes))
+        empty = replace(rows, slots=None, vectors=Vectors(len(topic), fit))
+        rows = plan.put[persona] = with_vectors(empty, load, plan.max_bytes)
+    out, waiting = held_cosines(rows, topic, at, keep, plan.max_bytes)
+    if keep:
+        plan.grown[persona] = rows
+    if waiting.any():
+        out[waiting] = cosines_read(rows.ids[at[waiting]], load, topic)
+    return out
+
+
+def finish(
+    plan: Plan, picks: Mapping[str, Sequence[int]], conn: Connection | None = None
+) -> dict[int, Row] | None:
+    """The full rows of each persona's winners, then the plan carried out. Those its entry
+    keeps from earlier opens at the same version come from the plan; the rest are read on
+    `conn` in one statement and kept with the entry (or, for a persona not held, handed to
+    its fill: `plan.fill_winners`). Without `conn` (a warm open) None when some winner is not
+    kept: nothing is carried out, and the open reads again."""
     out: dict[int, Row] = {}
     missing: dict[str, list[int]] = {}
     for p, ids in picks.items():
-        entry = READ_CACHE.get((url, versions.store, p), versions[p])
-        kept = entry.winners if entry is not None else {}
+        e = plan.entries.get(p)
+        kept = e.rows.winners if e is not None else {}
         for i in ids:
             if (row := kept.get(i)) is not None:
                 out[i] = row
             else:
                 missing.setdefault(p, []).append(i)
-    return out, missing
-
-
-def winner_rows(
-    conn: Connection,
-    url: str,
-    versions: Versions,
-    picks: Mapping[str, Sequence[int]],
-    fills: Fills | None = None,
-) -> dict[int, Row]:
-    """The full rows of each persona's winners: those its entry keeps (`kept_winners`), the
-    rest read in one statement and kept with the entry (or, for a persona not held, handed
-    to its fill in `fills`)."""
-    out, missing = kept_winners(url, versions, picks)
-    if not missing:
-        return out
-    found = read_path.winners(conn, sorted(i for ids in missing.values() for i in ids))
-    out.update(found)
-    for p, ids in missing.items():
-        key = (url, versions.store, p)
-        read = {i: found[i] for i in ids if i in found}
-        if READ_CACHE.previous(key) is not None:
-            READ_CACHE.remember(key, versions[p], read)
-        elif fills is not None:
-            fills.winners[p] = (versions[p], read)
+    if missing and conn is None:
+        return None
+    if missing:
+        assert conn is not None
+        found = read_path.winners(conn, sorted(i for ids in missing.values() for i in ids))
+        out.update(found)
+        for p, ids in missing.items():
+            read = {i: found[i] for i in ids if i in found}
+            if p in plan.held or p in plan.put:
+                plan.remember[p] = (plan.versions[p], read)
+            else:
+                plan.fill_winners[p] = (plan.versions[p], read)
+    carry_out(plan)
     return out
+
+
+def carry_out(plan: Plan) -> None:
+    """What the plan leaves the read cache, in one call into it (its fills are the open's to
+    ask for: `plan.asked`, `plan.fill_winners`)."""
+    READ_CACHE.keep(
+        plan.url,
+        plan.versions.store,
+        put=plan.put,
+        views=plan.views,
+        grown=plan.grown,
+        remember=plan.remember,
+    )
 
 
 def held_entry(conn: Connection, key: Key, version: Version) -> PersonaRows | None:
@@ -345,6 +428,7 @@ def _audience_rows(
     scopes: Mapping[str, Scope],
     versions: Versions,
     vector: bytes | None,
+    max_bytes: int,
 ) -> tuple[dict[str, PersonaRows], dict[str, PersonaRows]]:
     """Personas with no pack to rank on: (those read whole, those read only as far as their
     audience can see). Whole only when a topic's relevance must follow the byte bound: a
@@ -352,7 +436,7 @@ def _audience_rows(
     whole: list[str] = []
     if vector is not None:
         counts = read_path.open_counts(conn, personas)
-        whole = [p for p in personas if not READ_CACHE.fits_whole(counts[p], len(vector))]
+        whole = [p for p in personas if not fits_whole(counts[p], len(vector), max_bytes)]
     rest = [p for p in personas if p not in whole]
     refs = sorted({r for p in rest for r in scopes[p].human_refs})
     found = _split(read_path.open_rows(conn, whole), whole, versions) if whole else {}
@@ -362,7 +446,8 @@ def _audience_rows(
 
 def _measured(
     conn: Connection,
-    key: Key,
+    plan: Plan,
+    persona: str,
     rows: PersonaRows,
     idx: np.ndarray,
     vector: bytes,
@@ -373,7 +458,6 @@ def _measured(
     cosines to this topic where a row is unchanged since they were kept, its embedding read
     by id otherwise; then, for a whole entry, the byte bound's rule (its oldest rows rank
     with relevance 0, as a warm open ranks them)."""
-    persona = key[2]
     kept = packed.pack.topic if packed is not None else None
     if packed is None and whole:  # a held entry without vectors yet
         pack = read_packs.packs(conn, [persona], vector).get(persona)
@@ -393,7 +477,7 @@ def _measured(
     if not known.all():
         out[~known] = _by_id(conn, persona, want[~known], vector)
     if whole:
-        start = len(rows) - min(len(rows), READ_CACHE.slots_allowed(rows, len(vector)))
+        start = len(rows) - min(len(rows), slots_allowed(rows, len(vector), plan.max_bytes))
         out[idx < start] = 0.0
     return out
 
@@ -588,8 +672,3 @@ def _candidates(
         by_kind=view.by_kind if view.runs.size else None,
         runs=view.runs if view.runs.size else None,
     )
-
-
-def as_datetime(now: datetime | str | None) -> datetime:
-    when = datetime.fromisoformat(now or clock.now()) if not isinstance(now, datetime) else now
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

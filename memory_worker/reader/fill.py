@@ -2,7 +2,7 @@
 
 A room open for a persona this process does not hold (its first open, after the LRU let it
 go, or too far behind the change log) answers from the persona's pack, or from the rows its
-audience can see (cache_loader.load_candidates). The persona's shared entry — every open row, for
+audience can see (cache_loader.read_plan). The persona's shared entry — every open row, for
 every audience, and the vectors of a room's topic — is then read here, on one daemon thread
 per process, so the next open of any of its rooms is warm. Importing starts nothing; the
 thread starts at the first request, and a forked child starts its own.
@@ -32,7 +32,6 @@ from memory_worker.core.read_columns import (
 )
 from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
-from memory_worker.reader.cache import vectors_of
 from memory_worker.reader.cache_loader import (
     catch_up_store,
     columns_of,
@@ -40,7 +39,8 @@ from memory_worker.reader.cache_loader import (
     patched_entry,
     vector_loader,
 )
-from memory_worker.reader.threads import OPENS, Worker
+from memory_worker.reader.threads import OPENS, QueueWorker
+from memory_worker.reader.vectors import vectors_of
 from memory_worker.storage import read_packs, read_path, store
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,10 @@ Winners = Mapping[str, tuple[Version, Mapping[int, Row]]]
 
 
 Fill = Callable[[str, list[str], list[bytes], Winners], object]
+Taken = tuple[str, list[str], list[bytes], Winners]  # what one fill is handed: Fill's arguments
 
 
-class Filler(Worker):
+class Filler(QueueWorker[Taken]):
     """Runs `fill(url, personas, topics, winners)` on a daemon thread for what was requested."""
 
     name = "memory-read-fill"
@@ -95,34 +96,32 @@ class Filler(Worker):
         """Wait until everything requested so far is filled (or given up). True if idle."""
         return self._idle(lambda: self._pending, timeout)
 
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._pending:
-                    self._cv.wait()
-                url = next(iter(self._pending))[0]
-                mine = {k: v for k, v in self._pending.items() if k[0] == url}
-                for k in mine:
-                    del self._pending[k]
-                winners = {k[1]: self._winners.pop(k) for k in mine if k in self._winners}
-                self._busy = True
-            try:
-                topics = sorted({t for v in mine.values() for t in v})
-                self._fill(url, sorted(p for _, p in mine), topics, winners)
-            except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
-                self.failures += 1
-                first = type(exc) not in self._logged  # its traceback once, then its count
-                self._logged.add(type(exc))
-                log.warning(
-                    "read cache fill failed (%s, %d so far); the next open reads",
-                    type(exc).__name__,
-                    self.failures,
-                    exc_info=first,
-                )
-            finally:
-                with self._cv:
-                    self._busy = False
-                    self._cv.notify_all()
+    def _waiting(self) -> bool:
+        return bool(self._pending)
+
+    def _take(self) -> Taken:
+        """One database's requests: (url, personas, topics, winners)."""
+        url = next(iter(self._pending))[0]
+        mine = {k: v for k, v in self._pending.items() if k[0] == url}
+        for k in mine:
+            del self._pending[k]
+        winners = {k[1]: self._winners.pop(k) for k in mine if k in self._winners}
+        topics = sorted({t for v in mine.values() for t in v})
+        return url, sorted(p for _, p in mine), topics, winners
+
+    def _work(self, batch: Taken) -> None:
+        try:
+            self._fill(*batch)
+        except Exception as exc:  # noqa: BLE001 — a fill must never take the thread down
+            self.failures += 1
+            first = type(exc) not in self._logged  # its traceback once, then its count
+            self._logged.add(type(exc))
+            log.warning(
+                "read cache fill failed (%s, %d so far); the next open reads",
+                type(exc).__name__,
+                self.failures,
+                exc_info=first,
+            )
 
 
 PACK_BEHIND_MAX = 256  # ours: versions a kept pack may lag before it is written again...

@@ -20,6 +20,7 @@ from datetime import datetime
 
 import numpy as np
 
+from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.errors import EmbedderMismatch, UnknownRoom
 from memory_worker.core.ranking import RankColumns, scores, take
@@ -58,7 +59,7 @@ def recall(
     returned again. Raises `UnknownRoom` for a room the store has never seen.
     """
     present = frozenset(int(u) for u in present)
-    when = cache_loader.as_datetime(now)
+    when = clock.as_datetime(now)
     url = url or settings_mod.current().database_url
     proven_scope = scope_in_force(proven_scope, url)
     with opening(url) as fills, store.engine(url).connect() as conn:
@@ -72,19 +73,18 @@ def recall(
         scopes = {persona: scope}
         vector = query_vector if query_vector is not None else embed_query(query, url)
         if block_ids is None:
-            opened = cache_loader.load_candidates(
-                conn,
-                scopes,
-                when,
-                ctx.room.topic_embedding,
-                url,
-                versions=ctx.versions,
-                fills=fills,
+            opened = cache_loader.read_plan(
+                conn, scopes, when, ctx.room.topic_embedding, url, versions=ctx.versions
             )
-            block_ids = block_of(opened[persona])
-        c = cache_loader.load_candidates(
-            conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False, fills=fills
-        )[persona]
+            cache_loader.carry_out(opened)
+            fills.of(opened)
+            block_ids = block_of(opened.candidates[persona])
+        plan = cache_loader.read_plan(
+            conn, scopes, when, vector, url, versions=ctx.versions, keep_cosines=False
+        )
+        cache_loader.carry_out(plan)
+        fills.of(plan)
+        c = plan.candidates[persona]
         wanted = top(c, scores(c), exclude=block_ids, k=k)
         rows = memories.rows_by_id(conn, wanted)
     found = [rows[i] for i in wanted if i in rows]

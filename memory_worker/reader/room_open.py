@@ -13,19 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import Connection
 
+from memory_worker.core import clock
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.audience import RoomAudience, Scope
 from memory_worker.core.block import Block, Human, Section, render
 from memory_worker.core.errors import UnknownRoom
-from memory_worker.core.ranking import WORLD_GROUP, scores, take
+from memory_worker.core.ranking import WORLD_GROUP, RankColumns, scores, take
+from memory_worker.core.read_columns import Version
 from memory_worker.core.rows import Row
 from memory_worker.reader import cache_loader
-from memory_worker.reader.cache_loader import Fills
 from memory_worker.reader.fill import FILLS
 from memory_worker.reader.sweep import SWEEP
 from memory_worker.reader.threads import OPENS
@@ -33,6 +34,21 @@ from memory_worker.reader.touch import promise_touch
 from memory_worker.storage import read_path, store, verdicts
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Fills:
+    """What a room open asks of the fill thread, requested as it returns (`opening`): these
+    personas' entries (with a topic's cosines), and the winners' rows it read of personas
+    it did not hold, to keep with their entries."""
+
+    asked: list[tuple[list[str], bytes | None]] = field(default_factory=list)
+    winners: dict[str, tuple[Version, dict[int, Row]]] = field(default_factory=dict)
+
+    def of(self, plan: cache_loader.Plan) -> None:
+        """Ask for the fills a loader's plan names."""
+        self.asked.extend(plan.asked)
+        self.winners.update(plan.fill_winners)
 
 
 @contextmanager
@@ -140,12 +156,12 @@ def _open(
     url: str,
     touch: bool,
     proven_scope: bool,
-    fills: cache_loader.Fills,
+    fills: Fills,
 ) -> dict[str, Block]:
-    """A warm open reads its context alone and answers from the read cache; if anything is
-    missing there (a persona not held at its version, a winner's row not kept), the open
-    starts again in one transaction, where every read sees one snapshot."""
-    when = cache_loader.as_datetime(now)
+    """The context, read once; then a warm open from the read cache alone, or, if anything is
+    missing there (a persona not held at its version, a winner's row not kept), a cold one in
+    one transaction, where every read sees one snapshot."""
+    when = clock.as_datetime(now)
     present = frozenset(int(u) for u in present)
     eng = store.engine(url)
     raw = eng.raw_connection()
@@ -153,16 +169,16 @@ def _open(
         ctx = read_path.context_alone(raw, eng.dialect, room_id, present, personas or [])
     finally:
         raw.close()
-    blocks = None
-    if ctx is not None:
-        blocks = _blocks(None, ctx, present, personas, when, url, proven_scope, fills)
+    if ctx is None:
+        raise UnknownRoom(room_id)
+    room = _room(ctx, present, personas, proven_scope)
+    blocks = _warm(ctx, room, when, url) if room.scopes else room.fixed
     if blocks is None:
         with eng.connect() as conn:  # SQLite: one snapshot for every read below
-            ctx = read_path.context(conn, room_id, present, personas or [])
-            if ctx is None:
-                raise UnknownRoom(room_id)
-            blocks = _blocks(conn, ctx, present, personas, when, url, proven_scope, fills)
-    assert ctx is not None and blocks is not None  # with a connection, every block is made
+            pinned = _pinned(conn, ctx, room_id, present, personas)
+            if pinned is not ctx:  # a write landed between: the audience as it is now
+                ctx, room = pinned, _room(pinned, present, personas, proven_scope)
+            blocks = _cold(conn, ctx, room, when, url, fills) if room.scopes else room.fixed
     if present - ctx.members:
         log.error(
             "room %s: %d present human(s) are not members: nothing about them loads and "
@@ -176,58 +192,105 @@ def _open(
     return blocks
 
 
-def _blocks(
-    conn: Connection | None,
+def _pinned(
+    conn: Connection,
+    ctx: read_path.Context,
+    room_id: str,
+    present: frozenset[int],
+    personas: Sequence[str] | None,
+) -> read_path.Context:
+    """The context for a cold open's transaction: the one read, while the store's id and the
+    personas' versions in this snapshot are still its own (one small statement); else the
+    context as this snapshot has it (a write landed between: every read sees one store)."""
+    if read_path.versions(conn, list(ctx.versions.of)) == ctx.versions:
+        return ctx
+    again = read_path.context(conn, room_id, present, personas or [])
+    if again is None:
+        raise UnknownRoom(room_id)
+    return again
+
+
+@dataclass(frozen=True)
+class _Room:
+    """What an open ranks for, from its context alone: each persona's scope under the room's
+    audience, the topic, and the blocks that need no memory (an incognito room's, or a
+    persona's that is not a member: it remembers only where it is)."""
+
+    audience: RoomAudience | None
+    scopes: dict[str, Scope]
+    topic: bytes | None
+    fixed: dict[str, Block]
+
+
+def _room(
     ctx: read_path.Context,
     present: frozenset[int],
     personas: Sequence[str] | None,
-    when: datetime,
-    url: str,
     proven_scope: bool,
-    fills: cache_loader.Fills,
-) -> dict[str, Block] | None:
-    """Every asked persona's block from this context: with no connection, from the read cache
-    alone (None when something would have to be read); with one, always."""
+) -> _Room:
     slugs = list(personas) if personas is not None else ctx.personas
     if ctx.room.incognito:
-        return {p: Block.empty(p) for p in slugs}
-    strangers = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
-    slugs = [p for p in slugs if p not in strangers]  # a persona remembers only where it is
+        return _Room(None, {}, None, {p: Block.empty(p) for p in slugs})
+    fixed = {p: Block.empty(p) for p in slugs if p not in ctx.personas}
+    slugs = [p for p in slugs if p not in fixed]
     if not slugs:
-        return strangers
-    audience = ctx.audience(slugs, frozenset(present), proven_scope)
+        return _Room(None, {}, None, fixed)
+    audience = ctx.audience(slugs, present, proven_scope)
     scopes = {p: audience.scope(p) for p in slugs}
-    topic = ctx.room.topic_embedding
-    if conn is None:
-        candidates = cache_loader.held_candidates(scopes, when, topic, url, ctx.versions)
-        if candidates is None:
-            return None
-    else:
-        candidates = cache_loader.load_candidates(
-            conn, scopes, when, topic, url, versions=ctx.versions, fills=fills
-        )
-    picks = {p: take(c, scores(c)) for p, c in candidates.items()}
-    won = {p: [i for ids in got.values() for i in ids] for p, got in picks.items()}
-    if conn is None:
-        rows, missing = cache_loader.kept_winners(url, ctx.versions, won)
-        if missing:
-            return None
-    else:
-        rows = cache_loader.winner_rows(conn, url, ctx.versions, won, fills)
+    return _Room(audience, scopes, ctx.room.topic_embedding, fixed)
+
+
+def _warm(ctx: read_path.Context, room: _Room, when: datetime, url: str) -> dict[str, Block] | None:
+    """Every block from the read cache alone, reading nothing: None when something would
+    have to be read."""
+    plan = cache_loader.held_plan(room.scopes, when, room.topic, url, ctx.versions)
+    if plan is None:
+        return None
+    picks = _ranked(plan.candidates)
+    rows = cache_loader.finish(plan, _won(picks))
+    return None if rows is None else _rendered(ctx, room, picks, rows)
+
+
+def _cold(
+    conn: Connection,
+    ctx: read_path.Context,
+    room: _Room,
+    when: datetime,
+    url: str,
+    fills: Fills,
+) -> dict[str, Block]:
+    """Every block, reading what the read cache lacks on `conn`: the loader's plan, the rank,
+    then the winners' rows and the plan carried out (its fills asked for in `fills`)."""
+    plan = cache_loader.read_plan(conn, room.scopes, when, room.topic, url, versions=ctx.versions)
+    picks = _ranked(plan.candidates)
+    rows = cache_loader.finish(plan, _won(picks), conn)
+    assert rows is not None  # with a connection, every winner is read
+    fills.of(plan)
+    return _rendered(ctx, room, picks, rows)
+
+
+Picks = dict[str, dict[int, list[int]]]  # persona → group → the ids it takes, in order
+
+
+def _ranked(candidates: Mapping[str, RankColumns]) -> Picks:
+    """The rank: each persona's candidates scored and taken (pure)."""
+    return {p: take(c, scores(c)) for p, c in candidates.items()}
+
+
+def _won(picks: Picks) -> dict[str, list[int]]:
+    return {p: [i for ids in got.values() for i in ids] for p, got in picks.items()}
+
+
+def _rendered(
+    ctx: read_path.Context, room: _Room, picks: Picks, rows: Mapping[int, Row]
+) -> dict[str, Block]:
+    """The render: every persona's block from its picks and the winners' rows (pure)."""
+    assert room.audience is not None
     blocks = {
-        p: _render(
-            p,
-            ctx.names[p],
-            picks[p],
-            rows,
-            scopes[p],
-            ctx.humans,
-            audience,
-        )
-        for p in slugs
+        p: _render(p, ctx.names[p], picks[p], rows, scope, ctx.humans, room.audience)
+        for p, scope in room.scopes.items()
     }
-    blocks.update(strangers)
-    return blocks
+    return {**blocks, **room.fixed}
 
 
 def _render(

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Generic, TypeVar
 
 from memory_worker.core.per_process import PerProcess
 
@@ -93,6 +94,40 @@ class Worker:
             return True
         with self._cv:
             return self._cv.wait_for(lambda: not (pending() or self._busy), timeout)
+
+
+Batch = TypeVar("Batch")
+
+
+class QueueWorker(Worker, Generic[Batch]):
+    """A `Worker` whose thread takes what callers queued, a batch at a time, and works it
+    with `_busy` set (what `_idle` waits out). A subclass says whether anything waits
+    (`_waiting`), takes a batch under the lock (`_take`: it may wait on `_cv` to gather more)
+    and works it outside the lock (`_work`), which must not raise."""
+
+    def _waiting(self) -> bool:
+        raise NotImplementedError
+
+    def _take(self) -> Batch:
+        raise NotImplementedError
+
+    def _work(self, batch: Batch) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._waiting():
+                    self._cv.wait()
+                batch = self._take()
+                self._busy = True
+                self._cv.notify_all()  # room in the queue again
+            try:
+                self._work(batch)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
 
 
 OPENS = InFlight()  # this process's room opens in flight: the fill, sweep and touch step aside

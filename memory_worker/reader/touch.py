@@ -34,7 +34,7 @@ from sqlalchemy import Connection
 from memory_worker.core import settings as settings_mod
 from memory_worker.core.read_columns import Batches, Version, Versions
 from memory_worker.reader import cache_loader
-from memory_worker.reader.threads import OPENS, Worker
+from memory_worker.reader.threads import OPENS, QueueWorker
 from memory_worker.storage import read_path
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class Attempt:
 Apply = Callable[[str, Sequence[Touch], Attempt], None]  # one database's touches, in order
 
 
-class Toucher(Worker):
+class Toucher(QueueWorker[list[Touch]]):
     """The queue of promised touches and the thread that applies them."""
 
     name = "memory-touch"
@@ -116,27 +116,22 @@ class Toucher(Worker):
         """Wait until every touch promised so far is applied (or given up). True if drained."""
         return self._idle(lambda: self._pending, timeout)
 
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._pending:
-                    self._cv.wait()
-                gathered = time.monotonic() + GATHER_S
-                while len(self._pending) < self._max and (left := gathered - time.monotonic()) > 0:
-                    self._cv.wait(left)
-                batch, self._pending = self._pending, []
-                self._busy = True
-                self._cv.notify_all()  # room in the queue again
-            try:
-                by_url: dict[str, list[Touch]] = {}
-                for t in batch:
-                    by_url.setdefault(t.url, []).append(t)
-                for url, touches in by_url.items():
-                    self._apply_with_retries(url, touches)
-            finally:
-                with self._cv:
-                    self._busy = False
-                    self._cv.notify_all()
+    def _waiting(self) -> bool:
+        return bool(self._pending)
+
+    def _take(self) -> list[Touch]:
+        gathered = time.monotonic() + GATHER_S
+        while len(self._pending) < self._max and (left := gathered - time.monotonic()) > 0:
+            self._cv.wait(left)
+        batch, self._pending = self._pending, []
+        return batch
+
+    def _work(self, batch: list[Touch]) -> None:
+        by_url: dict[str, list[Touch]] = {}
+        for t in batch:
+            by_url.setdefault(t.url, []).append(t)
+        for url, touches in by_url.items():
+            self._apply_with_retries(url, touches)
 
     def _apply_with_retries(self, url: str, touches: Sequence[Touch]) -> None:
         attempt = Attempt()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import redis
@@ -55,31 +55,22 @@ log = logging.getLogger(__name__)
 Message = dict[str, Any]
 
 
-@app.task(name="memory_worker.extract", bind=True, base=ModelStep)
-def extract(
-    self: ModelStep, spell: Message, faults: int = 0, slot: int = 0, store_since: float = 0.0
-) -> Message:
-    return self.run_step(
-        spell, lambda s: steps.run_extract(s, models.chat_model()), faults, slot, store_since
-    )
+def model_step(name: str, run: Callable[[Spell], Spell]) -> Any:
+    """The task `memory_worker.<name>`: a spell message in, `run` on its spell under the
+    `ModelStep` policy (retries, the quota, parking), the next spell message out."""
+
+    @app.task(name=f"memory_worker.{name}", bind=True, base=ModelStep)
+    def step(
+        self: ModelStep, spell: Message, faults: int = 0, slot: int = 0, store_since: float = 0.0
+    ) -> Message:
+        return self.run_step(spell, run, faults, slot, store_since)
+
+    return step
 
 
-@app.task(name="memory_worker.embed", bind=True, base=ModelStep)
-def embed(
-    self: ModelStep, spell: Message, faults: int = 0, slot: int = 0, store_since: float = 0.0
-) -> Message:
-    return self.run_step(
-        spell, lambda s: steps.run_embed(s, models.embedder()), faults, slot, store_since
-    )
-
-
-@app.task(name="memory_worker.route", bind=True, base=ModelStep)
-def route(
-    self: ModelStep, spell: Message, faults: int = 0, slot: int = 0, store_since: float = 0.0
-) -> Message:
-    return self.run_step(
-        spell, lambda s: steps.run_route(s, models.chat_model()), faults, slot, store_since
-    )
+extract = model_step("extract", lambda s: steps.run_extract(s, models.chat_model()))
+embed = model_step("embed", lambda s: steps.run_embed(s, models.embedder()))
+route = model_step("route", lambda s: steps.run_route(s, models.chat_model()))
 
 
 # A publish that fails after kombu's own retries (task_publish_retry_policy) fails the task,

@@ -6,20 +6,30 @@ A second malformed answer propagates as `MalformedAnswer`; the task shell parks 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from string import Template
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from memory_worker.core.constants import MALFORMED_REASKS
 from memory_worker.core.errors import MalformedAnswer
 from memory_worker.core.model_interfaces import ChatModel, ChatResult, T
 
+HERE = Path(__file__).resolve().parent
 ALL_ITEMS_INVALID = "all_items_invalid"  # pydantic error type: its message names counts only
 REASK_NOTE = (
     "\n\nYour previous answer could not be used ({error}). "
     "Answer again with JSON that matches the schema exactly."
 )
+
+
+def templates(call: str) -> tuple[Template, Template]:
+    """(system, prompt) of model call `call`: `<call>_system.txt` and `<call>_prompt.txt` beside
+    this module (`core.verdict` hashes the same files: a verdict holds for these words only)."""
+    system, prompt = ((HERE / f"{call}_{part}.txt").read_text() for part in ("system", "prompt"))
+    return Template(system), Template(prompt)
 
 
 def ask_json(
@@ -64,3 +74,25 @@ def keep_valid_items(data: Any, key: str, item: type[BaseModel]) -> tuple[Any, i
             {"count": bad, "key": key},
         )
     return {**data, key: good}, bad
+
+
+class ItemsAnswer(BaseModel):
+    """A model's answer holding one list (`ITEMS`) whose items (`ITEM`) are validated one by
+    one (`keep_valid_items`): an ill-typed one is dropped and counted in `ill_formed`, its
+    siblings go on; only an answer that is not this JSON at all is re-asked."""
+
+    ITEMS: ClassVar[str]
+    ITEM: ClassVar[type[BaseModel]]
+    _ill_formed: int = PrivateAttr(0)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _each_item_on_its_own(cls, data: Any, handler: Any) -> Any:
+        data, bad = keep_valid_items(data, cls.ITEMS, cls.ITEM)
+        answer = handler(data)
+        answer._ill_formed = bad
+        return answer
+
+    @property
+    def ill_formed(self) -> int:
+        return self._ill_formed

@@ -28,7 +28,6 @@ from memory_worker.core.rows import (
     concerns,
 )
 from memory_worker.core.vectors import from_b64
-from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import memories, notices, rooms, spell_views, spells, users
 from memory_worker.write import copies, extract, guards, route, view, window
 
@@ -237,12 +236,6 @@ def _revoked(conn: Connection, spell: Spell) -> Label:
     if audiences is None:
         return labels.NOBODY
     return labels.meet_all(labels.row_audience(*a) for a in audiences)
-
-
-def _writer(conn: Connection) -> str | None:
-    """The name of the embedder that made the store's vectors (whose neighbour floor holds)."""
-    have = store_embedder.identity(conn)
-    return have.writer[0] if have else None
 
 
 def _named(conn: Connection, spell: Spell, writing: list[Candidate]) -> dict[int, list[int]]:

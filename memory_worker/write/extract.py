@@ -14,11 +14,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
-from string import Template
-from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
 from memory_worker.core.audience import Scope
@@ -34,12 +31,10 @@ from memory_worker.core.constants import (
 from memory_worker.core.rows import Candidate, Line, Room, human_id, human_ref
 from memory_worker.storage import memories
 from memory_worker.write import guards
-from memory_worker.write.ask import keep_valid_items
+from memory_worker.write.ask import ItemsAnswer, templates
 from memory_worker.write.guards import is_one_sentence
 
-HERE = Path(__file__).resolve().parent
-SYSTEM = Template((HERE / "extract_system.txt").read_text())
-PROMPT = Template((HERE / "extract_prompt.txt").read_text())
+SYSTEM, PROMPT = templates("extract")
 KNOWN_MAX_ROWS = 40  # how much of the persona's current memory the prompt repeats back
 
 
@@ -55,25 +50,14 @@ class CandidateOut(BaseModel):
     evidence: list[int] = Field(default_factory=list)
 
 
-class ExtractAnswer(BaseModel):
+class ExtractAnswer(ItemsAnswer):
     """The whole answer. Candidates are validated one by one: an ill-typed one is dropped and
     counted in `ill_formed`, its siblings go on. Only an answer that is not this JSON at all
     (no `candidates` list) fails, and is re-asked."""
 
+    ITEMS = "candidates"
+    ITEM = CandidateOut
     candidates: list[CandidateOut]
-    _ill_formed: int = PrivateAttr(0)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _each_candidate_on_its_own(cls, data: Any, handler: Any) -> ExtractAnswer:
-        data, bad = keep_valid_items(data, "candidates", CandidateOut)
-        answer: ExtractAnswer = handler(data)
-        answer._ill_formed = bad
-        return answer
-
-    @property
-    def ill_formed(self) -> int:
-        return self._ill_formed
 
 
 @dataclass(frozen=True)

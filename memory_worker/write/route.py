@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
-from string import Template
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, PrivateAttr, model_validator
+from pydantic import BaseModel, BeforeValidator
 
 from memory_worker.core.constants import (
     NEIGHBOUR_FLOORS,
@@ -30,11 +28,9 @@ from memory_worker.core.constants import (
 from memory_worker.core.rows import Candidate, Decision
 from memory_worker.core.vectors import from_b64, top_k
 from memory_worker.storage.memories import OpenRow
-from memory_worker.write.ask import keep_valid_items
+from memory_worker.write.ask import ItemsAnswer, templates
 
-HERE = Path(__file__).resolve().parent
-SYSTEM = Template((HERE / "route_system.txt").read_text())
-PROMPT = Template((HERE / "route_prompt.txt").read_text())
+SYSTEM, PROMPT = templates("route")
 
 
 def _upper(value: object) -> object:
@@ -51,25 +47,14 @@ class DecisionOut(BaseModel):
     old_id: str | None = None
 
 
-class RouteAnswer(BaseModel):
+class RouteAnswer(ItemsAnswer):
     """The router's answer. Decisions are validated one by one: an ill-typed one is dropped
     and counted in `ill_formed` (its candidate then gets no change); only an answer that is not
     this JSON at all is re-asked."""
 
+    ITEMS = "decisions"
+    ITEM = DecisionOut
     decisions: list[DecisionOut]
-    _ill_formed: int = PrivateAttr(0)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _each_decision_on_its_own(cls, data: Any, handler: Any) -> RouteAnswer:
-        data, bad = keep_valid_items(data, "decisions", DecisionOut)
-        answer: RouteAnswer = handler(data)
-        answer._ill_formed = bad
-        return answer
-
-    @property
-    def ill_formed(self) -> int:
-        return self._ill_formed
 
 
 def same_concern(row: OpenRow, c: Candidate) -> bool:
