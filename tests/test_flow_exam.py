@@ -22,7 +22,9 @@ def quiet() -> None:
 
 def test_a_hostile_model_moves_no_marker_to_anyone_who_did_not_hear_it(tmp_path: Path) -> None:
     tally = flow.exam(240, seed=1, folder=tmp_path)
-    assert tally.spells >= 240 and tally.asked > 120 and tally.rows > 60  # it did exercise
+    # It did exercise: about half the spells ask the model (the others' lines no model may read:
+    # a kit, a switch, a deleted newest line, an echo), and a row comes of every other ask.
+    assert tally.spells >= 240 and tally.asked > 100 and tally.rows > 50
     assert tally.flows == [], [str(f) for f in tally.flows[:5]]
 
 
