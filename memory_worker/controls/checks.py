@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from memory_worker.core.errors import UnknownUser
+from memory_worker.core.errors import NotFound, UnknownUser
 from memory_worker.core.rows import Row, concerned
 from memory_worker.storage import users
 
@@ -35,6 +35,7 @@ def concerns_user(row: Row, user_id: int) -> bool:
 
 
 def check_user_and_persona(user_id: object, persona: object) -> None:
+    """A user id and a persona slug of the right types (TypeError naming the argument)."""
     check_id(user_id, "user_id")
     if not isinstance(persona, str):
         raise TypeError(f"persona must be a str, not {type(persona).__name__}")
@@ -45,3 +46,19 @@ def require_user(conn: Connection, user_id: int) -> None:
     if not in_range(user_id):
         raise UnknownUser(user_id)
     users.require_user(conn, user_id)
+
+
+def check_switch(value: object, name: str) -> bool:
+    """A switch argument as a bool; TypeError (naming the argument) for anything else: `1` or
+    "yes" is not a switch."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def require_persona(conn: Connection, user_id: int, persona: str) -> None:
+    """UnknownUser for an unknown user, NotFound for an unknown persona: what a control about
+    a user and a persona checks before it writes."""
+    require_user(conn, user_id)
+    if not users.persona_exists(conn, persona):
+        raise NotFound("persona", repr(persona), user_id)

@@ -3,9 +3,12 @@ are in — the deployment's scope (MW_MEMORY_SCOPE) and the user's per-persona s
 
 from __future__ import annotations
 
-from memory_worker.controls.checks import check_user_and_persona, require_user
+from memory_worker.controls.checks import (
+    check_switch,
+    check_user_and_persona,
+    require_persona,
+)
 from memory_worker.core import settings as settings_mod
-from memory_worker.core.errors import NotFound
 from memory_worker.storage import store, users
 
 
@@ -14,12 +17,9 @@ def set_follows(user_id: int, persona: str, on: bool) -> None:
     (the default) follows the deployment's scope; off keeps the user's one-to-one rows with
     this persona in their private chats, while the rest of the group scope applies."""
     check_user_and_persona(user_id, persona)
-    if not isinstance(on, bool):
-        raise TypeError(f"on must be a bool, not {type(on).__name__}")
+    check_switch(on, "on")
     with store.transaction() as conn:
-        require_user(conn, user_id)
-        if not users.persona_exists(conn, persona):
-            raise NotFound("persona", repr(persona), user_id)
+        require_persona(conn, user_id, persona)
         users.set_follows(conn, user_id, persona, on)
 
 

@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
-from memory_worker.controls.checks import check_id, check_user_and_persona, in_range, require_user
-from memory_worker.core.errors import NotFound
+from memory_worker.controls.checks import (
+    check_id,
+    check_switch,
+    check_user_and_persona,
+    in_range,
+    require_persona,
+    require_user,
+)
 from memory_worker.storage import store, users
 
 
 def set_memory_on(user_id: int, on: bool) -> None:
     """The account switch "Personas remember me"; off stops reads and writes about the user."""
     check_id(user_id, "user_id")
-    if not isinstance(on, bool):
-        raise TypeError(f"on must be a bool, not {type(on).__name__}")
+    check_switch(on, "on")
     with store.transaction() as conn:
         require_user(conn, user_id)
         users.set_memory_on(conn, user_id, on)
@@ -22,9 +27,7 @@ def mute(user_id: int, persona: str) -> None:
     """The switch "this persona forgets me": no reads or writes; existing rows stay."""
     check_user_and_persona(user_id, persona)
     with store.transaction() as conn:
-        require_user(conn, user_id)
-        if not users.persona_exists(conn, persona):
-            raise NotFound("persona", repr(persona), user_id)
+        require_persona(conn, user_id, persona)
         if persona not in users.muted_by(conn, user_id):
             users.add_mute(conn, user_id, persona)
 
