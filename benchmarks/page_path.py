@@ -1,7 +1,7 @@
 """How long the human's page takes, and a commit, as the store grows: SQLite and PostgreSQL.
 
 The page: a human with N rows about them (a fifth of them closed) beside the same again about
-others, one page of 50 lines (`controls.manage_page(..., limit=50)`: open ones newest first,
+others, one page of 50 lines (`page_model.manage_page(..., limit=50)`: open ones newest first,
 with every persona's counts), the page one cursor down, and a search by text — against the
 floor: a bare SELECT of every row about the human, which is what the page read before it paged.
 
@@ -44,13 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.read_path import p95, timed  # noqa: E402
 from benchmarks.write_path import extract_two  # noqa: E402
-from memory_worker import app_side, controls, models  # noqa: E402
+from memory_worker import app_side, models  # noqa: E402
 from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.core.names import sentence_key  # noqa: E402
 from memory_worker.core.rows import Candidate, Spell  # noqa: E402
 from memory_worker.storage import memories, read_path, store  # noqa: E402
 from memory_worker.testing.gemini_stub import GeminiStub, gemini_responder  # noqa: E402
+from memory_worker.web import page_model
 from memory_worker.write import steps  # noqa: E402
 
 DAN = 42
@@ -199,21 +200,21 @@ def measure(url: str, size: int, reps: int) -> dict:
     started = time.perf_counter()
     seed(url, size)
     seeded_s = time.perf_counter() - started
-    first = controls.manage_page(DAN, limit=PAGE)
+    first = page_model.manage_page(DAN, limit=PAGE)
     assert first.next_cursor is not None
     walk = [first.next_cursor]
     cases: dict[str, Callable[[], object]] = {
         "floor": floor(url),
-        "first_page": lambda: controls.manage_page(DAN, limit=PAGE),
-        "next_page": lambda: controls.manage_page(DAN, cursor=walk[0], limit=PAGE),
-        "search": lambda: controls.manage_page(DAN, query="about tea", limit=PAGE),
+        "first_page": lambda: page_model.manage_page(DAN, limit=PAGE),
+        "next_page": lambda: page_model.manage_page(DAN, cursor=walk[0], limit=PAGE),
+        "search": lambda: page_model.manage_page(DAN, query="about tea", limit=PAGE),
     }
     ms: dict[str, list[float]] = {name: [] for name in [*cases, "commit"]}
     big = size > BIG
     for n in range(reps):
         # A walk begun now (untimed): the commit-shaped writes below close a row about Dan, and
-        # a walk begun before that says the list changed (`controls.page_lines`).
-        walk[0] = controls.manage_page(DAN, limit=PAGE).next_cursor
+        # a walk begun before that says the list changed (`page_model.page_lines`).
+        walk[0] = page_model.manage_page(DAN, limit=PAGE).next_cursor
         for name, fn in cases.items():
             if not (big and name == "floor" and n):
                 ms[name].append(timed(fn))

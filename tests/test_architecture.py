@@ -57,12 +57,13 @@ FOLDERS: dict[str, set[str]] = {
     "models": {"models"},
     "write": {"write"},
     "reader": {"reader"},
+    "controls": {"controls"},
     "ops": {"ops"},
     "tasks": {"tasks"},
     "web": {"shells"},
     "testing": {"testing"},
 }
-ENTRY_MODULES = {"__init__", "app_side", "check", "cli", "cli_args", "controls", "demo", "events"}
+ENTRY_MODULES = {"__init__", "app_side", "check", "cli", "cli_args", "demo", "events"}
 
 MAY_IMPORT: dict[str, set[str]] = {
     "leaf": {"leaf"},

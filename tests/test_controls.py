@@ -15,6 +15,7 @@ from memory_worker.core.constants import BLOCK_CHARS_LIMIT, MEMORY_NOTE_MAX_CHAR
 from memory_worker.core.errors import NoteTooLong, NotFound, UnknownUser
 from memory_worker.core.rows import Row
 from memory_worker.storage import memories
+from memory_worker.web import page_model
 from tests import scenes
 from tests.scenes import CARA, DAN
 
@@ -248,7 +249,7 @@ def test_the_page_never_shows_a_row_about_someone_else(world: Engine) -> None:
     add_row(world, "u:17", "u:17 runs marathons.")
     add_row(world, "world", "The cafe on Wuyuan Road closed.")
     add_row(world, "self", "Warren owes u:17 a book.", counterpart="u:17")
-    shown = {line.id for s in controls.manage_page(DAN).personas for line in s.lines}
+    shown = {line.id for s in page_model.manage_page(DAN).personas for line in s.lines}
     assert shown == {mine, promise}
 
 
@@ -256,7 +257,7 @@ def test_the_page_groups_by_persona_with_display_names_and_meters(world: Engine)
     add_row(world, "u:42", "u:42 owns a flat.")  # 17 chars
     add_row(world, "u:42", "u:42 had a cat.", valid_from="2025", valid_to="2026")  # closed
     add_row(world, "u:42", "u:42 plays chess.", persona="nolan")  # 17 chars
-    page = controls.manage_page(DAN)
+    page = page_model.manage_page(DAN)
     sections = {s.persona: s for s in page.personas}
     assert [(s.persona, s.name) for s in page.personas] == [
         ("nolan", "Nolan"),
@@ -269,7 +270,7 @@ def test_the_page_groups_by_persona_with_display_names_and_meters(world: Engine)
 
 def test_the_page_shows_closed_arcs_with_their_range(world: Engine) -> None:
     old, new = add_update(world, "u:42 owns a flat in Xuhui.", "u:42 sold his flat.")
-    lines = {line.id: line for line in controls.manage_page(DAN).personas[0].lines}
+    lines = {line.id: line for line in page_model.manage_page(DAN).personas[0].lines}
     assert lines[old].closed and lines[old].arc == "2026-07 → 2026-11"
     assert not lines[new].closed and lines[new].arc is None
 
@@ -277,7 +278,7 @@ def test_the_page_shows_closed_arcs_with_their_range(world: Engine) -> None:
 def test_each_page_line_carries_its_origin_date_and_delete_handle(world: Engine) -> None:
     line_ids = scenes.private_chat(world)
     flat = add_row(world, "u:42", "u:42 owns a flat in Xuhui.", evidence=(line_ids[0],))
-    (line,) = controls.manage_page(DAN).personas[0].lines
+    (line,) = page_model.manage_page(DAN).personas[0].lines
     assert (line.room_id, line.evidence) == ("dm-dan", [line_ids[0]])
     assert line.created == "2026-08-01" and line.delete_id == flat
 
@@ -285,7 +286,7 @@ def test_each_page_line_carries_its_origin_date_and_delete_handle(world: Engine)
 def test_the_page_carries_the_note_and_the_switches(world: Engine) -> None:
     controls.set_note(DAN, "Call me Dan.")
     controls.mute(DAN, "nolan")
-    page = controls.manage_page(DAN)
+    page = page_model.manage_page(DAN)
     assert (page.note, page.memory_on, page.muted, page.personas) == (
         "Call me Dan.", True, ["nolan"], [],
     )  # fmt: skip
@@ -297,7 +298,7 @@ def test_grouping_drops_any_row_not_about_the_user_even_if_the_query_let_it_thro
                    None, None, None, [], "2026-08-01T10:00:00+00:00")  # fmt: skip
 
     rows = [r(1, "u:42"), r(2, "u:17"), r(3, "world"), r(4, "self", "u:17"), r(5, "self", "u:42")]
-    (section,) = controls.group_by_persona(rows, DAN, {"warren": "Warren"})
+    (section,) = page_model.group_by_persona(rows, DAN, {"warren": "Warren"})
     assert [line.id for line in section.lines] == [5, 1]
 
 
@@ -318,7 +319,7 @@ def test_mute_and_unmute_persist_and_repeat_harmlessly(world: Engine) -> None:
         assert conn.execute(select(t.persona_memory_mute)).all() == [(DAN, "warren")]
     controls.unmute(DAN, "warren")
     controls.unmute(DAN, "warren")
-    assert controls.manage_page(DAN).muted == []
+    assert page_model.manage_page(DAN).muted == []
 
 
 def test_muting_an_unknown_persona_is_not_found(world: Engine) -> None:
@@ -358,9 +359,9 @@ def test_the_page_lists_only_the_evidence_lines_its_human_witnessed(db: Engine) 
     )
     with db.begin() as c:
         memories.set_audience(c, row_id, [17, 42])
-    (line,) = [x for s in controls.manage_page(17).personas for x in s.lines]
+    (line,) = [x for s in page_model.manage_page(17).personas for x in s.lines]
     assert line.id == row_id and line.evidence == [after]
-    (dans,) = [x for s in controls.manage_page(42).personas for x in s.lines]
+    (dans,) = [x for s in page_model.manage_page(42).personas for x in s.lines]
     assert dans.evidence == [before, after]
 
 
@@ -377,6 +378,6 @@ def test_the_page_s_meter_is_the_block_s_for_the_same_rows(world: Engine) -> Non
         memories.set_audience(conn, world_row, [DAN])  # Dan witnessed its line: it is his too
     add_row(world, "u:42", "u:42 rents in Jing'an.", valid_to="2026-08-01T00:00:00+00:00")
     block = reader.build_block("warren", {DAN}, "dm-dan", touch=False)
-    (section,) = controls.manage_page(DAN).personas
+    (section,) = page_model.manage_page(DAN).personas
     assert len(block.row_ids) == 3
     assert section.meter_chars == block.chars_current

@@ -14,6 +14,7 @@ from memory_worker.core import settings as settings_mod
 from memory_worker.core.errors import NotFound, ScopeNotAllowed, UnknownUser
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import notices, store
+from memory_worker.web import page_model
 from tests.scenes import CARA, DAN, people
 from tests.write_helpers import run_spell
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.store
 
 
 def sections(user: int) -> dict[str, bool]:
-    return {s.persona: s.follows_into_groups for s in controls.manage_page(user).personas}
+    return {s.persona: s.follows_into_groups for s in page_model.manage_page(user).personas}
 
 
 @pytest.fixture
@@ -56,10 +57,10 @@ def test_the_page_says_per_persona_whether_memories_follow_into_groups(world: En
     note_in(world, "dm")
     assert sections(DAN) == {"warren": False}  # the proven scope: nothing follows
     settings_mod.configure(settings_mod.current().with_(memory_scope="follow"))
-    assert sections(DAN) == {"warren": True} and controls.manage_page(DAN).group_scope
+    assert sections(DAN) == {"warren": True} and page_model.manage_page(DAN).group_scope
     controls.set_follows(DAN, "warren", False)
     assert sections(DAN) == {"warren": False}
-    assert controls.manage_page(DAN).private_with == ["warren"]
+    assert page_model.manage_page(DAN).private_with == ["warren"]
     controls.set_follows(DAN, "warren", True)
     assert sections(DAN) == {"warren": True}
 

@@ -45,6 +45,7 @@ from memory_worker.core.audience import Scope
 from memory_worker.core.rows import Spell
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.storage import stamps, store, users
+from memory_worker.web import page_model
 from memory_worker.write import steps
 
 EMBEDDER = HashingEmbedder()
@@ -308,12 +309,12 @@ def delete(world: World) -> None:
     """A human deletes a row from their page, or undoes a toast."""
     rng = world.rng
     human = rng.choice(sorted(world.humans))
-    page = controls.manage_page(human)
+    page = page_model.manage_page(human)
     lines = [line for s in page.personas for line in s.lines]
     if lines and rng.random() < 0.7:
         controls.delete_row(human, rng.choice(lines).delete_id)
         return
-    notes = [n for n in controls.rail(human, limit=50) if not n.undone]
+    notes = [n for n in page_model.rail(human, limit=50) if not n.undone]
     if notes:
         controls.undo_notice(human, rng.choice(notes).id)
 
@@ -486,11 +487,11 @@ def room_flows(
 
 
 def page_flows(world: World, human: int) -> list[Flow]:
-    page = controls.manage_page(human)
-    found = controls.evidence(human, page)
+    page = page_model.manage_page(human)
+    found = page_model.evidence(human, page)
     texts = [("page", line.text) for s in page.personas for line in s.lines]
     texts += [("page evidence", e.text or "") for ev in found.values() for e in ev]
-    texts += [("rail", n.text) for n in controls.rail(human, limit=200)]
+    texts += [("rail", n.text) for n in page_model.rail(human, limit=200)]
     return [
         Flow(f"u:{human}'s {label}", human, f"marker {m}")
         for label, text in texts
@@ -671,7 +672,7 @@ GUARDS: dict[str, Callable[[], Any]] = {
 # with it, so an id given again carries its own line's label; tests/write/test_line_stamps.py
 # proves them. Nor is revocation at the commit: a marker its human deleted from a row is one
 # they still heard, so no marker oracle sees it come back; the same tests prove it.
-# The page's evidence filter (`controls.witnessed_lines`) is no longer a guard the exam can
+# The page's evidence filter (`page_model.witnessed_lines`) is no longer a guard the exam can
 # take away and see fail: a row's evidence lines are all lines of its spell, every one heard by
 # everyone in its audience (the label), so no world reaches it. It stays, as a second wall,
 # proven by its own test (tests/test_controls.py).

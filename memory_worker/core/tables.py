@@ -186,7 +186,7 @@ persona_memory = Table(
     # insert gets it from the text too (`_search_text`).
     Column("search_text", Text, nullable=True, default=lambda ctx: _search_text(ctx)),
     # When `valid_to` last changed (a close or a reopen), in microseconds since the epoch
-    # (0023): a page walk begun before it says the list changed (`controls.page_lines`).
+    # (0023): a page walk begun before it says the list changed (`web.page_model.page_lines`).
     Column("toggled", BigInteger, nullable=True),
     Index("ix_persona_memory_open", "persona", "valid_to", "subject"),
     Index("ix_persona_memory_toggled", "toggled"),

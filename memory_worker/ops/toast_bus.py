@@ -3,7 +3,7 @@ told (`tasks.delivery`: the commit task, or the sweep).
 
 The message carries ids only (the notice, the persona, the room, the rows) — never the toast's
 text, which stays in the store: an app that pushes it reads the notice through
-`memory_worker.controls.rail`, which checks it is the listener's. Pub/sub is a nudge, not a
+`memory_worker.web.page_model.rail`, which checks it is the listener's. Pub/sub is a nudge, not a
 delivery: a message nobody hears is lost, so listeners also read the store (the outbox) when
 they connect and now and then after.
 """

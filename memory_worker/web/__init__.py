@@ -2,6 +2,7 @@
 switches as a small web app — `memory-worker serve`. Server-rendered (Starlette + Jinja2), a
 little plain JavaScript for the live parts, and a JSON API under /api/ with the same checks.
 
-Every route acts as the signed-in user through `memory_worker.controls`; nothing here reads
-or writes a memory by itself. Importing this package starts nothing.
+Every route acts as the signed-in user through `memory_worker.controls` and reads what the page
+shows through `page_model` (its cursors: `cursors`); nothing else here reads or writes a
+memory. Importing this package starts nothing.
 """

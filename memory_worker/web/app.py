@@ -48,7 +48,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
-from memory_worker import controls
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import toasts
 from memory_worker.core.constants import MEMORY_NOTE_MAX_CHARS, RAIL_POLL_S, WEB_BODY_TIMEOUT_S
@@ -65,7 +64,7 @@ from memory_worker.core.errors import (
 from memory_worker.core.numbers import whole_number
 from memory_worker.core.rows import now_iso
 from memory_worker.storage import store, users
-from memory_worker.web import export, guard, rail, security
+from memory_worker.web import export, guard, page_model, rail, security
 from memory_worker.web.actions import ACTIONS, Action, form_input
 
 log = logging.getLogger(__name__)
@@ -93,11 +92,11 @@ def page_data(
     user_id: int, cursor: str | None = None, query: str | None = None, limit: int = PAGE_LINES
 ) -> dict[str, Any]:
     """Everything on the page, as plain data: the template and GET /api/page both use it.
-    One page of lines (`controls.page_lines`: `cursor`, `query`), every persona's counts."""
-    page = controls.manage_page(user_id, cursor=cursor, query=query or None, limit=limit)
-    evidence = controls.evidence(user_id, page)
-    names = controls.persona_names()
-    rooms = controls.rooms_of(user_id)
+    One page of lines (`page_model.page_lines`: `cursor`, `query`), every persona's counts."""
+    page = page_model.manage_page(user_id, cursor=cursor, query=query or None, limit=limit)
+    evidence = page_model.evidence(user_id, page)
+    names = page_model.persona_names()
+    rooms = page_model.rooms_of(user_id)
     texts = [line.text for s in page.personas for line in s.lines]
     with store.engine().connect() as conn:
         people = users.user_names(conn, sorted(toasts.mentioned(texts)))
@@ -138,7 +137,7 @@ def page_data(
         ],
         "rooms": [{**asdict(r), "names": [names.get(p, p) for p in r.personas]} for r in rooms],
         "persona_names": names,
-        "notices": [asdict(n) for n in controls.rail(user_id)],
+        "notices": [asdict(n) for n in page_model.rail(user_id)],
         "next_cursor": page.next_cursor,
         "query": query or "",
     }
@@ -147,7 +146,7 @@ def page_data(
 def _limit(request: Request) -> int:
     """The page's `limit` from the query string: BadRequest for one that is not 1..200."""
     given = request.query_params.get("limit", str(PAGE_LINES))
-    return whole_number(given, "limit", 1, controls.PAGE_LINES_MAX)
+    return whole_number(given, "limit", 1, page_model.PAGE_LINES_MAX)
 
 
 def _page(request: Request, user_id: int, limit: int = PAGE_LINES) -> dict[str, Any]:
@@ -387,7 +386,7 @@ async def api_notices(request: Request) -> Response:
         after = rail.after_id(request)
     except BadRequest as e:
         return _json_error(400, str(e))
-    found = await run_in_threadpool(controls.rail, uid, after)
+    found = await run_in_threadpool(page_model.rail, uid, after)
     return JSONResponse({"notices": [asdict(n) for n in found]})
 
 

@@ -1,7 +1,7 @@
 """The rail, live: new toasts as Server-Sent Events, without a reload.
 
 The stream serves only the signed-in user's toasts, read from the store through
-`controls.rail` (which filters by user). The user's Redis channel (`toast_bus`) is a
+`page_model.rail` (which filters by user). The user's Redis channel (`toast_bus`) is a
 nudge to read now; without Redis, or between nudges, the store is read every few seconds
 (`serve --rail-poll-s`, default `constants.RAIL_POLL_S`) — pub/sub may drop a message, the
 store never does. A channel message names ids only and is never
@@ -23,11 +23,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from memory_worker import controls
+from memory_worker.controls import checks
 from memory_worker.core.errors import BadRequest
 from memory_worker.core.numbers import whole_number
 from memory_worker.ops import toast_bus
-from memory_worker.web import security
+from memory_worker.web import page_model, security
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ USER_PARAMS = ("user", "user_id", "uid")  # the user is the session's, never the
 def after_id(request: Request) -> int:
     """The last toast the client has: ?after=N, or the EventSource's Last-Event-ID."""
     raw = request.query_params.get("after") or request.headers.get("last-event-id") or "0"
-    return whole_number(raw, "after / Last-Event-ID (a notice id)", 0, controls.ID_MAX)
+    return whole_number(raw, "after / Last-Event-ID (a notice id)", 0, checks.ID_MAX)
 
 
 async def stream(request: Request) -> Response:
@@ -72,7 +72,7 @@ async def _events(
         yield f"retry: {RETRY_MS}\n\n"
         first = True
         while True:
-            new = await run_in_threadpool(controls.rail, user_id, after)
+            new = await run_in_threadpool(page_model.rail, user_id, after)
             for n in reversed(new):  # oldest first, so the client's cursor only moves forward
                 yield f"event: toast\nid: {n.id}\ndata: {json.dumps(asdict(n))}\n\n"
                 after = max(after, n.id)

@@ -7,7 +7,7 @@ closed a private one that said something else, a delete took both. `names.senten
 folds only Unicode compatibility forms, case and whitespace; every stored row is keyed again
 with it, in Python, in batches by id, as 0020 keyed them (PostgreSQL's triggers off meanwhile,
 for the reason 0020 gives). Rows the old key folded stay as they are: the delete path now reads
-the text, not the link (`controls._same_sentence`), so a row closed by a different sentence is
+the text, not the link (`controls.deletes._same_sentence`), so a row closed by a different sentence is
 reopened, never deleted, when its closer goes.
 
 Revision ID: 0022

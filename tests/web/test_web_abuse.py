@@ -26,10 +26,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from memory_worker import controls
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
 from memory_worker.core.constants import WEB_JSON_MAX_DEPTH
+from memory_worker.web import page_model
 from memory_worker.web.app import PageApp, create_app
 from memory_worker.web.security import SECURITY_HEADERS, SESSION_COOKIE, Sessions
 from memory_worker.web.serve import head_deadline_protocol
@@ -279,7 +279,7 @@ def test_a_write_from_another_origin_changes_nothing_even_with_the_csrf_token(
     r = client.post(
         "/api/note", json={"note": "Mine."}, headers={"X-CSRF-Token": csrf, "Origin": BASE}
     )
-    assert r.json()["ok"] and controls.manage_page(DAN).note == "Mine."
+    assert r.json()["ok"] and page_model.manage_page(DAN).note == "Mine."
 
 
 # --- sign-out ends the session -----------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 The app catches the project's own errors by name (`NotFound`, `UnknownUser`, `BadRequest`,
 `NoteTooLong`) and nothing else, so a builtin raised by a bug falls through to the guard's 500
-(docs/design.md §10.12). Each test plants a builtin in a controls function a route calls; the
-store, the session and the app are real.
+(docs/design.md §10.12). Each test plants a builtin in a controls or page-model function a
+route calls; the store, the session and the app are real.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
 from memory_worker import controls
+from memory_worker.web import page_model
 from memory_worker.web.app import create_app
 from memory_worker.web.security import CSRF_FIELD
 from tests.scenes import DAN
@@ -46,25 +47,28 @@ def planted(error: type[Exception]) -> Callable[..., object]:
     return bug
 
 
-# (the controls function the route calls, how to call the route with Dan's session)
+# (the module and function the route calls, how to call the route with Dan's session)
 ROUTES = {
-    "GET /": ("manage_page", lambda c, csrf: c.get("/")),
-    "GET /api/page": ("manage_page", lambda c, csrf: c.get("/api/page")),
+    "GET /": (page_model, "manage_page", lambda c, csrf: c.get("/")),
+    "GET /api/page": (page_model, "manage_page", lambda c, csrf: c.get("/api/page")),
     "POST /api/note": (
+        controls,
         "set_note",
         lambda c, csrf: c.post("/api/note", json={"note": "x"}, headers={"X-CSRF-Token": csrf}),
     ),
     "POST /note": (
+        controls,
         "set_note",
         lambda c, csrf: c.post("/note", data={"note": "x", CSRF_FIELD: csrf}),
     ),
     "POST /api/personas/warren/forget_me": (
+        controls,
         "mute",
         lambda c, csrf: c.post(
             "/api/personas/warren/forget_me", json={"on": True}, headers={"X-CSRF-Token": csrf}
         ),
     ),
-    "GET /api/notices": ("rail", lambda c, csrf: c.get("/api/notices")),
+    "GET /api/notices": (page_model, "rail", lambda c, csrf: c.get("/api/notices")),
 }
 
 
@@ -78,8 +82,8 @@ def test_a_builtin_from_a_bug_in_a_handler_is_a_500_with_a_log_line_and_no_sign_
     error: type[Exception],
 ) -> None:
     client, csrf = dan
-    function, call = ROUTES[route]
-    monkeypatch.setattr(controls, function, planted(error))
+    module, function, call = ROUTES[route]
+    monkeypatch.setattr(module, function, planted(error))
     with caplog.at_level(logging.ERROR, logger="memory_worker.web.guard"):
         r = call(client, csrf)
     assert r.status_code == 500, (r.status_code, r.text[:200])

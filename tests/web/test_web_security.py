@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from memory_worker import controls
 from memory_worker.core import settings as settings_mod
 from memory_worker.core import tables as t
+from memory_worker.web import page_model
 from memory_worker.web.actions import ACTIONS
 from memory_worker.web.app import create_app
 from memory_worker.web.security import SECURITY_HEADERS, SESSION_COOKIE
@@ -246,7 +247,7 @@ def test_a_401_char_note_through_the_api_is_refused_and_the_note_stays(world: En
     client, csrf = dan
     r = client.post("/api/note", json={"note": "x" * 401}, headers={"X-CSRF-Token": csrf})
     assert r.status_code == 422 and "401" in r.json()["error"] and "400" in r.json()["error"]
-    assert controls.manage_page(DAN).note == "Call me Dan."
+    assert page_model.manage_page(DAN).note == "Call me Dan."
 
 
 # --- the session ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from memory_worker import app_side, controls, reader
 from memory_worker.core import tables as t
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route
 from memory_worker.storage import notices, store
+from memory_worker.web import page_model
 from tests.write_helpers import prompts, rows, run_spell
 
 pytestmark = [pytest.mark.store, pytest.mark.usefixtures("hashing_embedder")]
@@ -95,7 +96,7 @@ def seen_by(human: int, room_id: str, present: set[int] | None = None) -> str:
     cold = reader.build_block("warren", who, room_id, touch=False).text
     warm = reader.build_block("warren", who, room_id, touch=False).text
     got = reader.recall("warren", who, room_id, "Tencent interview Thursday", block_ids=[], now=NOW)
-    page = controls.manage_page(human)
+    page = page_model.manage_page(human)
     with store.engine().connect() as conn:
         toasts = [n.text for n in notices.of_user(conn, human, 0, 100)]
     shown = [line.text for s in page.personas for line in s.lines]

@@ -19,6 +19,7 @@ from memory_worker import app_side, controls, reader
 from memory_worker.core import tables as t
 from memory_worker.models.scripted import ScriptedChat, candidate, route_payload, sensible_route
 from memory_worker.storage import notices, store, users
+from memory_worker.web import page_model
 from tests.write_helpers import prompts, rows, run_spell
 
 pytestmark = [pytest.mark.store, pytest.mark.usefixtures("hashing_embedder")]
@@ -91,8 +92,8 @@ def seen_by(db: Engine, human: int, room_id: str, present: set[int] | None = Non
 
 
 def page_text(human: int) -> str:
-    page = controls.manage_page(human)
-    found = controls.evidence(human, page)
+    page = page_model.manage_page(human)
+    found = page_model.evidence(human, page)
     lines = [line for s in page.personas for line in s.lines]
     shown = [line.text for line in lines]
     shown += [e.text or "" for ev in found.values() for e in ev]
@@ -201,7 +202,7 @@ def test_a_human_who_states_it_gets_a_row_of_her_own_and_sees_only_her_line(
     held = {r["id"]: r["private_to"] for r in rows(world)}
     assert held == {row_id: json.dumps([DAN]), hers: json.dumps([CARA])}  # audiences never grow
     assert "Tencent" not in seen_by(world, EVE, "dm-eve")
-    page = controls.manage_page(CARA)
+    page = page_model.manage_page(CARA)
     (mine,) = [x for s in page.personas for x in s.lines]
     assert mine.id == hers and mine.room_id == "dm-cara" and mine.evidence == [line]
     assert any(hers in n.row_ids for n in _notices(CARA))
@@ -229,7 +230,7 @@ def test_a_world_row_citing_only_the_persona_s_line_stays_with_who_heard_it(worl
     (row,) = rows(world)
     assert row["private_to"] == json.dumps([DAN])
     assert_only_dan_knows(world)
-    page = controls.manage_page(DAN)
+    page = page_model.manage_page(DAN)
     assert row_id in [x.id for s in page.personas for x in s.lines]  # his to see and delete
     controls.delete_row(DAN, row_id)
     assert rows(world) == []

@@ -18,6 +18,7 @@ from memory_worker.core.constants import DAILY_CAP_PER_HUMAN, DAILY_CAP_WORLD
 from memory_worker.core.errors import NotFound, UnknownUser
 from memory_worker.models.hashing import HashingEmbedder
 from memory_worker.models.scripted import ScriptedChat, candidate, sensible_route, transcript_ids
+from memory_worker.web import page_model
 from memory_worker.write.guards import is_one_sentence
 from tests.scenes import CARA, DAN, people
 from tests.write_helpers import drain, notices, plant, prompts, rows, run_spell, spell_records
@@ -82,7 +83,7 @@ def test_hole1_a_world_row_is_on_the_page_of_whoever_it_cites_who_gets_its_toast
     assert row["subject"] == "world" and run.row_ids == [row["id"]]
     (toast,) = notices(world)
     assert toast["user_id"] == DAN and json.loads(toast["row_ids"]) == [row["id"]]
-    page = controls.manage_page(DAN)
+    page = page_model.manage_page(DAN)
     assert [ln.id for s in page.personas for ln in s.lines] == [row["id"]]
     with pytest.raises(NotFound):
         controls.delete_row(CARA, row["id"])  # not from Cara's words
@@ -259,7 +260,7 @@ def test_hole11_a_note_that_is_not_text_is_a_type_error_and_the_note_is_kept(wor
     for bad in (0, b"bytes", ["a list"], 42):
         with pytest.raises(TypeError, match="memory note must be a str"):
             controls.set_note(DAN, bad)  # type: ignore[arg-type]
-    assert controls.manage_page(DAN).note == "I prefer tea."
+    assert page_model.manage_page(DAN).note == "I prefer tea."
 
 
 def test_hole11_ids_of_the_wrong_type_or_out_of_range_get_a_clear_error(world) -> None:  # type: ignore[no-untyped-def]
@@ -271,7 +272,7 @@ def test_hole11_ids_of_the_wrong_type_or_out_of_range_get_a_clear_error(world) -
         with pytest.raises(TypeError, match="user_id must be an int"):
             call(True, 7)
     with pytest.raises(UnknownUser):
-        controls.manage_page(2**63)
+        page_model.manage_page(2**63)
     with pytest.raises(TypeError, match="on must be a bool"):
         controls.set_memory_on(DAN, "no")  # type: ignore[arg-type]
 
