@@ -39,7 +39,12 @@ or a broker nobody started again:
   (`_MOVE`, `_RECORD`). A publish — a new message, the one thing that grows the broker — waits
   for memory with back-off (`broker.wait_while_full`, up to MW_BROKER_FULL_WAIT_S, one
   WARNING), then is left to the sweep with one WARNING: the cursors and the outbox say what
-  its message would have started. A worker's reply to a ping is not waited for.
+  its message would have started. A worker's reply to a ping is not waited for. The rest of
+  what kombu writes is made to pass or wait too: a queue's length read and an expiring
+  queue's PEXPIREs and an auto-delete queue's deletion go outside a MULTI (a full broker
+  allows each alone); the hourly refresh of an expiring queue's binding (a worker's
+  remote-control mailbox) is skipped until there is room. Broadcasts — events, heartbeats,
+  pings — are PUBLISHes, which a full broker never refuses.
 """
 
 from __future__ import annotations
@@ -101,6 +106,20 @@ class _Pushes:
         self.bodies.append(body)
 
     rpush = lpush
+
+
+class _NoMulti:
+    """A Redis client whose pipelines send no MULTI: a full broker refuses every command
+    inside one, deletions too, and lets the same deletions through one by one."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def pipeline(self, transaction: bool = False, shard_hint: Any = None) -> Any:
+        return self._client.pipeline(transaction=False, shard_hint=shard_hint)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
 
 
 class QoS(kombu_redis.QoS):
@@ -241,12 +260,37 @@ class Channel(kombu_redis.Channel):
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return any(self._per_priority(queue, "exists"))
 
-    def _per_priority(self, queue: str, command: str) -> list[int]:
+    def _per_priority(self, queue: str, command: str, *args: Any) -> list[int]:
         with self.conn_or_acquire() as client:
             pipe = client.pipeline(transaction=False)
             for pri in self.priority_steps:
-                getattr(pipe, command)(self._q_for_pri(queue, pri))
+                getattr(pipe, command)(self._q_for_pri(queue, pri), *args)
             return [int(n) for n in pipe.execute()]
+
+    def _maybe_update_queues_expire(self, client: Any, queue: str) -> None:
+        """An expiring queue's keys given their time again as it is read (a ping's reply
+        queue): PEXPIREs, which a full broker allows — but not in a MULTI, kombu's way."""
+        if queue in self._expires:
+            self._per_priority(queue, "pexpire", self._expires[queue])
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        """A queue deleted (an auto-delete queue at a channel's close: a worker's mailbox, an
+        events receiver's): deletions, which a full broker allows — but not in a MULTI."""
+        kwargs["client"] = _NoMulti(kwargs.get("client") or self._create_client())
+        super()._delete(queue, *args, **kwargs)
+
+    def maybe_refresh_binding_expiry(self) -> None:
+        """kombu's periodic refresh of the bindings of expiring queues (each worker's
+        remote-control mailbox, an events receiver's queue) runs scripts in a MULTI, which a
+        full broker refuses whole — kombu logged that as a WARNING with a traceback. Skipped
+        while the broker is full: it is tried again each second until it goes through (the
+        binding lives an hour; a table swept meanwhile is written again by the refresh)."""
+        try:
+            super().maybe_refresh_binding_expiry()
+        except redis.ResponseError as e:
+            if not broker.is_full(e):
+                raise
+            log.debug("the bindings of expiring queues not refreshed: the broker is full")
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
         """A queue declared again as a publish begins (a fresh producer's first message to

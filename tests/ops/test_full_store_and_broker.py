@@ -17,6 +17,7 @@ timed: the figures are counts, and the harness waits on the store's own rows.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -27,8 +28,10 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
+from kombu import Connection, Consumer, Exchange, Queue
 from sqlalchemy import Engine
 
+import celeryconfig
 from benchmarks import faults
 from memory_worker.core import settings as settings_mod
 from memory_worker.ops import embedded, local_worker, metrics
@@ -166,6 +169,30 @@ def test_under_a_full_broker_a_worker_takes_records_acks_and_exits_not(
     assert "Traceback" not in said and "ERROR/" not in said and "CRITICAL/" not in said, said[
         -3000:
     ]
+
+
+def test_a_worker_s_mailbox_is_refreshed_and_deleted_on_a_full_broker_with_nothing_said(
+    own_broker: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker's remote-control mailbox is a queue that expires, bound to a fanout exchange:
+    kombu refreshes its binding with scripts in a MULTI (on a channel's first second, then
+    hourly) and deletes it at a close in another MULTI. A full broker refused both whole: the
+    refresh was logged as a WARNING with a traceback by the worker that met it, the deletion
+    raised out of the close. Now the refresh waits for room and the deletion goes through."""
+    mailbox = Queue(
+        "w.celery.pidbox", Exchange("celery.pidbox", type="fanout"), expires=10.0, auto_delete=True
+    )
+    with Connection(_own_url(own_broker), transport=celeryconfig.broker_transport) as conn:
+        channel = conn.channel()
+        Consumer(channel, [mailbox], callbacks=[lambda body, message: None]).consume()
+        with faults.broker_full(own_broker), caplog.at_level(logging.DEBUG):
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                own_broker.sadd("anything", "x")  # the fault holds
+            conn.transport.cycle.maybe_refresh_binding_expiry()
+            channel.close()
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not said, [r.getMessage() for r in said]
+    assert not own_broker.exists("_kombu.binding.celery.pidbox")  # deleted at the close
 
 
 def _ran(log: Path) -> int:
