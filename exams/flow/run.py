@@ -547,7 +547,7 @@ def run_world(
                 delete_lines(world)
             elif roll < 0.31:
                 raw_switch(world)
-            elif roll < 0.33 and concurrent:  # PostgreSQL only: SQLite has one writer
+            elif roll < 0.41 and concurrent:  # PostgreSQL only: SQLite has one writer
                 postgres.concurrent_switch(world, room, say_lines)
                 tally.concurrent += 1
                 tally.flows += spell(world, room, hostile, tally)
