@@ -101,7 +101,7 @@ def raw_memory_switch(conn: Connection, values: dict[str, object], how: str) -> 
     conn.execute(sql("INSERT INTO users (id, name, memory_on) VALUES (:u, :name, :on)"), values)
 
 
-def _pending_switch(world: World, conn: Connection, room: Room) -> Callable[[], None]:
+def pending_switch(world: World, conn: Connection, room: Room) -> Callable[[], None]:
     """Change one switch that matters to `room` in `conn` (not yet committed); what to apply
     to the world when it commits."""
     rng = world.rng
@@ -132,7 +132,7 @@ def concurrent_switch(
     rng = world.rng
     with store.engine().connect() as other:
         switching = other.begin()
-        apply = _pending_switch(world, other, room)
+        apply = pending_switch(world, other, room)
         committed = False
         with store.transaction() as conn:
             conn.execute(sql(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
