@@ -733,12 +733,27 @@ def guards(group_scope: bool) -> dict[str, Callable[[], Any]]:
 
 
 def self_test(
-    worlds: int, seed: int, folder: Path, *, group_scope: bool = False
+    worlds: int,
+    seed: int,
+    folder: Path,
+    *,
+    group_scope: bool = False,
+    database_url: str | None = None,
 ) -> dict[str, int | None]:
     """For each guard: the number of worlds it took to see a flow with the guard removed
     (None: never, within `worlds`)."""
+    template = migrated_template(folder, database_url)
+    try:
+        return _removed(worlds, seed, template, folder, group_scope)
+    finally:
+        if postgres.is_postgres(template):
+            postgres.drop(template)
+
+
+def _removed(
+    worlds: int, seed: int, template: str, folder: Path, group_scope: bool
+) -> dict[str, int | None]:
     caught: dict[str, int | None] = {}
-    template = migrated_template(folder)
     for name, patch in guards(group_scope).items():
         caught[name] = None
         with ExitStack() as stack:
@@ -776,7 +791,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mw-flow-") as tmp:
         if a.self_test:
-            caught = self_test(a.self_test_worlds, a.seed, Path(tmp), group_scope=a.group_scope)
+            caught = self_test(
+                a.self_test_worlds,
+                a.seed,
+                Path(tmp),
+                group_scope=a.group_scope,
+                database_url=a.database_url,
+            )
             for name, n in caught.items():
                 print(f"{name:28} {'caught in ' + str(n) + ' world(s)' if n else 'NOT CAUGHT'}")
             print(f"{time.monotonic() - started:.0f} s")
