@@ -121,8 +121,8 @@ perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
 # and probe), and the integrity exam (minimal pairs: no fact lost or folded into another).
 # `make test` runs each small; `memory-worker exam` records the verdict. With PG=<a PostgreSQL
 # URL> (e.g. `make exam PG=postgresql+psycopg://postgres@127.0.0.1:5432/mw_exam`), the flow exam
-# also runs 1,000 spells under each scope there, with switches in concurrent transactions (it
-# makes and drops a database per world beside that one).
+# also runs 1,000 spells under each scope there, with switches in concurrent transactions, and
+# its self-tests (it makes and drops a database per world on that server).
 exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests, the leak and integrity exams (~27 min)
 	$(BIN)/python -m exams.flow.run --spells 10000
 	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20
@@ -134,6 +134,8 @@ exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests
 ifneq ($(PG),)
 	$(BIN)/python -m exams.flow.run --spells 1000 --database-url '$(PG)'
 	$(BIN)/python -m exams.flow.run --spells 1000 --group-scope --database-url '$(PG)'
+	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20 --database-url '$(PG)'
+	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20 --group-scope --database-url '$(PG)'
 endif
 
 # Mutation testing of the privacy core (docs/mutation.md): the audience rule, the reader's filter,

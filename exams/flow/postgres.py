@@ -46,6 +46,16 @@ def _admin(url: str) -> Iterator[Connection]:
         eng.dispose()
 
 
+def unreachable(url: str) -> str | None:
+    """Why the server cannot make the exam's databases, in one line (None: it can)."""
+    try:
+        with _admin(url) as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as e:  # any driver error: said in one line, never a traceback
+        return str(e).splitlines()[0]
+    return None
+
+
 def _named(url: str, name: str) -> str:
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 

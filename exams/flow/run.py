@@ -787,6 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     if a.database_url and not postgres.is_postgres(a.database_url):
         parser.error("--database-url: a postgresql+psycopg:// URL (SQLite is the default)")
+    if a.database_url and (why := postgres.unreachable(a.database_url)):
+        parser.error(f"--database-url: cannot reach the server's postgres database: {why}")
     logging.getLogger("memory_worker").setLevel(logging.CRITICAL)  # the app's errors, on purpose
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mw-flow-") as tmp:
