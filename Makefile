@@ -119,7 +119,10 @@ perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
 # read; ~10 min on two cores), its self-test (each structural guard removed in turn must be
 # seen), both again under the group scope (MW_MEMORY_SCOPE=follow), the leak exam (plant
 # and probe), and the integrity exam (minimal pairs: no fact lost or folded into another).
-# `make test` runs each small; `memory-worker exam` records the verdict.
+# `make test` runs each small; `memory-worker exam` records the verdict. With PG=<a PostgreSQL
+# URL> (e.g. `make exam PG=postgresql+psycopg://postgres@127.0.0.1:5432/mw_exam`), the flow exam
+# also runs 1,000 spells under each scope there, with switches in concurrent transactions, and
+# its self-tests (it makes and drops a database per world on that server).
 exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests, the leak and integrity exams (~27 min)
 	$(BIN)/python -m exams.flow.run --spells 10000
 	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20
@@ -128,6 +131,12 @@ exam: $(STAMP) ## the flow exam (10,000 spells, both scopes) with its self-tests
 	$(BIN)/python -m exams.leak.run
 	$(BIN)/python -m exams.integrity.run
 	$(BIN)/python -m exams.integrity.run --self-test
+ifneq ($(PG),)
+	$(BIN)/python -m exams.flow.run --spells 1000 --database-url '$(PG)'
+	$(BIN)/python -m exams.flow.run --spells 1000 --group-scope --database-url '$(PG)'
+	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20 --database-url '$(PG)'
+	$(BIN)/python -m exams.flow.run --self-test --self-test-worlds 20 --group-scope --database-url '$(PG)'
+endif
 
 # Mutation testing of the privacy core (docs/mutation.md): the audience rule, the reader's filter,
 # the audience SQL, recall and the write guards, each mutant against the fast tests that reach it

@@ -5,11 +5,17 @@ group scope too (MW_MEMORY_SCOPE=follow), judged by docs/design.md §4's subject
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from sqlalchemy.engine import Connection
 
+from exams.flow import postgres
 from exams.flow import run as flow
+from exams.flow.world import Room, World
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +65,44 @@ def test_under_the_group_scope_the_exam_sees_a_flow_when_a_guard_is_removed(
             for seed in range(1, 11)
         )
     assert seen, f"{guard}: removed, and the exam under the group scope saw nothing in 10 worlds"
+
+
+@pytest.mark.store
+def test_on_postgresql_lines_are_judged_by_the_switches_committed_when_they_were_stored(
+    tmp_path: Path,
+) -> None:
+    """Switches in a transaction left open while lines are stored, committed before or after
+    them: the exam's oracle and the store's trigger agree on every line."""
+    tally = flow.exam(40, seed=1, folder=tmp_path, database_url=_postgresql())
+    assert tally.concurrent > 0 and tally.asked > 5  # it did exercise
+    assert tally.flows == [], [str(f) for f in tally.flows[:5]]
+
+
+@pytest.mark.store
+def test_on_postgresql_an_oracle_that_applies_a_switch_before_it_commits_sees_a_flow(
+    tmp_path: Path,
+) -> None:
+    """The run above has teeth: told the wrong rule (a switch applied to the world as soon as
+    its transaction changes it, not when it commits), the exam sees lines shown against their
+    time — the store stamped them with the switches committed then."""
+    pending = postgres.pending_switch
+
+    def eager(world: World, conn: Connection, room: Room) -> Callable[[], None]:
+        apply = pending(world, conn, room)
+        apply()
+        return apply
+
+    template = flow.migrated_template(tmp_path, _postgresql())
+    try:
+        with mock.patch.object(postgres, "pending_switch", eager):
+            seen = any(flow.run_world(seed, 40, template, tmp_path).flows for seed in range(1, 9))
+    finally:
+        postgres.drop(template)
+    assert seen, "the wrong rule, and the exam saw nothing in 8 worlds"
+
+
+def _postgresql() -> str:
+    url = os.environ.get("MW_TEST_DATABASE_URL", "")
+    if not url.startswith("postgresql"):
+        pytest.skip("PostgreSQL only (MW_TEST_DATABASE_URL): SQLite has one writer")
+    return url

@@ -35,7 +35,9 @@ from unittest import mock
 
 from sqlalchemy import func, select
 from sqlalchemy import text as sql
+from sqlalchemy.engine import Connection
 
+from exams.flow import postgres
 from exams.flow.hostile import Hostile
 from exams.flow.world import NAMES, PERSONAS, Human, Room, World, markers, oracle_fold
 from memory_worker import app_side, controls, reader
@@ -73,6 +75,7 @@ class Tally:
     asked: int = 0
     rows: int = 0
     violations: int = 0  # rows wider than their call's label, lines shown against their time
+    concurrent: int = 0  # switches in a transaction open while lines were stored (PostgreSQL)
     flows: list[Flow] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)  # the worlds' seeds: a flow's world replays
 
@@ -116,23 +119,28 @@ def build(world: World) -> None:
 
 
 def say(world: World, room: Room) -> None:
+    """A few lines in one room, in a transaction of their own."""
+    with store.transaction() as conn:
+        say_lines(world, conn, room)
+
+
+def say_lines(world: World, conn: Connection, room: Room) -> None:
     """A few lines in one room: members, personas, the news, now and then a stranger."""
     rng = world.rng
-    with store.transaction() as conn:
-        for _ in range(rng.randint(1, 3)):
-            roll = rng.random()
-            speaker: int | str
-            if roll < 0.1:
-                speaker = "dispatch:news"
-            elif roll < 0.15:
-                speaker = rng.choice(sorted(world.humans))  # maybe not a member: the app's bug
-            elif roll < 0.35:
-                speaker = rng.choice(room.personas)
-            else:
-                speaker = rng.choice(sorted(room.humans))
-            text = world.line_text(speaker, room)
-            line_id = app_side.say(conn, room.id, speaker, text)
-            world.heard(line_id, room, speaker, text)
+    for _ in range(rng.randint(1, 3)):
+        roll = rng.random()
+        speaker: int | str
+        if roll < 0.1:
+            speaker = "dispatch:news"
+        elif roll < 0.15:
+            speaker = rng.choice(sorted(world.humans))  # maybe not a member: the app's bug
+        elif roll < 0.35:
+            speaker = rng.choice(room.personas)
+        else:
+            speaker = rng.choice(sorted(room.humans))
+        text = world.line_text(speaker, room)
+        line_id = app_side.say(conn, room.id, speaker, text)
+        world.heard(line_id, room, speaker, text)
 
 
 def relay(world: World) -> Room | None:
@@ -293,7 +301,9 @@ def raw_switch(world: World) -> None:
             return
         h.memory_on = not h.memory_on
         values = {"u": h.id, "name": h.name, "on": int(h.memory_on)}
-        if how == "replace":
+        if not store.is_sqlite(conn):
+            postgres.raw_memory_switch(conn, values, how)
+        elif how == "replace":
             conn.execute(
                 sql("INSERT OR REPLACE INTO users (id, name, memory_on) VALUES (:u, :name, :on)"),
                 values,
@@ -501,7 +511,7 @@ def page_flows(world: World, human: int) -> list[Flow]:
 
 
 def run_world(
-    seed: int, spells: int, template: Path, folder: Path, *, group_scope: bool = False
+    seed: int, spells: int, template: str, folder: Path, *, group_scope: bool = False
 ) -> Tally:
     """One random world: `spells` spells among random talk, joins, switches and deletes, with
     every output read every CHECK_EVERY spells and at the end. `group_scope`: the rooms are
@@ -509,6 +519,7 @@ def run_world(
     tally = Tally(worlds=1)
     rng = random.Random(seed)
     tally.seeds.append(seed)
+    concurrent = postgres.is_postgres(template)
     with fresh_store(template, folder / f"w{seed}"):
         world = World(rng, echo_reach=settings_mod.current().echo_reach_lines)
         build(world)
@@ -537,6 +548,10 @@ def run_world(
                 delete_lines(world)
             elif roll < 0.31:
                 raw_switch(world)
+            elif roll < 0.41 and concurrent:  # PostgreSQL only: SQLite has one writer
+                postgres.concurrent_switch(world, room, say_lines)
+                tally.concurrent += 1
+                tally.flows += spell(world, room, hostile, tally)
             else:  # talk, and as often as not the room goes quiet right after
                 say(world, room)
                 if rng.random() < 0.3:
@@ -553,17 +568,27 @@ def run_world(
 
 
 @contextmanager
-def fresh_store(template: Path, folder: Path) -> Iterator[None]:
-    """A copy of the migrated template with a store id of its own, configured as the store."""
+def fresh_store(template: str, folder: Path) -> Iterator[None]:
+    """A copy of the migrated template (a SQLite file, or a PostgreSQL database) with a store
+    id of its own, configured as the store."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "memory.db"
-    shutil.copyfile(template, path)
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE store_identity SET store_id = ?", (uuid.uuid4().hex,))
-        if ECHO_REACH is not None:  # the guard removed: a persona's line carries nothing
-            conn.execute("UPDATE echo_reach SET lines = ?", (ECHO_REACH,))
-    conn.close()
-    url = f"sqlite:///{path}"
+    with ExitStack() as stack:
+        if postgres.is_postgres(template):
+            url = stack.enter_context(postgres.fresh_database(template, folder.name))
+        else:
+            path = folder / "memory.db"
+            shutil.copyfile(template, path)
+            url = f"sqlite:///{path}"
+        with store.engine(url).begin() as conn:
+            conn.execute(t.store_identity.update().values(store_id=uuid.uuid4().hex))
+            if ECHO_REACH is not None:  # the guard removed: a persona's line carries nothing
+                conn.execute(sql("UPDATE echo_reach SET lines = :n"), {"n": ECHO_REACH})
+        with _configured(url, folder):
+            yield
+
+
+@contextmanager
+def _configured(url: str, folder: Path) -> Iterator[None]:
     before = settings_mod.current()
     settings_mod.configure(
         before.with_(
@@ -585,7 +610,10 @@ def fresh_store(template: Path, folder: Path) -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def migrated_template(folder: Path) -> Path:
+def migrated_template(folder: Path, database_url: str | None = None) -> str:
+    """The store every world copies: a PostgreSQL database with `database_url`, else a file."""
+    if database_url:
+        return postgres.migrated_template(database_url)
     path = folder / "template.db"
     url = f"sqlite:///{path}"
     store.init_db(url)
@@ -593,7 +621,7 @@ def migrated_template(folder: Path) -> Path:
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
-    return path
+    return str(path)
 
 
 def exam(
@@ -603,10 +631,21 @@ def exam(
     *,
     stop_at_first: bool = False,
     group_scope: bool = False,
+    database_url: str | None = None,
 ) -> Tally:
     """Worlds from `seed` on until `spells` spells have run (read under the group scope with
-    `group_scope`)."""
-    template = migrated_template(folder)
+    `group_scope`; on PostgreSQL with `database_url`)."""
+    template = migrated_template(folder, database_url)
+    try:
+        return _worlds(spells, seed, template, folder, stop_at_first, group_scope)
+    finally:
+        if postgres.is_postgres(template):
+            postgres.drop(template)
+
+
+def _worlds(
+    spells: int, seed: int, template: str, folder: Path, stop_at_first: bool, group_scope: bool
+) -> Tally:
     total = Tally()
     while total.spells < spells:
         got = run_world(
@@ -621,6 +660,7 @@ def exam(
         total.asked += got.asked
         total.rows += got.rows
         total.violations += got.violations
+        total.concurrent += got.concurrent
         total.flows += got.flows
         if got.flows:
             total.seeds += got.seeds
@@ -694,12 +734,27 @@ def guards(group_scope: bool) -> dict[str, Callable[[], Any]]:
 
 
 def self_test(
-    worlds: int, seed: int, folder: Path, *, group_scope: bool = False
+    worlds: int,
+    seed: int,
+    folder: Path,
+    *,
+    group_scope: bool = False,
+    database_url: str | None = None,
 ) -> dict[str, int | None]:
     """For each guard: the number of worlds it took to see a flow with the guard removed
     (None: never, within `worlds`)."""
+    template = migrated_template(folder, database_url)
+    try:
+        return _removed(worlds, seed, template, folder, group_scope)
+    finally:
+        if postgres.is_postgres(template):
+            postgres.drop(template)
+
+
+def _removed(
+    worlds: int, seed: int, template: str, folder: Path, group_scope: bool
+) -> dict[str, int | None]:
     caught: dict[str, int | None] = {}
-    template = migrated_template(folder)
     for name, patch in guards(group_scope).items():
         caught[name] = None
         with ExitStack() as stack:
@@ -725,22 +780,40 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="read every room as MW_MEMORY_SCOPE=follow does, judged by docs/design.md §4's rule",
     )
+    parser.add_argument(
+        "--database-url",
+        help="run every world on PostgreSQL (postgresql+psycopg://…/<db>): a database of its "
+        "own per world, made beside <db>, with switches in concurrent transactions",
+    )
     a = parser.parse_args(argv)
+    if a.database_url and not postgres.is_postgres(a.database_url):
+        parser.error("--database-url: a postgresql+psycopg:// URL (SQLite is the default)")
+    if a.database_url and (why := postgres.unreachable(a.database_url)):
+        parser.error(f"--database-url: cannot reach the server's postgres database: {why}")
     logging.getLogger("memory_worker").setLevel(logging.CRITICAL)  # the app's errors, on purpose
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mw-flow-") as tmp:
         if a.self_test:
-            caught = self_test(a.self_test_worlds, a.seed, Path(tmp), group_scope=a.group_scope)
+            caught = self_test(
+                a.self_test_worlds,
+                a.seed,
+                Path(tmp),
+                group_scope=a.group_scope,
+                database_url=a.database_url,
+            )
             for name, n in caught.items():
                 print(f"{name:28} {'caught in ' + str(n) + ' world(s)' if n else 'NOT CAUGHT'}")
             print(f"{time.monotonic() - started:.0f} s")
             return 0 if all(caught.values()) else 1
-        tally = exam(a.spells, a.seed, Path(tmp), group_scope=a.group_scope)
+        tally = exam(
+            a.spells, a.seed, Path(tmp), group_scope=a.group_scope, database_url=a.database_url
+        )
     took = time.monotonic() - started
     print(
         f"{tally.spells} spells in {tally.worlds} worlds ({tally.asked} asked the model, "
         f"{tally.rows} rows written): {len(tally.flows)} flows "
         f"({tally.violations} label violations), {took:.0f} s"
+        + (f"; {tally.concurrent} concurrent switches" if tally.concurrent else "")
     )
     for flow in tally.flows[:20]:
         print(f"  {flow}")
