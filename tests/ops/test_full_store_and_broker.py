@@ -141,16 +141,12 @@ def test_under_a_full_broker_a_worker_takes_records_acks_and_exits_not(
     probe = Celery("probe", broker=broker_url)
     try:
         local_worker.wait_ready(probe)
-        from memory_worker.tasks.celery_app import app
-        from memory_worker.tasks.pipeline import deliver_toasts
-
-        with app.connection_for_write(broker_url) as conn:
-            for i in range(MESSAGES):  # fetched and recorded now, run once their countdown ends
-                deliver_toasts.apply_async((f"warren/r/{i + 1}",), connection=conn, countdown=4)
-            for i in range(MESSAGES):  # a queue no worker here consumes: moved in when full
-                deliver_toasts.apply_async(
-                    (f"warren/r/{100 + i}",), connection=conn, queue="commit"
-                )
+        # Sent by the probe's own app: the session's app stays bound to the session's broker.
+        deliver = "memory_worker.deliver_toasts"
+        for i in range(MESSAGES):  # fetched and recorded now, run once their countdown ends
+            probe.send_task(deliver, (f"warren/r/{i + 1}",), queue="notify", countdown=4)
+        for i in range(MESSAGES):  # a queue no worker here consumes: moved in when full
+            probe.send_task(deliver, (f"warren/r/{100 + i}",), queue="commit")
         with faults.broker_full(own_broker):
             with pytest.raises(redis.exceptions.OutOfMemoryError):
                 own_broker.lpush("anything", "x")  # the fault holds
