@@ -19,6 +19,8 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -102,15 +104,20 @@ class SpellMessage(_Strict):
     inflight: StrictStr | None = None
     renewed: Annotated[float, Field(ge=0)] = 0.0
 
+    @field_validator("plan")
+    @classmethod
+    def _steps_name_candidates(cls, plan: PlanMessage | None, info: ValidationInfo) -> Any:
+        carried = len(info.data.get("candidates", ()))
+        if plan is not None and any(s.candidate >= carried for s in plan.steps):
+            raise ValueError("a step names a candidate the spell does not carry")
+        return plan
+
     @model_validator(mode="after")
     def _lines_and_decisions_agree(self) -> SpellMessage:
         if self.last_line_id <= self.after_line_id:
             raise ValueError("last_line_id must be after after_line_id")
         if any(d.candidate >= len(self.candidates) for d in self.decisions):
             raise ValueError("a decision names a candidate the spell does not carry")
-        steps = self.plan.steps if self.plan is not None else []
-        if any(s.candidate >= len(self.candidates) for s in steps):
-            raise ValueError("a step of the plan names a candidate the spell does not carry")
         return self
 
 

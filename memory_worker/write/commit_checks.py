@@ -1,6 +1,7 @@
 """What a commit checks, read in one place: the facts a spell's plan is made of.
 
-The route step makes the spell's plan (`route_plan`) from what it read then; the commit,
+The route step makes the spell's plan from the facts it read before its call (`route_facts`,
+`plan.make`); the commit,
 under the persona's writer lock, reads the same facts again here and only here (`check`) and
 makes the plan again with the handed one as its bound (`plan.make`): what the handed plan
 says is an upper bound, never trusted. The facts:
@@ -41,22 +42,18 @@ class Checked:
     room: Room
 
 
-def route_plan(
-    conn: Connection,
-    spell: Spell,
-    rows: Sequence[memories.OpenRow],
-    decisions: Sequence[Decision],
-    today: str,
-) -> Plan:
-    """The plan the route step hands on: its decisions over the open rows it read (`rows`) and
-    the facts as they are now."""
+def route_facts(
+    conn: Connection, spell: Spell, rows: Sequence[memories.OpenRow], today: str
+) -> Facts:
+    """The facts the route step makes its plan from (`plan.make`, once the router answered):
+    read before its call, after its view is noted, so nothing reads the store once the call
+    is out; `rows`: the open rows it read (the router's view)."""
     stamped = window.stamped_spell(conn, spell)
     candidates = [Candidate.from_json(c) for c in spell.candidates]
-    cited = {d.old_row_id for d in decisions if d.old_row_id is not None}
-    shown = {r.id: r for r in rows if r.id in cited}
     read_through = spells.cursor(conn, spell.persona, spell.room_id)
-    facts = _facts(conn, stamped, candidates, decisions, shown, read_through, today)
-    return make(facts, decisions)
+    texts = [c.text for c in candidates]
+    shown = {r.id: r for r in rows}
+    return _facts(conn, stamped, candidates, texts, shown, read_through, today)
 
 
 def check(conn: Connection, spell: Spell, read_through: int, today: str) -> Checked | None:
@@ -74,7 +71,8 @@ def check(conn: Connection, spell: Spell, read_through: int, today: str) -> Chec
     shown = view.shown(conn, stamped, scope, {c.subject for c in candidates}, cited)
     if shown is None:
         return None
-    facts = _facts(conn, stamped, candidates, decisions, shown, read_through, today)
+    texts = [candidates[d.candidate].text for d in decisions if d.event in WRITES]
+    facts = _facts(conn, stamped, candidates, texts, shown, read_through, today)
     return Checked(make(facts, decisions, bound=handed.steps), room)
 
 
@@ -82,20 +80,20 @@ def _facts(
     conn: Connection,
     stamped: Spell,
     candidates: list[Candidate],
-    decisions: Sequence[Decision],
+    writing: list[str],
     shown: dict[int, memories.OpenRow],
     read_through: int,
     today: str,
 ) -> Facts:
     """The facts of the moment (see the module's docstring); `stamped`: the spell with its
-    label and witnesses as the store stamped its lines."""
+    label and witnesses as the store stamped its lines; `writing`: the texts it may write (the
+    humans they name are read)."""
     label = labels.from_json(stamped.label)
     # Who the new rows may reach: at most the label of the calls that wrote them, met with
     # the audiences now of the rows they were shown, and of those the ones who still let the
     # persona remember them. Never from what the model wrote or cited.
     seen = labels.meet(label, _revoked(conn, stamped))
     allowing = frozenset(users.eligible_humans(conn, stamped.persona, stamped.present))
-    writing = [candidates[d.candidate].text for d in decisions if d.event in WRITES]
     people: dict[int, str] = {}
     if writing:
         people = users.user_names(conn, sorted(set(stamped.witnessed)))

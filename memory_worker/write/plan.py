@@ -1,9 +1,9 @@
 """The plan of a commit: what a spell's decisions write, close and fold, as plain data.
 
-The route step makes it from what it read (`commit_checks.route_plan`) and the spell carries
-it (`rows.Spell.plan`); under the writer lock the commit reads the same facts again
-(`commit_checks.check`) and makes the plan again with the one it was handed as its bound
-(`make(..., bound=...)`), then carries it out step by step. The bound only narrows: a step
+The route step makes it from what it read before its call (`commit_checks.route_facts`) and
+the spell carries it (`rows.Spell.plan`); under the writer lock the commit reads the same
+facts again (`commit_checks.check`) and makes the plan again with the one it was handed as
+its bound (`make(..., bound=...)`), then carries it out step by step. The bound only narrows: a step
 the handed plan lacks is not taken, its audience is met with the handed one, a step the
 handed plan put over today's cap stays over it, and the humans a text names only grow. What
 a step may close (a row shown, open and of the same concern) and the copies it folds are
@@ -45,18 +45,17 @@ class Step:
     capped: bool = True
     held: bool = False
     folds: tuple[int, ...] = ()  # narrower copies of its sentence it closes (`row_of_step`)
+    # What the commit does, from the above: it writes its row (closing its folds and the row
+    # it replaces), or the row a CLOSE closes.
+    writes: bool = field(init=False, compare=False)
+    closes: int | None = field(init=False, compare=False)
 
-    @property
-    def writes(self) -> bool:
-        """It writes its row (and closes its folds and the row it replaces)."""
+    def __post_init__(self) -> None:
         live = self.audience != labels.NOBODY
-        return live and self.event in WRITES and self.capped and not self.held
-
-    @property
-    def closes(self) -> int | None:
-        """The row a CLOSE closes, if any."""
-        live = self.audience != labels.NOBODY and self.event == "CLOSE"
-        return self.old_row_id if live else None
+        writes = live and self.event in WRITES and self.capped and not self.held
+        object.__setattr__(self, "writes", writes)
+        closes = self.old_row_id if live and self.event == "CLOSE" else None
+        object.__setattr__(self, "closes", closes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -152,6 +151,14 @@ def make(facts: Facts, decisions: Sequence[Decision], bound: Sequence[Step] | No
     writing = [n for n, (d, _) in enumerate(live) if d.event in WRITES]
     over = guards.over_caps([cands[live[n][0].candidate] for n in writing], facts.already_today)
     capped = {n for k, n in enumerate(writing) if k not in over}
+    named_each = guards.humans_named_each(
+        [
+            (c.text, c.subject, c.counterpart)
+            for c in (cands[live[n][0].candidate] for n in writing)
+        ],
+        facts.people,
+    )
+    named_of = dict(zip(writing, named_each, strict=True))
     state = _Open(
         dict(facts.shown), copies.Copies({k: list(v) for k, v in facts.same.by_key.items()})
     )
@@ -170,7 +177,7 @@ def make(facts: Facts, decisions: Sequence[Decision], bound: Sequence[Step] | No
                 state.shown.pop(d.old_row_id or 0, None)
             steps.append(Step(d.candidate, "CLOSE", d.old_row_id if may else None, audience))
             continue
-        named = guards.humans_named(c.text, c.subject, c.counterpart, facts.people)
+        named = named_of[n]
         if limit is not None:
             named |= set(limit.named)
         ok = n in capped and (limit is None or limit.capped)
@@ -199,12 +206,11 @@ def _write(
     kept = old if replaces else None
     if not capped:
         return Step(d.candidate, d.event, kept, audience, named, capped=False)
-    formed = copies.formed_with(c.subject, audience, facts.witnessed)
-    found = state.same.find(c, formed, state.shown[old].text if replaces and old else None)
+    replaced = state.shown[old].text if replaces and old else None
+    found = state.same.take(c, audience, facts.witnessed, row_of_step(index), replaced)
     if found.held:
         return Step(d.candidate, d.event, kept, audience, named, held=True)
     folds = tuple(copy.id for copy in found.narrower)
-    state.same.add(c, formed, row_of_step(index), found.narrower)
     for row_id in (*folds, kept):
         if row_id is not None:
             state.shown.pop(row_id, None)
