@@ -9,8 +9,10 @@ over today's cap — and a spell that carries no plan is routed again, never app
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ from memory_worker.core.errors import MalformedMessage
 from memory_worker.core.rows import Spell
 from memory_worker.models.scripted import ScriptedChat, candidate
 from memory_worker.storage import store
-from memory_worker.write import steps
+from memory_worker.write import commit, steps
 
 pytestmark = [pytest.mark.store, pytest.mark.usefixtures("hashing_embedder")]
 
@@ -129,3 +131,16 @@ def test_a_malformed_plan_is_refused_naming_fields_not_values(step: dict[str, An
     with pytest.raises(MalformedMessage) as e:
         Spell.from_json(message)
     assert "plan" in str(e.value) and "u:42" not in str(e.value) and "yes" not in str(e.value)
+
+
+def test_the_commit_reads_what_it_checks_in_one_module_and_runs_no_other_step_s_rule() -> None:
+    """Of the write steps, the commit imports its guard module and the plan's types alone."""
+    tree = ast.parse(Path(commit.__file__).read_text())
+    imported = {
+        f"{node.module}.{alias.name}" if node.module == "memory_worker.write" else node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    write = {m for m in imported if m.startswith("memory_worker.write")}
+    assert write == {"memory_worker.write.commit_checks", "memory_worker.write.plan"}
