@@ -7,6 +7,10 @@ second run finds it and returns the same row ids; a spell whose lines the cursor
 covers changes nothing. The toasts are written here too (the outbox), so rows never exist
 without their toast; the commit task tells them right after (`tasks.delivery`). Run it
 inside `store.writer(persona)`.
+
+The commit is handed its plan (`write.plan`, made by the route step): it reads what it checks
+in one module (`commit_checks.check`: the facts under the lock, the handed plan their upper
+bound), then carries the plan out step by step, deciding nothing itself.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ class Step:
             candidate=int(d["candidate"]),
             event=str(d["event"]),
             old_row_id=d.get("old_row_id"),
-            audience=labels.from_json(d.get("audience")),
+            audience=labels.from_json(d.get("audience", [])),
             named=tuple(d.get("named", ())),
             capped=bool(d.get("capped", True)),
             held=bool(d.get("held", False)),
@@ -106,8 +106,8 @@ class Plan:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Plan:
         return cls(
-            label=labels.from_json(d.get("label")),
-            reach=labels.from_json(d.get("reach")),
+            label=labels.from_json(d.get("label", [])),
+            reach=labels.from_json(d.get("reach", [])),
             witnessed=tuple(d.get("witnessed", ())),
             read_through=int(d.get("read_through", 0)),
             steps=tuple(Step.from_json(s) for s in d.get("steps", ())),

@@ -20,12 +20,14 @@ from sqlalchemy import Engine
 
 from exams.integrity import run as integrity
 from memory_worker import app_side
+from memory_worker.core import labels
 from memory_worker.core.constants import DAILY_CAP_PER_HUMAN
 from memory_worker.core.errors import MalformedMessage
 from memory_worker.core.rows import Spell
 from memory_worker.models.scripted import ScriptedChat, candidate
 from memory_worker.storage import store
 from memory_worker.write import commit, steps
+from memory_worker.write.plan import Plan
 
 pytestmark = [pytest.mark.store, pytest.mark.usefixtures("hashing_embedder")]
 
@@ -144,3 +146,11 @@ def test_the_commit_reads_what_it_checks_in_one_module_and_runs_no_other_step_s_
     }
     write = {m for m in imported if m.startswith("memory_worker.write")}
     assert write == {"memory_worker.write.commit_checks", "memory_worker.write.plan"}
+
+
+def test_a_step_that_names_no_audience_bounds_its_row_to_nobody() -> None:
+    """A plan read from JSON missing a step's audience (or the plan's label) reads as nobody,
+    never as public: the bound stays the narrowest."""
+    got = Plan.from_json({"steps": [{"candidate": 0, "event": "ADD"}]})
+    assert got.label == labels.NOBODY and got.steps[0].audience == labels.NOBODY
+    assert not got.steps[0].writes
