@@ -9,15 +9,18 @@ that does not fit is `MalformedMessage`, whose text names the fields and what is
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -51,6 +54,29 @@ class DecisionMessage(_Strict):
     old_row_id: Annotated[StrictInt, Field(ge=1)] | None = None
 
 
+class StepMessage(_Strict):
+    """A step of a commit's plan (`write.plan.Step`)."""
+
+    candidate: Count
+    event: Literal["ADD", "UPDATE", "CLOSE"]
+    old_row_id: Annotated[StrictInt, Field(ge=1)] | None = None
+    audience: list[UserId] | None = []
+    named: list[UserId] = []
+    capped: StrictBool = True
+    held: StrictBool = False
+    folds: list[StrictInt] = []  # a row id, or -1 - i: the row step i writes
+
+
+class PlanMessage(_Strict):
+    """A commit's plan (`write.plan.Plan`): an upper bound the commit checks, never trusts."""
+
+    label: list[UserId] | None = []
+    reach: list[UserId] | None = []
+    witnessed: list[UserId] = []
+    read_through: LineId = 0
+    steps: list[StepMessage] = []
+
+
 class SpellMessage(_Strict):
     """`rows.Spell` as it travels between the chain's steps (a field added to Spell must be
     added here too: tests/core/test_messages.py checks they match)."""
@@ -66,6 +92,7 @@ class SpellMessage(_Strict):
     decisions: list[DecisionMessage] = []
     seen_open_rows: StrictStr | None = None
     seen_as_of: Annotated[StrictStr, Field(max_length=200)] | None = None
+    plan: PlanMessage | None = None
     reroutes: Count = 0
     dropped: dict[StrictStr, Count] = {}
     skipped: StrictStr | None = None
@@ -76,6 +103,14 @@ class SpellMessage(_Strict):
     began: Annotated[float, Field(ge=0)] = 0.0
     inflight: StrictStr | None = None
     renewed: Annotated[float, Field(ge=0)] = 0.0
+
+    @field_validator("plan")
+    @classmethod
+    def _steps_name_candidates(cls, plan: PlanMessage | None, info: ValidationInfo) -> Any:
+        carried = len(info.data.get("candidates", ()))
+        if plan is not None and any(s.candidate >= carried for s in plan.steps):
+            raise ValueError("a step names a candidate the spell does not carry")
+        return plan
 
     @model_validator(mode="after")
     def _lines_and_decisions_agree(self) -> SpellMessage:

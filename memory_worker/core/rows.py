@@ -200,6 +200,16 @@ class Decision:
         return cls(**d)
 
 
+def _plan_copy(plan: Json) -> Json:
+    """A plan's message (`write.plan.Plan.to_json`) copied down to its lists."""
+    out = {k: list(v) if isinstance(v, list) else v for k, v in plan.items()}
+    out["steps"] = [
+        {k: list(v) if isinstance(v, list) else v for k, v in step.items()}
+        for step in plan.get("steps", [])
+    ]
+    return out
+
+
 @dataclass
 class Spell:
     """One persona's pass over the lines since its cursor: the message the chain carries.
@@ -221,6 +231,7 @@ class Spell:
     decisions: list[Json] = field(default_factory=list)  # Decision.to_json()
     seen_open_rows: str | None = None  # fingerprint of the open rows the router saw
     seen_as_of: str | None = None  # when the router read them (`write.view.AsOf`)
+    plan: Json | None = None  # what the commit is to write (`write.plan.Plan.to_json`)
     reroutes: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # candidates dropped, by guard code
     skipped: str | None = None
@@ -249,6 +260,7 @@ class Spell:
         d["label"] = None if self.label is None else list(self.label)
         d["candidates"] = [{**c, "evidence": list(c["evidence"])} for c in self.candidates]
         d["decisions"] = [dict(x) for x in self.decisions]
+        d["plan"] = None if self.plan is None else _plan_copy(self.plan)
         d["dropped"] = dict(self.dropped)
         return d
 

@@ -81,6 +81,22 @@ class Copies:
             return Found(True, [])
         return Found(False, [copy for copy in copies if labels.within(copy.formed, formed)])
 
+    def take(
+        self,
+        c: Candidate,
+        audience: Label,
+        witnessed: frozenset[int],
+        row_id: int,
+        replaces: str | None = None,
+    ) -> Found:
+        """What writing `c` as row `row_id`, reaching `audience`, meets (`find`); unless held,
+        it is then one of the copies, and the narrower ones it closes are not (`add`)."""
+        formed = formed_with(c.subject, audience, witnessed)
+        found = self.find(c, formed, replaces)
+        if not found.held:
+            self.add(c, formed, row_id, found.narrower)
+        return found
+
     def add(self, c: Candidate, formed: Label, row_id: int, closed: list[Copy]) -> None:
         key = _key(c.subject, c.counterpart, c.text)
         gone = {copy.id for copy in closed}

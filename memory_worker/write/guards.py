@@ -125,6 +125,13 @@ def humans_named(
     return {u for u in names.humans_named(text, people) if u not in own}
 
 
+def humans_named_each(
+    rows: Sequence[tuple[str, str, str | None]], people: Mapping[int, str]
+) -> list[set[int]]:
+    """`humans_named` of each (text, subject, counterpart), in order."""
+    return [humans_named(text, subject, counterpart, people) for text, subject, counterpart in rows]
+
+
 # --- caps ---------------------------------------------------------------------------------
 
 

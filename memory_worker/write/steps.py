@@ -19,7 +19,7 @@ from memory_worker.core.rows import Candidate, Spell
 from memory_worker.storage import embedder as store_embedder
 from memory_worker.storage import notices, rooms, spell_views, store, users
 from memory_worker.storage.spell_context import spell_context
-from memory_worker.write import commit, embed, extract, route, view, window
+from memory_worker.write import commit, commit_checks, embed, extract, plan, route, view, window
 from memory_worker.write.ask import ask_json
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,10 @@ def run_embed(spell: Spell, embedder: Embedder) -> Spell:
 
 
 def run_route(spell: Spell, model: ChatModel) -> Spell:
-    """Model call B over every candidate of the spell at once, with numbered neighbours."""
+    """Model call B over every candidate of the spell at once, with numbered neighbours; then
+    the plan its decisions make (`plan.make`) over the facts read before the call
+    (`commit_checks.route_facts`: nothing reads the store once it is out), handed on to the
+    commit."""
     if spell.done or not spell.candidates:
         return spell
     cands = [Candidate.from_json(c) for c in spell.candidates]
@@ -124,6 +127,7 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
     per_candidate = route.neighbours(cands, rows, floor)
     with store.transaction() as conn:  # what the call is shown, before it is (`spell_views`)
         spell_views.note(conn, spell, [i for ids in per_candidate for i in ids])
+        facts = commit_checks.route_facts(conn, spell, rows, clock.today())  # for its plan
     numbers = route.number(per_candidate)
     system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)
     result = ask_json(model, system, prompt, route.RouteAnswer, "route")
@@ -135,6 +139,7 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
     spell.decisions = [d.to_json() for d in decisions]
     spell.seen_open_rows = route.fingerprint(rows)
     spell.seen_as_of = as_of.token()
+    spell.plan = plan.make(facts, decisions).to_json()  # what the commit checks, then applies
     spell.tokens_in += result.usage.tokens_in
     spell.tokens_out += result.usage.tokens_out
     spell.model_calls += result.calls

@@ -5,29 +5,17 @@ the doc shows it (and says whether the calls still go down)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import numpy as np
 from sqlalchemy import Engine
 
 from memory_worker.reader import build_block, cache_loader, fill
 from tests.reader import test_cache
-from tests.reader.walk import walk
+from tests.reader.walk import documented, walk
 
 store_rows = test_cache.store_rows  # Warren's 220 rows, rooms with a topic
 DAN, NOW = test_cache.DAN, test_cache.NOW
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 HEADER = "### The stops of a cold open"
-
-
-def documented() -> list[str]:
-    """The lines of the fenced block under HEADER in docs/architecture.md."""
-    text = DOC.read_text()
-    block = re.search(re.escape(HEADER) + r".*?```text\n(.*?)```", text, re.S)
-    assert block is not None, f"docs/architecture.md has no {HEADER!r} with a text block"
-    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
 
 
 def test_the_docs_walk_of_a_cold_open_is_the_codes(
@@ -39,7 +27,8 @@ def test_the_docs_walk_of_a_cold_open_is_the_codes(
     traced = walk(lambda: build_block("warren", {DAN}, "topic", now=NOW, touch=False))
     assert fill.FILLS.wait(30)
     shown = [f"{s.caller or '-'} → {s}" for s in traced.stops]
-    assert shown == documented(), "redo the walk in docs/architecture.md:\n" + "\n".join(shown)
+    redo = "redo the walk in docs/architecture.md:\n" + "\n".join(shown)
+    assert shown == documented(HEADER), redo
 
 
 def test_the_loader_goes_to_the_cache_once_to_plan_and_once_to_keep(
