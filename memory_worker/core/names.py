@@ -280,6 +280,8 @@ def _capitalised(text: str) -> set[str]:
 def humans_named(text: str, people: Mapping[int, str]) -> set[int]:
     """Which of `people` (id → display name) `text` names, by id or by any part of the name."""
     found = human_refs(text)
+    if not people:
+        return found
     grams = text_grams(text)
     capitalised: set[str] | None = None
     for uid, name in people.items():

@@ -51,9 +51,10 @@ def route_facts(
     stamped = window.stamped_spell(conn, spell)
     candidates = [Candidate.from_json(c) for c in spell.candidates]
     read_through = spells.cursor(conn, spell.persona, spell.room_id)
-    texts = [c.text for c in candidates]
     shown = {r.id: r for r in rows}
-    return _facts(conn, stamped, candidates, texts, shown, read_through, today)
+    # No names: the commit reads whom each text names itself, under the lock (a handed list is
+    # never trusted to be whole), so reading them here too was half the route step's CPU.
+    return _facts(conn, stamped, candidates, [], shown, read_through, today)
 
 
 def check(conn: Connection, spell: Spell, read_through: int, today: str) -> Checked | None:
