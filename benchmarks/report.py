@@ -50,6 +50,7 @@ RECALL_JSON = PERF / "recall_path.json"  # recall_path --json
 GROWTH_JSON = PERF / "page_path.json"  # page_path --json: the page and a commit as the store grows
 EXPORT_JSON = PERF / "export_path.json"  # export_path --json: one human's export
 LINES_JSON = PERF / "line_insert.json"  # line_insert --json: a line's insert, stamped and not
+SECTIONS_JSON = PERF / "sections.json"  # each section's time in its last run, and when
 READ_RUNS = 2  # the read benchmark runs twice: every target must hold in both
 PLOTTED = {  # read_path's keys → what the plot calls them
     "floor": "floor: bare SELECT of the visible rows",
@@ -307,7 +308,8 @@ def faults_table(f: dict) -> list[str]:
         "45 s, so it refuses every write that grows it; its last toast is counted from when "
         "memory is back. `none`: no fault, the calm run the others' model calls are read "
         "against: *calls* is the requests the stub answered, and × the calm run's in the "
-        "same run (a fault's run stays within a tenth of it). *Tracebacks*, *errors*: lines "
+        "same run (the store's and the broker's faults within a tenth of it; chaos and "
+        "garbled ask again what failed). *Tracebacks*, *errors*: lines "
         "in the workers' logs; *exits*: workers that exited by themselves; *total*: the run "
         "from the first burst to the last read; *load*: the load average at the fault's start "
         "and end." + when,
@@ -600,13 +602,26 @@ def page(
             command,
             "```",
             "",
-            "The read section alone (two runs, the profile and recall; about half an hour on "
-            "this machine): `python -m benchmarks.report --only read`; each other section alone "
-            "likewise, `--only write`, `faults`, `growth`, `export` or `lines`, the page "
-            "written from the others' JSON as they are.",
+            "One section alone: `python -m benchmarks.report --only read` (two runs, the "
+            "profile and recall), and likewise `--only write`, `faults`, `growth`, `export` or "
+            "`lines`; the page is written from the others' JSON as they are.",
             "",
+            *sections_table(extra.get("sections") or {}),
         ]
     )
+
+
+def sections_table(took: dict) -> list[str]:
+    """How long each section took in its last run, on this machine."""
+    if not took:
+        return []
+    out = [
+        "| section | its last run | minutes | load average at its start |",
+        "|---|---|---:|---:|",
+    ]
+    for name, t in took.items():
+        out.append(f"| {name} | {t['when']} | {t['seconds'] / 60:.1f} | {t['load']:.1f} |")
+    return [*out, ""]
 
 
 @contextmanager
@@ -748,14 +763,18 @@ def main() -> None:
     }
     PERF.mkdir(parents=True, exist_ok=True)
     quick = ["--quick"] if a.quick else []
-    took: dict[str, float] = {}
 
     @contextmanager
     def section(name: str) -> Iterator[None]:
-        started = time.monotonic()
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        load, started = os.getloadavg()[0], time.monotonic()
         yield
-        took[name] = time.monotonic() - started
-        print(f"section {name}: {took[name] / 60:.1f} min", file=sys.stderr)
+        seconds = time.monotonic() - started
+        print(f"section {name}: {seconds / 60:.1f} min", file=sys.stderr)
+        got = json.loads(SECTIONS_JSON.read_text()) if SECTIONS_JSON.exists() else {}
+        got[name] = {"when": when, "seconds": round(seconds, 1), "load": round(load, 2)}
+        order = ("read", "write", "faults", "growth", "export", "lines")
+        SECTIONS_JSON.write_text(json.dumps({k: got[k] for k in order if k in got}, indent=1))
 
     if a.only in (None, "read"):
         with section("read"):
@@ -810,6 +829,7 @@ def main() -> None:
             ("growth", GROWTH_JSON),
             ("export", EXPORT_JSON),
             ("lines", LINES_JSON),
+            ("sections", SECTIONS_JSON),
         )
         if path.exists()
     }
