@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/line_insert.py                 # SQLite, temporary files
     .venv/bin/python benchmarks/line_insert.py --url postgresql+psycopg://postgres@127.0.0.1:5432/postgres
-        [--lines 400] [--json F]
+        [--lines 400] [--json F]                               # … and PostgreSQL after it
 
 For each room size (2, 10 and 50 members: a tenth of them personas, at least one), two fresh
 stores side by side, the same room of that many members in each, and the stamp trigger dropped
@@ -11,8 +11,8 @@ its own transaction as the app stores a line (`app_side.say`), into both stores 
 drawn each line, so the two are timed interleaved under the same load; every third line is a
 persona's, so the echo rule's look-back runs too. Prints the median and the 95th percentile of
 one insert, in milliseconds, with the trigger and without, and the ratio of the medians. With
---url (a server), each store is a database of its own made there and dropped after (never the
-one named). Figures only.
+--url (a server), the same again on PostgreSQL after SQLite: each store a database of its own
+made there and dropped after (never the one named). Figures only.
 """
 
 from __future__ import annotations
@@ -101,24 +101,26 @@ def paired_run(server: str | None, members: int, lines: int, rng: random.Random)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=None, help="a PostgreSQL server (default: SQLite)")
+    parser.add_argument("--url", default=None, help="a PostgreSQL server (SQLite, then it)")
     parser.add_argument("--lines", type=int, default=400)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     a = parser.parse_args(argv)
     rng = random.Random(5)
-    database = "sqlite" if a.url is None else "postgresql"
-    print(f"{'members':>8} {'on: median / p95 ms':>20} {'off: median / p95 ms':>21} {'×off':>6}")
+    print(f"{'database':<11}{'members':>8} {'on: median / p95 ms':>20} {'off: median / p95 ms':>21}"
+          f" {'×off':>6}")  # fmt: skip
     results = []
-    for members in SIZES:
-        load = os.getloadavg()[0]
-        r = {"database": database, **paired_run(a.url, members, a.lines, rng)}
-        r["load"] = [load, os.getloadavg()[0]]  # at the start and the end of this size's run
-        results.append(r)
-        on, off = r["on"], r["off"]
-        print(
-            f"{members:>8} {on['med']:>11.3f} / {on['p95']:>6.3f} "
-            f"{off['med']:>12.3f} / {off['p95']:>6.3f} {r['x']:>6.2f}"
-        )
+    for server in [None, *([a.url] if a.url else [])]:
+        database = "sqlite" if server is None else "postgresql"
+        for members in SIZES:
+            load = os.getloadavg()[0]
+            r = {"database": database, **paired_run(server, members, a.lines, rng)}
+            r["load"] = [load, os.getloadavg()[0]]  # at the start and the end of this size's run
+            results.append(r)
+            on, off = r["on"], r["off"]
+            print(
+                f"{database:<11}{members:>8} {on['med']:>11.3f} / {on['p95']:>6.3f} "
+                f"{off['med']:>12.3f} / {off['p95']:>6.3f} {r['x']:>6.2f}"
+            )
     if a.json:
         a.json.write_text(json.dumps({"lines": a.lines, "results": results}, indent=1))
     return 0
