@@ -240,6 +240,12 @@ def write_table(w: dict) -> list[str]:
         f"{w.get('worker_cpu_ms_first_spells', 0):.1f} |",
         f"| CPU ms per spell in our steps, in-process | {sum(steps.values()):.1f} |",
     ]
+    if "load" in w:  # benchmarks.report notes it around the run
+        out.append(
+            "| load average at the start / the end of the run | "
+            + " / ".join(f"{x:.1f}" for x in w["load"])
+            + " |"
+        )
     out.append("")
     out.append("| " + " | ".join(steps) + " |")
     out.append("|" + "---:|" * len(steps))
@@ -616,6 +622,9 @@ def sections_table(took: dict) -> list[str]:
     if not took:
         return []
     out = [
+        "Each section's time in its last run timed here (a section not listed has not run "
+        "since the report began keeping its time):",
+        "",
         "| section | its last run | minutes | load average at its start |",
         "|---|---|---:|---:|",
     ]
@@ -793,7 +802,11 @@ def main() -> None:
     if a.only in (None, "write"):
         with section("write"):
             spells = ["--spells", "120", "--rounds", "2"] if a.quick else []
+            before = os.getloadavg()[0]
             run([sys.executable, "benchmarks/write_path.py", *spells, "--json", str(WRITE_JSON)])
+            got = json.loads(WRITE_JSON.read_text())
+            got["load"] = [round(before, 2), round(os.getloadavg()[0], 2)]
+            WRITE_JSON.write_text(json.dumps(got, indent=1))
     if a.only in (None, "faults"):
         with section("faults"):
             rooms = ["--rooms", "6" if a.quick else "12"]
