@@ -110,7 +110,8 @@ bench: $(STAMP) ## the write, read, recall, backlog and page benchmarks, printed
 recall: $(STAMP) ## regenerate docs/recall.md from LoCoMo (~10 min)
 	$(BIN)/python benchmarks/locomo_recall.py --conversations 1-10 --embedders e5,hashing --router-floor --recall-under-load --docs docs/recall.md
 
-# Regenerate docs/performance.md and its plot from one run of both benchmarks.
+# Regenerate docs/performance.md and its plot from one run of every benchmark it reports
+# (benchmarks/report.py; `--only <section>` re-runs one section).
 perf: $(STAMP) ## regenerate docs/performance.md and its plot from one run
 	$(UV_PIP) --require-hashes -r requirements/bench.txt
 	$(BIN)/python -m benchmarks.report

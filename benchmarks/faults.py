@@ -920,6 +920,7 @@ def main() -> None:
     print(head)
     figures = []
     for fault in a.faults:
+        before = os.getloadavg()[0]
         f = run(
             fault,
             rooms=a.rooms,
@@ -928,7 +929,9 @@ def main() -> None:
             overrides=overrides,
             logs=a.logs,
         )
-        figures.append({**asdict(f), "clean": f.clean})
+        # The load average at the fault's start and end (the machine's, not only this run's).
+        runs_load = [round(before, 1), round(os.getloadavg()[0], 1)]
+        figures.append({**asdict(f), "clean": f.clean, "load": runs_load})
         print(
             f"{f.fault:<8}{f.spells_committed:>7}{f.rows:>6}{f.lost:>6}{f.duplicate_rows:>9}"
             f"{f.duplicate_toasts:>11}{f.missing_toasts:>8}{f.undelivered_toasts:>8}"

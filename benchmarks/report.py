@@ -1,19 +1,27 @@
-"""Regenerate docs/performance.md (and its plot) from runs of the read and write benchmarks.
+"""Regenerate docs/performance.md (and its plot) from runs of the benchmarks.
 
     make perf                       # = .venv/bin/python -m benchmarks.report
     .venv/bin/python -m benchmarks.report --quick          # fewer repetitions, same sizes
     .venv/bin/python -m benchmarks.report --only read      # the read section alone
+    .venv/bin/python -m benchmarks.report --only write     # the write section alone
+    .venv/bin/python -m benchmarks.report --only faults    # the faults section alone
     .venv/bin/python -m benchmarks.report --only growth    # the page and commits by store size
     .venv/bin/python -m benchmarks.report --only growth --million   # … and at 1M rows (minutes)
+    .venv/bin/python -m benchmarks.report --only export    # a human's export
+    .venv/bin/python -m benchmarks.report --only lines     # a line's insert, stamped and not
+    .venv/bin/python -m benchmarks.report --only page      # no run: the page from the JSON
 
 Runs `benchmarks/read_path.py` twice (1k / 10k / 100k visible rows: every target must hold in
 both), its warm-open profile, `benchmarks/recall_path.py`, `benchmarks/write_path.py`,
-`benchmarks/faults.py` and `benchmarks/page_path.py` (SQLite, and PostgreSQL when `--postgres`
-answers: a database of its own there), each in a subprocess, reads their JSON, writes the
-tables, and draws open latency against rows held (docs/perf/open_latency.png; matplotlib is
-a bench extra). Every figure in the page comes from these runs on this machine, but the
-warm-open profile of the code before its cuts (docs/perf/read_profile_before.json, measured
-once); ratios are the point.
+`benchmarks/faults.py`, `benchmarks/page_path.py`, `benchmarks/export_path.py` and
+`benchmarks/line_insert.py` (the last three on SQLite and on PostgreSQL), each in a
+subprocess, reads their JSON, writes the tables, and draws open latency against rows held
+(docs/perf/open_latency.png; matplotlib is a bench extra). PostgreSQL is a private server the
+run starts and removes (`testing.private_postgres`, fsync off), or the server `--postgres`
+names (a database of its own made there for each store); without either, SQLite only. Each
+section's time is printed as it ends. Every figure in the page comes from these runs on this
+machine, but the warm-open profile of the code before its cuts
+(docs/perf/read_profile_before.json, measured once); ratios are the point.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,8 +48,9 @@ PROFILE_JSON = PERF / "read_profile.json"  # read_path --profile 1000
 PROFILE_BEFORE_JSON = PERF / "read_profile_before.json"  # the same, once, on the code before
 RECALL_JSON = PERF / "recall_path.json"  # recall_path --json
 GROWTH_JSON = PERF / "page_path.json"  # page_path --json: the page and a commit as the store grows
-# The PostgreSQL server page_path makes a database of its own on (and drops after), if it answers.
-POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+EXPORT_JSON = PERF / "export_path.json"  # export_path --json: one human's export
+LINES_JSON = PERF / "line_insert.json"  # line_insert --json: a line's insert, stamped and not
+SECTIONS_JSON = PERF / "sections.json"  # each section's time in its last run, and when
 READ_RUNS = 2  # the read benchmark runs twice: every target must hold in both
 PLOTTED = {  # read_path's keys → what the plot calls them
     "floor": "floor: bare SELECT of the visible rows",
@@ -228,6 +240,12 @@ def write_table(w: dict) -> list[str]:
         f"{w.get('worker_cpu_ms_first_spells', 0):.1f} |",
         f"| CPU ms per spell in our steps, in-process | {sum(steps.values()):.1f} |",
     ]
+    if "load" in w:  # benchmarks.report notes it around the run
+        out.append(
+            "| load average at the start / the end of the run | "
+            + " / ".join(f"{x:.1f}" for x in w["load"])
+            + " |"
+        )
     out.append("")
     out.append("| " + " | ".join(steps) + " |")
     out.append("|" + "---:|" * len(steps))
@@ -265,9 +283,12 @@ def faults_table(f: dict) -> list[str]:
     when = (
         f" Measured {f['when']}, load average {f['load']:.1f} at its start." if "when" in f else ""
     )
+    calm = next((r.get("model_calls", 0) for r in f["results"] if r["fault"] == "none"), 0)
     out = [
-        f"{f['rooms']} rooms × 3 spells each; two workers (2 threads) and a beat running the "
-        f"frequent sweep; {sweep}; SQLite; the stub model; no supervisor (`restart`: the "
+        f"{f['rooms']} rooms × 3 spells each; two workers (2 threads, every queue) and a beat "
+        "running the frequent sweep — for the store's outages, `brokerfull` and `none`, the "
+        "Procfile's three workers at its concurrency, as a deployer runs them; "
+        f"{sweep}; SQLite; the stub model; no supervisor (`restart`: the "
         "embedded Redis SIGKILLed, the workers start it again). *Recovery*: from the last "
         "fault to the last burst read (chaos, twice, garbled, quota: the whole run). *Last "
         "toast*: from the last fault (or the start) to the last toast delivered — the promise "
@@ -278,34 +299,153 @@ def faults_table(f: dict) -> list[str]:
         "sliding window of the quota, against the quota (`quota`: 120 a minute, 2 a second, "
         "every room at once; `coldstart`: 300 a minute, 5 a second, at the default margin, "
         "three workers of 8 threads started at once onto every room's queued first spell); "
-        "*used*: calls over what the quota allowed from the first call to the last. "
+        "*in log*: the most calls the quota's own log in Redis let go in its window and "
+        "margin (the figure the tests assert: it holds at any speed, where the stub's moves "
+        "with the machine); *used*: calls over what the quota allowed from the first call to "
+        "the last. "
         "`pgdown5`, `pgdown30`: the store on a private PostgreSQL stopped abruptly for 5 s "
         "(30 s) mid-run; `sqlitelock`: the SQLite file locked by another process for 30 s; "
-        "their last toast is counted from the end of the outage, and *held*: from then to the "
+        "`diskfull`: the SQLite store full for 45 s (the workers' connections held to the "
+        "file's size, so every write that needs a new page fails with `database or disk is "
+        "full`), then the cap lifted; their last toast is counted from the end of the "
+        "outage, and *held*: from then to the "
         "last toast of the lines said before it (what the outage held up, apart from what was "
-        "said after). *Tracebacks*, *errors*: lines in the workers' logs." + when,
+        "said after). `brokerfull`: Redis's maxmemory set below what it uses (noeviction) for "
+        "45 s, so it refuses every write that grows it; its last toast is counted from when "
+        "memory is back. `none`: no fault, the calm run the others' model calls are read "
+        "against: *calls* is the requests the stub answered, and × the calm run's in the "
+        "same run (the store's and the broker's faults within a tenth of it; chaos and "
+        "garbled ask again what failed). *Tracebacks*, *errors*: lines "
+        "in the workers' logs; *exits*: workers that exited by themselves; *total*: the run "
+        "from the first burst to the last read; *load*: the load average at the fault's start "
+        "and end." + when,
         "",
         "| fault | spells | rows | lost | dup rows | dup toasts | missing toasts | undelivered "
-        "| reopened | parked | parked for quota | at stub | used | faults | recovery s "
-        "| last toast s | toast p99 s | held s | tracebacks | errors |",
-        "|---|" + "---:|" * 19,
+        "| reopened | parked | parked for quota | at stub | in log | used | faults | recovery s "
+        "| last toast s | toast p99 s | held s | tracebacks | errors | calls (× none) | exits "
+        "| total s | load |",
+        "|---|" + "---:|" * 24,
     ]
+
+    def calls(r: dict) -> str:
+        if "model_calls" not in r:
+            return "–"
+        return f"{r['model_calls']}" + (f" ({r['model_calls'] / calm:.2f}×)" if calm else "")
+
     for r in f["results"]:
+        load = r.get("load")
         out.append(
             f"| {r['fault']} | {r['spells_committed']} | {r['rows']} | {r['lost']} | "
             f"{r['duplicate_rows']} | {r['duplicate_toasts']} | {r['missing_toasts']} | "
             f"{r['undelivered_toasts']} | {r['reopened']} | {r.get('parked', 0)} | "
             f"{r.get('parked_for_quota', 0)} | "
             f"{r.get('stub_most_in_window', 0)}/{r.get('quota_per_window', 0)} | "
-            f"{r.get('quota_used', 0.0):.2f} | {r['faults_injected']} | {r['recovery_s']:.1f} | "
+            + (
+                f"{r['gate_most_in_window']}/{r.get('quota_per_window', 0)} | "
+                if "gate_most_in_window" in r
+                else "– | "
+            )
+            + f"{r.get('quota_used', 0.0):.2f} | {r['faults_injected']} | {r['recovery_s']:.1f} | "
             f"{r.get('last_toast_s', 0.0):.1f} | {r.get('toast_p99_s', 0.0):.2f} | "
             f"{r.get('held_toast_s', '–')} | {r.get('tracebacks', '–')} | "
-            f"{r.get('errors_logged', '–')} |"
+            f"{r.get('errors_logged', '–')} | {calls(r)} | {r.get('worker_exits', '–')} | "
+            f"{r['elapsed_s']:.1f} | "
+            + (" / ".join(f"{x:.1f}" for x in load) if load else "–")
+            + " |"
         )
     notes = [(r["fault"], n) for r in f["results"] for n in r.get("notes", [])]
     if notes:
         out += ["", *(f"- {fault}: {note}" for fault, note in notes)]
     return out
+
+
+EXPORT_TARGET_MS = 2000.0  # export_path's target: the whole export of the heaviest human
+EXPORT_CASES = {
+    "json": "the export as JSON (`export.document`)",
+    "md": "as Markdown",
+    "api_json": "JSON through `GET /api/export`",
+}
+
+
+def export_table(e: dict) -> list[str]:
+    """`export_path`'s figures: each database's floor, and each way out against it."""
+    res = e["results"]
+    out = [
+        "| case | " + " | ".join(r["database"] for r in res) + " |",
+        "|---|" + "---:|" * len(res),
+        "| rows in the store / Dan's, exported / JSON MB | "
+        + " | ".join(
+            f"{r['rows']:,} / {r['dan_rows']:,} / {r['json_bytes'] / 1e6:.1f}" for r in res
+        )
+        + " |",
+        "| floor: every row that concerns Dan, whole: median / p95 ms | "
+        + " | ".join(f"{r['floor']['med']:.1f} / {r['floor']['p95']:.1f}" for r in res)
+        + " |",
+    ]
+    missed = 0
+    for key, label in EXPORT_CASES.items():
+        cells = []
+        for r in res:
+            c = r[key]
+            missed += c["p95"] > EXPORT_TARGET_MS
+            cells.append(f"**{c['x']:.2f}×** ({c['med']:.0f} / {c['p95']:.0f} ms)")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out.append(
+        "| load average at the start / the end of the timed rounds | "
+        + " | ".join(" / ".join(f"{x:.1f}" for x in r["load"]) for r in res)
+        + " |"
+    )
+    verdict = (
+        f"Every case's p95 within the target (≤ {EXPORT_TARGET_MS / 1000:g} s) on every database."
+        if not missed
+        else f"**{missed} p95 over the target (≤ {EXPORT_TARGET_MS / 1000:g} s).**"
+    )
+    return [*out, "", verdict + _server(e)]
+
+
+def _server(got: dict) -> str:
+    """Which PostgreSQL server a run's JSON says it measured, as a sentence (or nothing)."""
+    return f" PostgreSQL: {got['postgres']}." if got.get("postgres") else ""
+
+
+EXPORT_PROSE = (
+    "A store of 10,000 rows for a hundred humans and Dan, of whom 3,200 are Dan's (the "
+    "heaviest human): rows about him, Warren's promises to him and world rows whose audience "
+    "holds him, a third of them closed, each citing a line or two of its room (another "
+    "human's words withheld from him), and 200 toasts of his. Timed: his whole export, every "
+    "piece consumed, as JSON and as Markdown, and the JSON through the page's route on the "
+    "app in the process. The floor is every row that concerns Dan, whole, in one read (the "
+    "page's floor before it paged); each round times the floor and the three cases in an "
+    "order shuffled each round, and each case is given as its median over the floor's "
+    "median, with its median and p95 in ms. The target: ≤ 2 s."
+)
+
+
+def lines_table(li: dict) -> list[str]:
+    """`line_insert`'s figures: a line's insert with the stamp trigger against without."""
+    out = [
+        "| database | members | with the trigger: median / p95 ms | floor, no trigger: "
+        "median / p95 ms | × the floor | load average at the start / the end |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in li["results"]:
+        out.append(
+            f"| {r['database']} | {r['members']} | {r['on']['med']:.3f} / {r['on']['p95']:.3f} "
+            f"| {r['off']['med']:.3f} / {r['off']['p95']:.3f} | **{r['x']:.2f}×** | "
+            + " / ".join(f"{x:.1f}" for x in r["load"])
+            + " |"
+        )
+    return [*out, *(["", _server(li).strip()] if _server(li) else [])]
+
+
+LINES_PROSE = (
+    "A line's label (who may read it) is stamped by a trigger as the line is stored. For each "
+    "room size (2, 10, 50 members, a tenth of them personas), two fresh stores side by side "
+    "with the same room, the trigger dropped in one (the floor: the same insert, unstamped); "
+    "{lines} lines, each in its own transaction as the app stores a line (`app_side.say`), "
+    "go into both in an order drawn each line, so the two are timed interleaved under the "
+    "same load. Every third line is a persona's, so the echo rule's look-back runs too."
+)
 
 
 READ_PROSE = (
@@ -425,6 +565,30 @@ def page(
                 if extra.get("growth")
                 else []
             ),
+            *(
+                [
+                    "## A human's export (`benchmarks/export_path.py`)",
+                    "",
+                    EXPORT_PROSE,
+                    "",
+                    *export_table(extra["export"]),
+                    "",
+                ]
+                if extra.get("export")
+                else []
+            ),
+            *(
+                [
+                    "## Storing a line: the stamp trigger (`benchmarks/line_insert.py`)",
+                    "",
+                    LINES_PROSE.format(lines=extra["lines"]["lines"]),
+                    "",
+                    *lines_table(extra["lines"]),
+                    "",
+                ]
+                if extra.get("lines")
+                else []
+            ),
             "## Writing (`benchmarks/write_path.py`)",
             "",
             "A real Celery worker (threads pool, concurrency 8) on the embedded Redis, the real "
@@ -444,15 +608,61 @@ def page(
             command,
             "```",
             "",
-            "The read section alone (two runs, the profile and recall; about half an hour on "
-            "this machine): `python -m benchmarks.report --only read`.",
+            "One section alone: `python -m benchmarks.report --only read` (two runs, the "
+            "profile and recall), and likewise `--only write`, `faults`, `growth`, `export` or "
+            "`lines`; the page is written from the others' JSON as they are.",
             "",
+            *sections_table(extra.get("sections") or {}),
         ]
     )
 
 
+def sections_table(took: dict) -> list[str]:
+    """How long each section took in its last run, on this machine."""
+    if not took:
+        return []
+    out = [
+        "Each section's time in its last run timed here (a section not listed has not run "
+        "since the report began keeping its time):",
+        "",
+        "| section | its last run | minutes | load average at its start |",
+        "|---|---|---:|---:|",
+    ]
+    for name, t in took.items():
+        out.append(f"| {name} | {t['when']} | {t['seconds'] / 60:.1f} | {t['load']:.1f} |")
+    return [*out, ""]
+
+
+@contextmanager
+def postgres(url: str | None) -> Iterator[tuple[str, str] | None]:
+    """The PostgreSQL server the runs make their databases on, and what the page calls it:
+    `url` if it answers, else (no `url`) a private server of the run's own, removed after;
+    None when there is neither (SQLite only)."""
+    from memory_worker.testing import private_postgres
+
+    if url is not None:
+        yield (url, "the server `--postgres` named") if _answers(url) else None
+        return
+    if not private_postgres.available():
+        yield None
+        return
+    pg = private_postgres.PrivatePostgres()
+    try:
+        pg.start()
+        yield pg.url, "a private server the run started (`testing.private_postgres`, fsync off)"
+    finally:
+        pg.remove()
+
+
+def _noted(path: Path, server: tuple[str, str] | None) -> None:
+    """Note in a run's JSON which PostgreSQL server it measured, if any."""
+    if server is not None and path.exists():
+        got = json.loads(path.read_text())
+        path.write_text(json.dumps({**got, "postgres": server[1]}, indent=1))
+
+
 def _answers(url: str) -> bool:
-    """Whether a PostgreSQL server answers at `url` (page_path then measures it too)."""
+    """Whether a PostgreSQL server answers at `url` (the runs then measure it too)."""
     from sqlalchemy import create_engine
 
     eng = create_engine(url)
@@ -502,7 +712,7 @@ def growth_table(g: dict) -> list[str]:
             + " | ".join(cells)
             + " |"
         )
-    return [*out, "", f"Load average at the end: {g['load']:.1f}."]
+    return [*out, "", f"Load average at the end: {g['load']:.1f}.{_server(g)}"]
 
 
 GROWTH_PROSE = (
@@ -536,10 +746,13 @@ def main() -> None:
     p.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
     p.add_argument(
         "--only",
-        choices=("read", "write", "faults", "growth", "page"),
+        choices=("read", "write", "faults", "growth", "export", "lines", "page"),
         help="re-run one, reuse the others' JSON (page: re-run none, only write the page)",
     )
-    p.add_argument("--postgres", default=POSTGRES, help="a server for page_path (if it answers)")
+    p.add_argument(
+        "--postgres",
+        help="a server for page_path, export_path and line_insert (default: a private one)",
+    )
     p.add_argument(
         "--million", action="store_true", help="the growth runs at 1M rows too (minutes more)"
     )
@@ -559,29 +772,64 @@ def main() -> None:
     }
     PERF.mkdir(parents=True, exist_ok=True)
     quick = ["--quick"] if a.quick else []
+
+    @contextmanager
+    def section(name: str) -> Iterator[None]:
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        load, started = os.getloadavg()[0], time.monotonic()
+        yield
+        seconds = time.monotonic() - started
+        print(f"section {name}: {seconds / 60:.1f} min", file=sys.stderr)
+        got = json.loads(SECTIONS_JSON.read_text()) if SECTIONS_JSON.exists() else {}
+        got[name] = {"when": when, "seconds": round(seconds, 1), "load": round(load, 2)}
+        order = ("read", "write", "faults", "growth", "export", "lines")
+        SECTIONS_JSON.write_text(json.dumps({k: got[k] for k in order if k in got}, indent=1))
+
     if a.only in (None, "read"):
-        sizes = ["--sizes", *map(str, a.sizes)]
-        for path in _read_files():
-            run([sys.executable, "-m", "benchmarks.read_path", *sizes, *quick, "--json", str(path)])
-        run(
-            [sys.executable, "-m", "benchmarks.read_path", "--profile", "1000", *quick]
-            + ["--json", str(PROFILE_JSON)]
-        )
-        run(
-            [sys.executable, "-m", "benchmarks.recall_path", "--sizes", "1000", "10000", *quick]
-            + ["--json", str(RECALL_JSON)]
-        )
+        with section("read"):
+            sizes = ["--sizes", *map(str, a.sizes)]
+            for path in _read_files():
+                run([sys.executable, "-m", "benchmarks.read_path", *sizes, *quick]
+                    + ["--json", str(path)])  # fmt: skip
+            run(
+                [sys.executable, "-m", "benchmarks.read_path", "--profile", "1000", *quick]
+                + ["--json", str(PROFILE_JSON)]
+            )
+            run(
+                [sys.executable, "-m", "benchmarks.recall_path", "--sizes", "1000", "10000"]
+                + [*quick, "--json", str(RECALL_JSON)]
+            )
     if a.only in (None, "write"):
-        spells = ["--spells", "120", "--rounds", "2"] if a.quick else []
-        run([sys.executable, "benchmarks/write_path.py", *spells, "--json", str(WRITE_JSON)])
+        with section("write"):
+            spells = ["--spells", "120", "--rounds", "2"] if a.quick else []
+            before = os.getloadavg()[0]
+            run([sys.executable, "benchmarks/write_path.py", *spells, "--json", str(WRITE_JSON)])
+            got = json.loads(WRITE_JSON.read_text())
+            got["load"] = [round(before, 2), round(os.getloadavg()[0], 2)]
+            WRITE_JSON.write_text(json.dumps(got, indent=1))
     if a.only in (None, "faults"):
-        rooms = ["--rooms", "6" if a.quick else "12"]
-        run([sys.executable, "benchmarks/faults.py", *rooms, "--json", str(FAULTS_JSON)])
-    if a.only in (None, "growth"):
-        sizes = ["1000", "100000", *(["1000000"] if a.million else [])]
-        growth = ["--sizes", *sizes, "--reps", "8" if a.quick else "20"]
-        growth += ["--url", a.postgres] if _answers(a.postgres) else []
-        run([sys.executable, "benchmarks/page_path.py", *growth, "--json", str(GROWTH_JSON)])
+        with section("faults"):
+            rooms = ["--rooms", "6" if a.quick else "12"]
+            run([sys.executable, "benchmarks/faults.py", *rooms, "--json", str(FAULTS_JSON)])
+    sizes = ["1000", "100000", *(["1000000"] if a.million else [])]
+    on_both = {  # the sections measured on SQLite and PostgreSQL: script, arguments, JSON
+        "growth": (
+            "page_path.py",
+            ["--sizes", *sizes, "--reps", "8" if a.quick else "20"],
+            GROWTH_JSON,
+        ),
+        "export": ("export_path.py", ["--reps", "5" if a.quick else "15"], EXPORT_JSON),
+        "lines": ("line_insert.py", ["--lines", "200" if a.quick else "600"], LINES_JSON),
+    }
+    if a.only in (None, *on_both):
+        with postgres(a.postgres) as server:
+            url = ["--url", server[0]] if server else []
+            for name, (script, args, path) in on_both.items():
+                if a.only in (None, name):
+                    with section(name):
+                        run([sys.executable, f"benchmarks/{script}", *args, *url]
+                            + ["--json", str(path)])  # fmt: skip
+                        _noted(path, server)
     runs = read_runs()
     write = json.loads(WRITE_JSON.read_text())
     faults = json.loads(FAULTS_JSON.read_text()) if FAULTS_JSON.exists() else None
@@ -592,6 +840,9 @@ def main() -> None:
             ("profile_before", PROFILE_BEFORE_JSON),
             ("recall", RECALL_JSON),
             ("growth", GROWTH_JSON),
+            ("export", EXPORT_JSON),
+            ("lines", LINES_JSON),
+            ("sections", SECTIONS_JSON),
         )
         if path.exists()
     }

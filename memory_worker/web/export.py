@@ -5,11 +5,11 @@ they are in the audience of — open and closed, with its arc — with the evide
 witnessed (another human's words withheld, exactly as on the page), and every toast of theirs.
 As JSON (`SCHEMA`, documented in docs/api.md) or as Markdown a person can read.
 
-It streams: the rows are read `page_model.EXPORT_PAGE_ROWS` at a time (`page_model.export_lines`,
-by id, so a row closed or reopened meanwhile is still exported once) and written as they come,
-so a human with 100,000 rows is never held in memory. `GET /api/export`, the page's button and
-`memory-worker export` all write `document`. The log gets the user id, the format and the
-counts, never a line of the content.
+It streams: the rows are read `export_model.EXPORT_PAGE_ROWS` at a time
+(`export_model.export_lines`, by id, so a row closed or reopened meanwhile is still exported
+once) and written as they come, so a human with 100,000 rows is never held in memory.
+`GET /api/export`, the page's button and `memory-worker export` all write `document`. The log
+gets the user id, the format and the counts, never a line of the content.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from memory_worker.web import page_model
-from memory_worker.web.page_model import ExportLine
+from memory_worker.web import export_model
+from memory_worker.web.export_model import ExportLine
 
 log = logging.getLogger(__name__)
 Item = TypeVar("Item")
@@ -87,7 +87,7 @@ def document(user_id: int, fmt: str, head: dict[str, Any], now: str) -> Iterator
 def _steps(
     read: Callable[[int, int | None], tuple[list[Item], int | None]], user_id: int
 ) -> Iterator[list[Item]]:
-    """Every step of `read` (`page_model.export_lines`, `export_notices`), each read on its own."""
+    """Every step of `read` (`export_model.export_lines`, `export_notices`), each on its own."""
     before: int | None = None
     while True:
         step, before = read(user_id, before)
@@ -128,11 +128,11 @@ def _json(user_id: int, head: dict[str, Any], now: str, counts: dict[str, int]) 
     }
     names = head["persona_names"]
     yield json.dumps(top, ensure_ascii=False)[:-1] + ', "lines": ['
-    for step in _steps(page_model.export_lines, user_id):
+    for step in _steps(export_model.export_lines, user_id):
         yield _json_items([line_json(x, names) for x in step], first=not counts["lines"])
         counts["lines"] += len(step)
     yield '\n], "notices": ['
-    for notes in _steps(page_model.export_notices, user_id):
+    for notes in _steps(export_model.export_notices, user_id):
         yield _json_items([_fields(n) for n in notes], first=not counts["notices"])
         counts["notices"] += len(notes)
     yield f'\n], "counts": {json.dumps(counts)}}}\n'
@@ -178,11 +178,11 @@ def _markdown(
         )
     out.append("\n## What they remember\n\nNewest first; a line no longer true has its arc.\n")
     yield "\n".join(out) + "\n"
-    for step in _steps(page_model.export_lines, user_id):
+    for step in _steps(export_model.export_lines, user_id):
         yield "".join(_markdown_line(x, names, user_id) for x in step)
         counts["lines"] += len(step)
     yield "\n## Toasts\n\n"
-    for notes in _steps(page_model.export_notices, user_id):
+    for notes in _steps(export_model.export_notices, user_id):
         yield "".join(
             f"- {n.created[:16].replace('T', ' ')} · {_one_line(n.text)}"
             f"{' · undone' if n.undone else ''}\n"

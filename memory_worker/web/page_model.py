@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 
 from memory_worker.controls.checks import ID_MAX, check_id, concerns_user, in_range, require_user
 from memory_worker.controls.follow import group_scope, may_follow
-from memory_worker.core import block, toasts
+from memory_worker.core import block
 from memory_worker.core.block import span
 from memory_worker.core.constants import BLOCK_CHARS_LIMIT
 from memory_worker.core.errors import (
@@ -97,7 +97,7 @@ def manage_page(
         names = users.all_persona_names(conn)
         muted = sorted(users.muted_by(conn, user_id))
         private = sorted(users.private_with(conn, user_id))
-        _, seen, joined = _witnessed(conn, user_id, rows)
+        _, seen, joined = witnessed(conn, user_id, rows)
     page = ManagePage(user_id, note, memory_on, muted, [], group_scope(), private, after)
     sections = group_by_persona(rows, user_id, names, seen, set(joined))
     if counts is not None:
@@ -181,7 +181,7 @@ def _counted(
     return out
 
 
-def _witnessed(
+def witnessed(
     conn: Connection, user_id: int, rows: list[Row]
 ) -> tuple[dict[int, Line], set[int], dict[str, int]]:
     """The lines these rows cite, those of them the user witnessed, and the rooms (of the rows
@@ -291,12 +291,12 @@ def evidence(user_id: int, page: ManagePage) -> dict[int, list[EvidenceLine]]:
         found = rooms.lines_by_id(conn, (i for ids in cited.values() for i in ids))
     me = human_ref(user_id)
     return {
-        row_id: [_evidence_line(found[i], me) for i in ids if i in found]
+        row_id: [evidence_line(found[i], me) for i in ids if i in found]
         for row_id, ids in cited.items()
     }
 
 
-def _evidence_line(x: Line, me: str) -> EvidenceLine:
+def evidence_line(x: Line, me: str) -> EvidenceLine:
     """A cited line as the user may see it: another human's words withheld."""
     return EvidenceLine(x.id, x.speaker, x.text if _may_quote(x.speaker, me) else None, x.created)
 
@@ -304,59 +304,6 @@ def _evidence_line(x: Line, me: str) -> EvidenceLine:
 def _may_quote(speaker: str, me: str) -> bool:
     """The user's own words and a persona's; never another human's."""
     return speaker == me or human_id(speaker) is None
-
-
-EXPORT_PAGE_ROWS = 500  # ours: rows read per step of an export, so a big store streams
-
-
-@dataclass(frozen=True)
-class ExportLine:
-    """One line of an export: the page's line (`page_line`: its origin and evidence only as
-    far as the user witnessed them), with its persona, its text with names, and its evidence
-    lines (`evidence`: another human's words withheld)."""
-
-    persona: str
-    line: PageLine
-    shown: str  # the text with names instead of `u:` ids, as the page shows it
-    evidence: list[EvidenceLine]
-
-
-def export_lines(
-    user_id: int, before: int | None = None, limit: int = EXPORT_PAGE_ROWS
-) -> tuple[list[ExportLine], int | None]:
-    """One step of an export: up to `limit` of the rows the page lists for the user — open and
-    closed alike, by id newest first, below `before` — and the `before` of the next step (None:
-    that was the last). By id, whatever is open: a row closed or reopened meanwhile is still
-    exported once."""
-    check_id(user_id, "user_id")
-    check_id(limit, "limit")
-    with store.engine().connect() as conn:
-        require_user(conn, user_id)
-        found = memories.page_of(conn, user_id, closed=None, before_id=before, limit=limit + 1)
-        step = found[:limit]
-        rows = [r for r in step if concerns_user(r, user_id)]
-        lines, seen, joined = _witnessed(conn, user_id, rows)
-        people = users.user_names(conn, sorted(toasts.mentioned(r.text for r in rows)))
-    me = human_ref(user_id)
-    out = []
-    for r in rows:
-        line = page_line(r, seen, set(joined))
-        cited = [_evidence_line(lines[i], me) for i in line.evidence if i in lines]
-        out.append(ExportLine(r.persona, line, toasts.named(r.text, people) + ".", cited))
-    return out, (step[-1].id if len(found) > limit else None)
-
-
-def export_notices(
-    user_id: int, before: int | None = None, limit: int = EXPORT_PAGE_ROWS
-) -> tuple[list[RailNotice], int | None]:
-    """One step of the user's toasts, every one of them (the rail shows the newest), newest
-    first below `before`, and the next step's `before` (None: the last)."""
-    check_id(user_id, "user_id")
-    check_id(limit, "limit")
-    with store.engine().connect() as conn:
-        found = notices.of_user_before(conn, user_id, before, limit + 1)
-    step = [RailNotice(n.id, n.persona, n.room_id, n.text, n.created, n.undone) for n in found]
-    return step[:limit], (step[limit - 1].id if len(step) > limit else None)
 
 
 @dataclass(frozen=True)

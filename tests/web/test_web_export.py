@@ -22,7 +22,7 @@ from memory_worker import app_side, cli
 from memory_worker.core import tables as t
 from memory_worker.core.names import search_key
 from memory_worker.storage import memories
-from memory_worker.web import export, page_model
+from memory_worker.web import export, export_model, page_model
 from memory_worker.web.app import create_app, page_data
 from tests.scenes import DAN
 from tests.test_controls import add_notice, add_row
@@ -164,7 +164,7 @@ def test_an_export_holds_exactly_the_rows_the_page_lists_and_the_evidence_they_w
         assert {line.id for sec in page.personas for line in sec.lines} == wanted
         before, stepped = None, []
         while True:
-            step, before = page_model.export_lines(u, before, limit=7)
+            step, before = export_model.export_lines(u, before, limit=7)
             stepped += [x.line.id for x in step]
             if before is None:
                 break
@@ -284,7 +284,7 @@ def test_a_big_export_streams_in_steps(db: Engine) -> None:
                 text=f"u:42 line {i}.", importance=5, evidence="[]",
                 created="2026-11-01T10:00:00+00:00", search_text=search_key(f"u:42 line {i}."),
             )
-            for i in range(2 * page_model.EXPORT_PAGE_ROWS + 3)
+            for i in range(2 * export_model.EXPORT_PAGE_ROWS + 3)
         ]  # fmt: skip
         conn.execute(insert(t.persona_memory), rows)
     pieces = list(export.document(DAN, "json", page_data(DAN, None, None, 1), "now"))
