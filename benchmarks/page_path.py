@@ -49,6 +49,7 @@ from memory_worker.core import settings as settings_mod  # noqa: E402
 from memory_worker.core import tables as t  # noqa: E402
 from memory_worker.core.names import sentence_key  # noqa: E402
 from memory_worker.core.rows import Candidate, Spell  # noqa: E402
+from memory_worker.ops import embedded  # noqa: E402
 from memory_worker.storage import memories, read_path, store  # noqa: E402
 from memory_worker.testing.gemini_stub import GeminiStub, gemini_responder  # noqa: E402
 from memory_worker.web import page_model
@@ -266,17 +267,20 @@ def run(server: str | None, sizes: list[int], reps: int) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory() as tmp, GeminiStub() as stub:
         stub.chat_responder = gemini_responder(extract_two)
-        for size in sizes:
-            with own_database(server, Path(tmp), size) as url:
-                base = settings_mod.Settings.from_env({"MW_DATABASE_URL": url})
-                settings_mod.configure(stub.settings(base, state_dir=Path(tmp) / "state"))
-                models.clear_cache()
-                started = time.perf_counter()
-                r = measure(url, size, reps)
-                r["run_s"] = round(time.perf_counter() - started, 1)
-                r["database"] = "sqlite" if server is None else "postgresql"
-                print(json.dumps(r), file=sys.stderr)
-                results.append(r)
+        try:
+            for size in sizes:
+                with own_database(server, Path(tmp), size) as url:
+                    base = settings_mod.Settings.from_env({"MW_DATABASE_URL": url})
+                    settings_mod.configure(stub.settings(base, state_dir=Path(tmp) / "state"))
+                    models.clear_cache()
+                    started = time.perf_counter()
+                    r = measure(url, size, reps)
+                    r["run_s"] = round(time.perf_counter() - started, 1)
+                    r["database"] = "sqlite" if server is None else "postgresql"
+                    print(json.dumps(r), file=sys.stderr)
+                    results.append(r)
+        finally:  # the rate limiter's embedded Redis, started by the first model call
+            embedded.stop(Path(tmp) / "state")
     return results
 
 
