@@ -391,11 +391,13 @@ spell_views = Table(
     # their audiences as they are then, so a row deleted or narrowed while the spell ran
     # narrows what it writes. Keyed by the spell's persona, room and the line it reads after;
     # `row_id` 0 notes that the extraction's view was recorded. A commit drops the views of the
-    # room's spells that began before its own.
+    # room's spells that began before its own. `by_router` (0024): 1 when the router was shown
+    # it — the only rows a spell may UPDATE or CLOSE.
     Column("persona", Text, nullable=False),
     Column("room_id", Text, nullable=False),
     Column("after_line", Integer, nullable=False),
     Column("row_id", Integer, nullable=False),
+    Column("by_router", Integer, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("persona", "room_id", "after_line", "row_id"),
 )
 

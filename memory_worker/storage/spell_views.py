@@ -22,14 +22,39 @@ v = t.spell_views.c
 RECORDED = 0  # the row id that says the extraction's view was noted
 
 
-def note(conn: Connection, spell: Spell, row_ids: Iterable[int], *, first: bool = False) -> None:
-    """Note that the spell's next call is shown these rows (`first`: the extraction's)."""
+def note(
+    conn: Connection,
+    spell: Spell,
+    row_ids: Iterable[int],
+    *,
+    first: bool = False,
+    router: bool = False,
+) -> None:
+    """Note that the spell's next call is shown these rows (`first`: the extraction's;
+    `router`: the router's, which marks each row as one the spell may change)."""
     ids = sorted({int(i) for i in row_ids} | ({RECORDED} if first else set()))
     if not ids:
         return
     build = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
     key = dict(persona=spell.persona, room_id=spell.room_id, after_line=spell.after_line_id)
-    conn.execute(build(t.spell_views).on_conflict_do_nothing(), [dict(key, row_id=i) for i in ids])
+    rows = [dict(key, row_id=i, by_router=int(router)) for i in ids]
+    insert = build(t.spell_views)
+    if router:  # a row the extraction saw first is the router's now too
+        keys = ["persona", "room_id", "after_line", "row_id"]
+        conn.execute(insert.on_conflict_do_update(index_elements=keys, set_={"by_router": 1}), rows)
+    else:
+        conn.execute(insert.on_conflict_do_nothing(), rows)
+
+
+def router_saw(conn: Connection, spell: Spell) -> set[int]:
+    """The rows the spell's router was shown: the only rows it may UPDATE or CLOSE."""
+    query = select(v.row_id).where(
+        v.persona == spell.persona,
+        v.room_id == spell.room_id,
+        v.after_line == spell.after_line_id,
+        v.by_router == 1,
+    )
+    return {int(i) for i in conn.execute(query).scalars()}
 
 
 Audience = tuple[str, str | None, tuple[int, ...] | None]  # subject, counterpart, private_to

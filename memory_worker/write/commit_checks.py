@@ -12,8 +12,9 @@ says is an upper bound, never trusted. The facts:
   nobody), met with the label;
 - who still lets the persona remember them (`users.eligible_humans`);
 - the rows written today (the caps);
-- the open rows of the router's view its steps name (`view.shown`; None when the view moved:
-  stale, route again);
+- the open rows of the router's view its steps name, of those only the ones the store noted as
+  shown to its router (`spell_views.router_saw`; `view.shown`: None when the view moved: stale,
+  route again);
 - the humans its texts name, and the open copies of its sentences in every audience.
 
 A spell that carries candidates and no plan (routed by a version before this one, or a
@@ -67,7 +68,9 @@ def check(conn: Connection, spell: Spell, read_through: int, today: str) -> Chec
     room = rooms.load_room(conn, spell.room_id)
     candidates = [Candidate.from_json(c) for c in spell.candidates]
     decisions = [Decision(s.candidate, s.event, s.old_row_id) for s in handed.steps]
-    cited = sorted({d.old_row_id for d in decisions if d.old_row_id is not None})
+    # A row it may change: one the store noted as shown to its router, whatever the plan cites.
+    named_rows = {d.old_row_id for d in decisions if d.old_row_id is not None}
+    cited = sorted(named_rows & spell_views.router_saw(conn, stamped)) if named_rows else []
     scope = window.spell_scope(stamped, room)
     shown = view.shown(conn, stamped, scope, {c.subject for c in candidates}, cited)
     if shown is None:

@@ -126,7 +126,7 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
     floor = route.neighbour_floor(vectors_of.writer[0] if vectors_of else None)
     per_candidate = route.neighbours(cands, rows, floor)
     with store.transaction() as conn:  # what the call is shown, before it is (`spell_views`)
-        spell_views.note(conn, spell, [i for ids in per_candidate for i in ids])
+        spell_views.note(conn, spell, [i for ids in per_candidate for i in ids], router=True)
         facts = commit_checks.route_facts(conn, spell, rows, clock.today())  # for its plan
     numbers = route.number(per_candidate)
     system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)

@@ -25,7 +25,7 @@ from memory_worker.core.constants import DAILY_CAP_PER_HUMAN
 from memory_worker.core.errors import MalformedMessage
 from memory_worker.core.rows import Spell
 from memory_worker.models.scripted import ScriptedChat, candidate
-from memory_worker.storage import store
+from memory_worker.storage import spell_views, store
 from memory_worker.write import commit, steps
 from memory_worker.write.plan import Plan
 
@@ -35,6 +35,7 @@ DAN, CARA = integrity.DAN, integrity.CARA
 REGATTA = "The regatta is on Sunday."
 BOAT = "u:42 owns a red boat."
 PRIVATE = "u:42 is saving for a bigger boat."  # Dan's own chat: never in the group's view
+BAKERY = "Bakeries close at noon."  # the group's world row: no word of the regatta
 
 
 @pytest.fixture
@@ -84,6 +85,22 @@ def test_a_plan_that_closes_a_row_the_router_was_not_shown_closes_nothing(world:
     spell = tampered(routed("g-dc", ("u:42", "fact", BOAT)), event="CLOSE", old_row_id=private)
     assert steps.run_commit(spell).status == "committed"
     assert integrity.row_of(PRIVATE)["valid_to"] is None, "Dan's private row stays open"
+
+
+def test_a_plan_that_closes_a_row_in_the_router_s_view_it_was_not_shown_closes_nothing(
+    world: Engine,
+) -> None:
+    """The group's world row is in the router's view, open, of the same concern and audience,
+    as a CLOSE needs — but never among its neighbours: the store's note of what the router was
+    shown decides, not the plan."""
+    integrity.write("g-dc", "world", BAKERY)
+    bakery = integrity.row_of(BAKERY)["id"]
+    spell = routed("g-dc", ("world", "event", REGATTA))
+    with store.engine().connect() as conn:
+        assert bakery not in spell_views.router_saw(conn, spell), "not a neighbour: never shown"
+    spell = tampered(spell, event="CLOSE", old_row_id=bakery)
+    assert steps.run_commit(spell).status == "committed"
+    assert integrity.row_of(BAKERY)["valid_to"] is None, "the bakery row stays open"
 
 
 def test_a_plan_of_more_rows_than_today_s_cap_writes_the_cap(world: Engine) -> None:
