@@ -127,7 +127,8 @@ def run_route(spell: Spell, model: ChatModel) -> Spell:
     per_candidate = route.neighbours(cands, rows, floor)
     with store.transaction() as conn:  # what the call is shown, before it is (`spell_views`)
         spell_views.note(conn, spell, [i for ids in per_candidate for i in ids], router=True)
-        facts = commit_checks.route_facts(conn, spell, rows, clock.today())  # for its plan
+    with store.engine().connect() as conn:  # for its plan; read outside the write transaction
+        facts = commit_checks.route_facts(conn, spell, rows, clock.today())
     numbers = route.number(per_candidate)
     system, prompt = route.build_prompt(persona_name, cands, per_candidate, numbers, rows)
     result = ask_json(model, system, prompt, route.RouteAnswer, "route")
